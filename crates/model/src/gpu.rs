@@ -1,0 +1,30 @@
+//! Physical GPUs as the scheduler and the node agent see them.
+
+use serde::{Deserialize, Serialize};
+
+/// Health of one GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GpuHealth {
+    #[default]
+    Healthy,
+    Unhealthy,
+}
+
+/// One physical GPU of a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Index on the node (0-based, as `nvidia-smi` shows it).
+    pub index: u32,
+    pub uuid: String,
+    /// Model name, e.g. `H100-SXM5-80GB` or `V100M32`.
+    pub model: String,
+    pub memory_mib: u64,
+    pub health: GpuHealth,
+    pub topo: crate::topology::GpuTopo,
+}
+
+impl Gpu {
+    pub fn is_healthy(&self) -> bool {
+        self.health == GpuHealth::Healthy
+    }
+}

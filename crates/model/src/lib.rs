@@ -1,0 +1,27 @@
+//! Pure data model of gpusched.
+//!
+//! Everything here is plain data plus pure functions: no I/O, no clock, no
+//! randomness. The scheduler core, the simulator, the Kubernetes adapter and
+//! the node agent all share these types. The node agent shares only
+//! [`topology`] (GPU-set scoring) and [`spec`] (the node/cluster vocabulary).
+
+pub mod gpu;
+pub mod labels;
+pub mod node;
+pub mod pod;
+pub mod quantity;
+pub mod queue;
+pub mod resources;
+pub mod spec;
+pub mod topology;
+pub mod validate;
+
+pub use gpu::{Gpu, GpuHealth};
+pub use node::{Node, Taint, TaintEffect};
+pub use pod::{
+    GpuRequest, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup,
+    Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
+};
+pub use quantity::{Quantity, QuantityError};
+pub use queue::Queue;
+pub use resources::{GPU_MILLI, ResourceKind, ResourceVec};

@@ -1,0 +1,90 @@
+//! Nodes.
+
+use crate::gpu::Gpu;
+use crate::labels;
+use crate::resources::ResourceVec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Effect of a taint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+/// A node taint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    #[serde(default)]
+    pub value: String,
+    pub effect: TaintEffect,
+}
+
+/// A node as the scheduler sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Allocatable CPU, memory and extended resources. The GPU dimensions
+    /// are derived from [`Node::gpus`] and kept in step by
+    /// [`Node::sync_gpu_allocatable`].
+    pub allocatable: ResourceVec,
+    pub gpus: Vec<Gpu>,
+    /// `spec.unschedulable` (cordoned or draining).
+    pub unschedulable: bool,
+}
+
+impl Node {
+    pub fn new(name: impl Into<String>, allocatable: ResourceVec, gpus: Vec<Gpu>) -> Self {
+        let mut n = Node {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            allocatable,
+            gpus,
+            unschedulable: false,
+        };
+        n.sync_gpu_allocatable();
+        n
+    }
+
+    /// Sets the GPU dimensions of `allocatable` from the healthy GPUs.
+    pub fn sync_gpu_allocatable(&mut self) {
+        let healthy = self.gpus.iter().filter(|g| g.is_healthy());
+        self.allocatable.gpu_milli = healthy.clone().count() as u64 * crate::GPU_MILLI;
+        self.allocatable.gpu_mem_mib = healthy.map(|g| g.memory_mib).sum();
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+
+    pub fn rack(&self) -> Option<&str> {
+        self.label(labels::LABEL_RACK)
+    }
+
+    pub fn block(&self) -> Option<&str> {
+        self.label(labels::LABEL_BLOCK)
+    }
+
+    /// Multi-node NVLink domain, if the node is part of one.
+    pub fn nvlink_domain(&self) -> Option<&str> {
+        self.label(labels::LABEL_NVLINK_DOMAIN)
+    }
+
+    /// Distinct GPU models on the node (sorted).
+    pub fn gpu_models(&self) -> Vec<&str> {
+        let mut m: Vec<&str> = self.gpus.iter().map(|g| g.model.as_str()).collect();
+        m.sort_unstable();
+        m.dedup();
+        m
+    }
+
+    pub fn topos(&self) -> Vec<crate::topology::GpuTopo> {
+        self.gpus.iter().map(|g| g.topo).collect()
+    }
+}

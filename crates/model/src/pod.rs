@@ -1,0 +1,240 @@
+//! Pods, pod groups (gangs) and their placement constraints.
+
+use crate::node::{Node, TaintEffect};
+use crate::resources::{GPU_MILLI, ResourceVec};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a pod asks of GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GpuRequest {
+    #[default]
+    None,
+    /// `n` whole GPUs (`nvidia.com/gpu: n`).
+    Whole(u32),
+    /// A share of one GPU: `milli` thousandths of its compute and/or
+    /// `memory_mib` of its memory (either may be zero, not both).
+    Share { milli: u32, memory_mib: u64 },
+}
+
+impl GpuRequest {
+    /// GPU demand in milli-GPU, the unit quotas count in.
+    pub fn milli(&self) -> u64 {
+        match *self {
+            GpuRequest::None => 0,
+            GpuRequest::Whole(n) => n as u64 * GPU_MILLI,
+            GpuRequest::Share { milli, .. } => milli as u64,
+        }
+    }
+
+    pub fn whole(&self) -> u32 {
+        match *self {
+            GpuRequest::Whole(n) => n,
+            _ => 0,
+        }
+    }
+
+    pub fn is_none(&self) -> bool {
+        matches!(self, GpuRequest::None | GpuRequest::Whole(0))
+    }
+}
+
+/// Operator of a node selector requirement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeSelectorOp {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSelectorRequirement {
+    pub key: String,
+    pub operator: NodeSelectorOp,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl NodeSelectorRequirement {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let v = labels.get(&self.key);
+        match self.operator {
+            NodeSelectorOp::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            NodeSelectorOp::NotIn => !v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            NodeSelectorOp::Exists => v.is_some(),
+            NodeSelectorOp::DoesNotExist => v.is_none(),
+        }
+    }
+}
+
+/// Requirements ANDed together.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSelectorTerm {
+    pub match_expressions: Vec<NodeSelectorRequirement>,
+}
+
+impl NodeSelectorTerm {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_expressions.iter().all(|r| r.matches(labels))
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TolerationOp {
+    #[default]
+    Equal,
+    Exists,
+}
+
+/// A toleration; `key` empty with `Exists` tolerates everything.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Toleration {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub operator: TolerationOp,
+    #[serde(default)]
+    pub value: String,
+    /// `None` tolerates every effect.
+    #[serde(default)]
+    pub effect: Option<TaintEffect>,
+}
+
+impl Toleration {
+    pub fn tolerates(&self, t: &crate::node::Taint) -> bool {
+        if let Some(e) = self.effect
+            && e != t.effect
+        {
+            return false;
+        }
+        match self.operator {
+            TolerationOp::Exists => self.key.is_empty() || self.key == t.key,
+            TolerationOp::Equal => self.key == t.key && self.value == t.value,
+        }
+    }
+}
+
+/// Topology level a gang must (or should) fit in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyLevel {
+    /// All members on one node.
+    Node,
+    /// All members in one NVLink domain (one node, or one multi-node domain
+    /// labelled `gpusched.io/nvlink-domain`).
+    NvlinkDomain,
+    Rack,
+    Block,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TopologyConstraint {
+    pub level: TopologyLevel,
+    /// Required: never place across the level. Preferred: try, then relax.
+    pub required: bool,
+}
+
+impl TopologyLevel {
+    /// The domain key of a node at this level (`None`: the node is in no
+    /// domain of this level and can only take part alone, if at all).
+    pub fn domain_of<'a>(&self, node: &'a Node) -> Option<&'a str> {
+        match self {
+            TopologyLevel::Node => Some(node.name.as_str()),
+            TopologyLevel::NvlinkDomain => node.nvlink_domain().or_else(|| {
+                // a single-node NVSwitch domain
+                (!node.gpus.is_empty()
+                    && node.gpus.iter().all(|g| {
+                        g.topo.nvlink.is_some() && g.topo.nvlink == node.gpus[0].topo.nvlink
+                    }))
+                .then_some(node.name.as_str())
+            }),
+            TopologyLevel::Rack => node.rack(),
+            TopologyLevel::Block => node.block(),
+        }
+    }
+}
+
+/// A gang: the pods that must start together.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodGroup {
+    pub name: String,
+    pub queue: String,
+    /// How many member pods must be placed for the group to start.
+    pub min_member: u32,
+    pub priority: i32,
+    pub topology: Option<TopologyConstraint>,
+    /// Milliseconds after the first member arrived before the group is
+    /// reported as timed out (its members are failed by the runner).
+    pub schedule_timeout_ms: Option<u64>,
+}
+
+/// A pod as the scheduler sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pod {
+    /// `namespace/name`, unique in a snapshot.
+    pub name: String,
+    pub queue: String,
+    pub group: Option<String>,
+    pub priority: i32,
+    /// CPU, memory and extended resources (GPU dimensions left zero; see
+    /// [`Pod::gpu`]).
+    pub requests: ResourceVec,
+    pub gpu: GpuRequest,
+    /// Allowed GPU models; empty = any.
+    pub gpu_models: Vec<String>,
+    /// Minimum memory of each GPU used, in MiB.
+    pub min_gpu_memory_mib: u64,
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity: terms ORed; empty = no constraint.
+    pub affinity: Vec<NodeSelectorTerm>,
+    pub tolerations: Vec<Toleration>,
+    /// Virtual time (ms) the pod arrived.
+    pub arrival_ms: u64,
+    /// Whether the pod may be preempted or reclaimed.
+    pub preemptible: bool,
+}
+
+impl Pod {
+    /// A pod with only a name, a queue and requests; the rest default.
+    pub fn new(name: impl Into<String>, queue: impl Into<String>) -> Self {
+        Pod {
+            name: name.into(),
+            queue: queue.into(),
+            group: None,
+            priority: 0,
+            requests: ResourceVec::default(),
+            gpu: GpuRequest::None,
+            gpu_models: Vec::new(),
+            min_gpu_memory_mib: 0,
+            node_selector: BTreeMap::new(),
+            affinity: Vec::new(),
+            tolerations: Vec::new(),
+            arrival_ms: 0,
+            preemptible: true,
+        }
+    }
+
+    /// Everything the pod asks, GPU included, in quota units.
+    pub fn demand(&self) -> ResourceVec {
+        let mut r = self.requests.clone();
+        r.gpu_milli = self.gpu.milli();
+        if let GpuRequest::Share { memory_mib, .. } = self.gpu {
+            r.gpu_mem_mib = memory_mib;
+        }
+        r
+    }
+
+    /// Whether the pod's taint tolerations let it onto a node with these
+    /// taints (NoSchedule and NoExecute must be tolerated).
+    pub fn tolerates_all(&self, node: &Node) -> bool {
+        node.taints
+            .iter()
+            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+            .all(|t| self.tolerations.iter().any(|tol| tol.tolerates(t)))
+    }
+
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| m == model)
+    }
+}

@@ -1,0 +1,40 @@
+//! Queues: a tree with weights, guarantees and limits.
+
+use crate::resources::ResourceVec;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One queue of the queue tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    pub name: String,
+    /// Parent queue; `None` for a child of the root.
+    pub parent: Option<String>,
+    /// Weight among siblings for fair share (≥ 1).
+    pub weight: u32,
+    /// Guaranteed resources (deserved even under contention).
+    pub guarantee: ResourceVec,
+    /// Guaranteed GPUs per model, milli-GPU (e.g. `{"H100": 16000}`).
+    pub gpu_guarantee_by_model: BTreeMap<String, u64>,
+    /// Hard cap; `None`: no cap.
+    pub limit: Option<ResourceVec>,
+    /// Whether the queue may use more than its guarantee when others idle.
+    pub can_borrow: bool,
+    /// Whether resources it borrowed may be taken back by reclaim.
+    pub reclaimable: bool,
+}
+
+impl Queue {
+    pub fn new(name: impl Into<String>) -> Self {
+        Queue {
+            name: name.into(),
+            parent: None,
+            weight: 1,
+            guarantee: ResourceVec::default(),
+            gpu_guarantee_by_model: BTreeMap::new(),
+            limit: None,
+            can_borrow: true,
+            reclaimable: true,
+        }
+    }
+}
