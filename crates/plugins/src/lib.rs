@@ -1,1 +1,3 @@
-//! gpusched-plugins
+//! Scheduling policies of gpusched, registered explicitly from typed config.
+
+pub mod packing;

@@ -1,0 +1,490 @@
+//! Free capacity of every node, kept in step as pods are placed and removed.
+//!
+//! Every change goes through [`ClusterState::assign`] and
+//! [`ClusterState::release`], which refuse to overcommit any dimension or any
+//! GPU, so a placement bug surfaces as an error instead of a double-booked
+//! GPU. Each node carries a version number, bumped on every change, which
+//! lets scorers cache per-node results.
+
+use crate::snapshot::{GpuAssignment, NodeId, Snapshot};
+use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod, ResourceVec};
+
+/// Free capacity of one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    /// Free CPU, memory, extended resources; `gpu_milli` and `gpu_mem_mib`
+    /// are the sums over usable GPUs.
+    pub free: ResourceVec,
+    /// Free milli-GPU per GPU position (0 for an unusable GPU).
+    pub gpu_free_milli: Vec<u32>,
+    /// Free memory (MiB) per GPU position.
+    pub gpu_free_mem: Vec<u64>,
+    /// Whether each GPU may be used (healthy).
+    pub gpu_usable: Vec<bool>,
+    /// Bumped on every change.
+    pub version: u64,
+    /// Pods placed on the node.
+    pub pods: u32,
+}
+
+impl NodeState {
+    pub fn new(node: &Node) -> Self {
+        let usable: Vec<bool> = node.gpus.iter().map(|g| g.is_healthy()).collect();
+        let mut free = node.allocatable.clone();
+        free.gpu_milli = 0;
+        free.gpu_mem_mib = 0;
+        let gpu_free_milli: Vec<u32> = usable
+            .iter()
+            .map(|u| if *u { GPU_MILLI as u32 } else { 0 })
+            .collect();
+        let gpu_free_mem: Vec<u64> = node
+            .gpus
+            .iter()
+            .zip(&usable)
+            .map(|(g, u)| if *u { g.memory_mib } else { 0 })
+            .collect();
+        free.gpu_milli = gpu_free_milli.iter().map(|m| *m as u64).sum();
+        free.gpu_mem_mib = gpu_free_mem.iter().sum();
+        NodeState {
+            free,
+            gpu_free_milli,
+            gpu_free_mem,
+            gpu_usable: usable,
+            version: 0,
+            pods: 0,
+        }
+    }
+
+    /// Number of usable GPUs that are completely free.
+    pub fn whole_free(&self) -> u32 {
+        self.gpu_free_milli
+            .iter()
+            .filter(|m| **m as u64 == GPU_MILLI)
+            .count() as u32
+    }
+}
+
+/// Why an assignment was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("node {node}: not enough {what}")]
+    Insufficient { node: String, what: String },
+    #[error("node {node}: gpu {gpu} does not exist or is unusable")]
+    BadGpu { node: String, gpu: u32 },
+    #[error("node {node}: gpu {gpu} listed twice")]
+    DuplicateGpu { node: String, gpu: u32 },
+    #[error("node id {0} out of range")]
+    BadNode(NodeId),
+}
+
+/// The free capacity of a set of nodes.
+#[derive(Clone, Debug)]
+pub struct ClusterState<'a> {
+    pub nodes: &'a [Node],
+    pub state: Vec<NodeState>,
+}
+
+/// Effective milli-GPU of a share on a given GPU: a memory-only share
+/// counts its fraction of the GPU's memory, rounded up.
+pub fn share_milli(milli: u32, memory_mib: u64, gpu_memory_mib: u64) -> u32 {
+    if milli > 0 || gpu_memory_mib == 0 {
+        milli
+    } else {
+        (memory_mib
+            .saturating_mul(GPU_MILLI)
+            .div_ceil(gpu_memory_mib))
+        .min(GPU_MILLI) as u32
+    }
+}
+
+impl<'a> ClusterState<'a> {
+    /// Empty nodes.
+    pub fn new(nodes: &'a [Node]) -> Self {
+        ClusterState {
+            nodes,
+            state: nodes.iter().map(NodeState::new).collect(),
+        }
+    }
+
+    /// Nodes with every pod of the snapshot that holds resources placed.
+    /// Pods whose holdings do not fit are reported, never double-booked.
+    pub fn from_snapshot(s: &'a Snapshot) -> (Self, Vec<(usize, StateError)>) {
+        let mut cs = ClusterState::new(&s.nodes);
+        let mut errors = Vec::new();
+        for (i, p) in s.pods.iter().enumerate() {
+            if let Some((node, gpus)) = p.holding()
+                && let Err(e) = cs.assign(node, &p.pod.requests, gpus)
+            {
+                errors.push((i, e));
+            }
+        }
+        (cs, errors)
+    }
+
+    pub fn node(&self, id: NodeId) -> &'a Node {
+        &self.nodes[id as usize]
+    }
+
+    pub fn get(&self, id: NodeId) -> &NodeState {
+        &self.state[id as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Places `requests` (CPU, memory, extended) and `gpus` on `node`.
+    /// Checks everything first; changes nothing on error.
+    pub fn assign(
+        &mut self,
+        node: NodeId,
+        requests: &ResourceVec,
+        gpus: &GpuAssignment,
+    ) -> Result<(), StateError> {
+        let n = self
+            .nodes
+            .get(node as usize)
+            .ok_or(StateError::BadNode(node))?;
+        let st = &mut self.state[node as usize];
+        let mut cpu_mem = requests.clone();
+        cpu_mem.gpu_milli = 0;
+        cpu_mem.gpu_mem_mib = 0;
+        let mut cap = st.free.clone();
+        cap.gpu_milli = 0;
+        cap.gpu_mem_mib = 0;
+        if let Some(k) = cpu_mem.first_exceeding(&cap) {
+            return Err(StateError::Insufficient {
+                node: n.name.clone(),
+                what: k.to_string(),
+            });
+        }
+        match gpus {
+            GpuAssignment::None => {}
+            GpuAssignment::Whole(list) => {
+                for (i, &g) in list.iter().enumerate() {
+                    let gi = g as usize;
+                    if gi >= st.gpu_usable.len() || !st.gpu_usable[gi] {
+                        return Err(StateError::BadGpu {
+                            node: n.name.clone(),
+                            gpu: g,
+                        });
+                    }
+                    if list[..i].contains(&g) {
+                        return Err(StateError::DuplicateGpu {
+                            node: n.name.clone(),
+                            gpu: g,
+                        });
+                    }
+                    if st.gpu_free_milli[gi] as u64 != GPU_MILLI
+                        || st.gpu_free_mem[gi] != n.gpus[gi].memory_mib
+                    {
+                        return Err(StateError::Insufficient {
+                            node: n.name.clone(),
+                            what: format!("whole gpu {g} (in use)"),
+                        });
+                    }
+                }
+                for &g in list {
+                    let gi = g as usize;
+                    st.gpu_free_milli[gi] = 0;
+                    st.free.gpu_mem_mib -= st.gpu_free_mem[gi];
+                    st.gpu_free_mem[gi] = 0;
+                    st.free.gpu_milli -= GPU_MILLI;
+                }
+            }
+            GpuAssignment::Share {
+                gpu,
+                milli,
+                memory_mib,
+            } => {
+                let gi = *gpu as usize;
+                if gi >= st.gpu_usable.len() || !st.gpu_usable[gi] {
+                    return Err(StateError::BadGpu {
+                        node: n.name.clone(),
+                        gpu: *gpu,
+                    });
+                }
+                if st.gpu_free_milli[gi] < *milli || st.gpu_free_mem[gi] < *memory_mib {
+                    return Err(StateError::Insufficient {
+                        node: n.name.clone(),
+                        what: format!("share of gpu {gpu}"),
+                    });
+                }
+                st.gpu_free_milli[gi] -= milli;
+                st.gpu_free_mem[gi] -= memory_mib;
+                st.free.gpu_milli -= *milli as u64;
+                st.free.gpu_mem_mib -= memory_mib;
+            }
+        }
+        st.free.sub(&cpu_mem);
+        st.version += 1;
+        st.pods += 1;
+        Ok(())
+    }
+
+    /// Gives back what [`ClusterState::assign`] took.
+    pub fn release(&mut self, node: NodeId, requests: &ResourceVec, gpus: &GpuAssignment) {
+        let Some(n) = self.nodes.get(node as usize) else {
+            return;
+        };
+        let st = &mut self.state[node as usize];
+        let mut cpu_mem = requests.clone();
+        cpu_mem.gpu_milli = 0;
+        cpu_mem.gpu_mem_mib = 0;
+        st.free.add(&cpu_mem);
+        match gpus {
+            GpuAssignment::None => {}
+            GpuAssignment::Whole(list) => {
+                for &g in list {
+                    let gi = g as usize;
+                    if gi < st.gpu_usable.len() && st.gpu_usable[gi] {
+                        st.gpu_free_milli[gi] = GPU_MILLI as u32;
+                        st.free.gpu_mem_mib += n.gpus[gi].memory_mib - st.gpu_free_mem[gi];
+                        st.gpu_free_mem[gi] = n.gpus[gi].memory_mib;
+                        st.free.gpu_milli += GPU_MILLI;
+                    }
+                }
+            }
+            GpuAssignment::Share {
+                gpu,
+                milli,
+                memory_mib,
+            } => {
+                let gi = *gpu as usize;
+                if gi < st.gpu_usable.len() && st.gpu_usable[gi] {
+                    st.gpu_free_milli[gi] += milli;
+                    st.gpu_free_mem[gi] += memory_mib;
+                    st.free.gpu_milli += *milli as u64;
+                    st.free.gpu_mem_mib += memory_mib;
+                }
+            }
+        }
+        st.version += 1;
+        st.pods = st.pods.saturating_sub(1);
+    }
+
+    /// Whether GPU `g` of `node` is allowed for `pod` (model, memory).
+    pub fn gpu_allowed(&self, pod: &Pod, node: NodeId, g: usize) -> bool {
+        let gpu = &self.node(node).gpus[g];
+        pod.allows_model(&gpu.model) && gpu.memory_mib >= pod.min_gpu_memory_mib
+    }
+
+    /// Whether CPU, memory and extended resources fit on the node.
+    pub fn fits_non_gpu(&self, pod: &Pod, node: NodeId) -> bool {
+        let f = &self.get(node).free;
+        let r = &pod.requests;
+        r.cpu_milli <= f.cpu_milli
+            && r.memory <= f.memory
+            && r.ext.iter().all(|(k, v)| *v <= f.ext_get(k))
+    }
+
+    /// Usable, allowed GPUs that are completely free.
+    pub fn free_whole_gpus(&self, pod: &Pod, node: NodeId) -> Vec<usize> {
+        let st = self.get(node);
+        (0..st.gpu_free_milli.len())
+            .filter(|&g| st.gpu_free_milli[g] as u64 == GPU_MILLI && self.gpu_allowed(pod, node, g))
+            .collect()
+    }
+
+    /// The GPUs a share of `pod` could go on: `(gpu, effective milli)`.
+    pub fn share_candidates(&self, pod: &Pod, node: NodeId) -> Vec<(usize, u32)> {
+        let GpuRequest::Share { milli, memory_mib } = pod.gpu else {
+            return Vec::new();
+        };
+        let st = self.get(node);
+        let n = self.node(node);
+        (0..st.gpu_free_milli.len())
+            .filter(|&g| st.gpu_usable[g] && self.gpu_allowed(pod, node, g))
+            .filter_map(|g| {
+                let m = share_milli(milli, memory_mib, n.gpus[g].memory_mib);
+                (st.gpu_free_milli[g] >= m && st.gpu_free_mem[g] >= memory_mib && m > 0)
+                    .then_some((g, m))
+            })
+            .collect()
+    }
+
+    /// The default GPU choice for `pod` on `node`, or `None` if its GPU
+    /// request cannot be met there. Whole GPUs: the topology-best set
+    /// ([`gpusched_model::topology::choose`]). Shares: best fit (the GPU with
+    /// the least compute left after placing, then the lowest position).
+    /// CPU, memory and extended resources are not checked here.
+    pub fn default_gpu_choice(&self, pod: &Pod, node: NodeId) -> Option<GpuAssignment> {
+        match pod.gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => Some(GpuAssignment::None),
+            GpuRequest::Whole(k) => {
+                let free = self.free_whole_gpus(pod, node);
+                if free.len() < k as usize {
+                    return None;
+                }
+                let topos = self.node(node).topos();
+                let set = gpusched_model::topology::choose(&topos, &free, &[], k as usize)?;
+                Some(GpuAssignment::Whole(
+                    set.into_iter().map(|g| g as u32).collect(),
+                ))
+            }
+            GpuRequest::Share { memory_mib, .. } => {
+                let st = self.get(node);
+                self.share_candidates(pod, node)
+                    .into_iter()
+                    .min_by_key(|&(g, m)| (st.gpu_free_milli[g] - m, g))
+                    .map(|(g, m)| GpuAssignment::Share {
+                        gpu: g as u32,
+                        milli: m,
+                        memory_mib,
+                    })
+            }
+        }
+    }
+
+    /// Total usable GPU milli and used GPU milli over all nodes.
+    pub fn gpu_milli_totals(&self) -> (u64, u64) {
+        let mut total = 0;
+        let mut free = 0;
+        for st in &self.state {
+            total += st.gpu_usable.iter().filter(|u| **u).count() as u64 * GPU_MILLI;
+            free += st.free.gpu_milli;
+        }
+        (total, total - free)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
+
+    fn nodes() -> Vec<Node> {
+        ClusterSpec {
+            nodes: vec![NodeGroupSpec {
+                name: "n".into(),
+                count: 2,
+                cpu: "16".into(),
+                memory: "64Gi".into(),
+                gpus: Some(GpuLayoutSpec {
+                    count: 4,
+                    model: "L40S".into(),
+                    memory: "48Gi".into(),
+                    interconnect: Interconnect::Pcie,
+                    pcie_switches: 2,
+                    numa_nodes: 1,
+                    devices: vec![],
+                }),
+                ..Default::default()
+            }],
+        }
+        .nodes()
+        .unwrap()
+    }
+
+    #[test]
+    fn assign_release_round_trip_and_no_overcommit() {
+        let ns = nodes();
+        let mut cs = ClusterState::new(&ns);
+        let before = cs.get(0).clone();
+        let req = ResourceVec::new(4000, 1 << 30, 0);
+        cs.assign(0, &req, &GpuAssignment::Whole(vec![0, 1]))
+            .unwrap();
+        assert_eq!(cs.get(0).free.gpu_milli, 2000);
+        assert!(cs.assign(0, &req, &GpuAssignment::Whole(vec![1])).is_err());
+        assert!(
+            cs.assign(0, &req, &GpuAssignment::Whole(vec![2, 2]))
+                .is_err()
+        );
+        assert!(cs.assign(0, &req, &GpuAssignment::Whole(vec![9])).is_err());
+        cs.assign(
+            0,
+            &req,
+            &GpuAssignment::Share {
+                gpu: 2,
+                milli: 600,
+                memory_mib: 1000,
+            },
+        )
+        .unwrap();
+        assert!(
+            cs.assign(
+                0,
+                &req,
+                &GpuAssignment::Share {
+                    gpu: 2,
+                    milli: 500,
+                    memory_mib: 0
+                }
+            )
+            .is_err()
+        );
+        assert!(
+            cs.assign(0, &ResourceVec::new(100_000, 0, 0), &GpuAssignment::None)
+                .is_err()
+        );
+        cs.release(
+            0,
+            &req,
+            &GpuAssignment::Share {
+                gpu: 2,
+                milli: 600,
+                memory_mib: 1000,
+            },
+        );
+        cs.release(0, &req, &GpuAssignment::Whole(vec![0, 1]));
+        let after = cs.get(0);
+        assert_eq!(after.free, before.free);
+        assert_eq!(after.gpu_free_milli, before.gpu_free_milli);
+        assert!(after.version > before.version);
+    }
+
+    #[test]
+    fn default_choice_uses_topology_and_best_fit() {
+        let ns = nodes();
+        let mut cs = ClusterState::new(&ns);
+        let mut p = Pod::new("a", "q");
+        p.gpu = GpuRequest::Whole(2);
+        assert_eq!(
+            cs.default_gpu_choice(&p, 0),
+            Some(GpuAssignment::Whole(vec![0, 1]))
+        );
+        cs.assign(
+            0,
+            &ResourceVec::default(),
+            &GpuAssignment::Share {
+                gpu: 3,
+                milli: 500,
+                memory_mib: 0,
+            },
+        )
+        .unwrap();
+        p.gpu = GpuRequest::Share {
+            milli: 400,
+            memory_mib: 0,
+        };
+        assert_eq!(
+            cs.default_gpu_choice(&p, 0),
+            Some(GpuAssignment::Share {
+                gpu: 3,
+                milli: 400,
+                memory_mib: 0
+            })
+        );
+        p.gpu = GpuRequest::Share {
+            milli: 0,
+            memory_mib: 24576,
+        };
+        assert_eq!(
+            cs.default_gpu_choice(&p, 0),
+            Some(GpuAssignment::Share {
+                gpu: 3,
+                milli: 500,
+                memory_mib: 24576
+            })
+        );
+        p.gpu = GpuRequest::Whole(4);
+        assert_eq!(cs.default_gpu_choice(&p, 0), None);
+        p.gpu_models = vec!["H100".into()];
+        p.gpu = GpuRequest::Whole(1);
+        assert_eq!(cs.default_gpu_choice(&p, 1), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! Packing policies (the `Packer` extension point).
