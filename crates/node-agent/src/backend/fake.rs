@@ -1,0 +1,344 @@
+//! The `fake` backend: one node described in the cluster-file vocabulary
+//! ([`gpusched_model::spec::ClusterSpec`]), plus fault injection through a
+//! control file.
+//!
+//! The control file is an append-only list of commands, one a line, read
+//! whenever it changes (a file that shrinks is read again from the top):
+//!
+//! ```text
+//! xid <gpu> <code>           # an XID error (ignored XIDs are ignored)
+//! fail <gpu> [reason]        # a failed periodic check
+//! unhealthy <gpu> [reason]   # forced unhealthy until `healthy`
+//! healthy <gpu>              # clear every fault now
+//! ```
+//!
+//! `<gpu>` is a UUID or an index. Lines starting with `#` are skipped.
+
+use super::{
+    BackendError, DeviceBackend, GpuInfo, GpuSample, HealthEvent, HealthWatch, Inventory, MigInfo,
+};
+use gpusched_model::spec::{BuiltNode, ClusterSpec};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How often the control file is looked at.
+pub const CONTROL_POLL: Duration = Duration::from_millis(20);
+
+/// A node read from a YAML file.
+#[derive(Debug, Clone)]
+pub struct FakeBackend {
+    inventory: Inventory,
+    control: Option<PathBuf>,
+}
+
+fn mig_memory_mib(profile: &str) -> u64 {
+    // `3g.40gb` → 40 GiB; `1g.10gb` → 10 GiB; unknown shapes → 0.
+    profile
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.strip_suffix("gb"))
+        .and_then(|n| n.parse::<u64>().ok())
+        .map(|g| g * 1024)
+        .unwrap_or(0)
+}
+
+impl FakeBackend {
+    /// Reads a node file: a cluster file with exactly one node.
+    pub fn from_file(path: &Path, control: Option<PathBuf>) -> Result<Self, BackendError> {
+        let text = std::fs::read_to_string(path).map_err(|source| BackendError::ReadNodeFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let mut b = Self::from_yaml(&text, &path.display().to_string())?;
+        b.control = control;
+        Ok(b)
+    }
+
+    /// Parses a node file's text; `origin` names it in errors.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<Self, BackendError> {
+        let err = |message: String| BackendError::NodeFile {
+            path: origin.to_string(),
+            message,
+        };
+        let spec: ClusterSpec = serde_saphyr::from_str(text).map_err(|e| err(e.to_string()))?;
+        let node_count: u64 = spec.nodes.iter().map(|g| g.count as u64).sum();
+        if node_count != 1 {
+            return Err(err(format!(
+                "field `nodes`: describes {node_count} nodes; the fake backend needs exactly one (one entry with count 1)"
+            )));
+        }
+        let built = spec.build().map_err(|e| err(e.to_string()))?;
+        // The model drops MIG-enabled GPUs from the node's whole GPUs; build
+        // once more without MIG to recover their identity and topology.
+        let mut whole = spec.clone();
+        for g in &mut whole.nodes {
+            if let Some(l) = &mut g.gpus {
+                for d in &mut l.devices {
+                    d.mig.clear();
+                }
+            }
+        }
+        let all = whole.build().map_err(|e| err(e.to_string()))?;
+        let (Some(b), Some(a)) = (built.first(), all.first()) else {
+            return Err(err("field `nodes`: no node".into()));
+        };
+        Ok(FakeBackend {
+            inventory: Self::inventory(b, a),
+            control: None,
+        })
+    }
+
+    fn inventory(built: &BuiltNode, all: &BuiltNode) -> Inventory {
+        let mut gpus: Vec<GpuInfo> = all
+            .node
+            .gpus
+            .iter()
+            .map(|g| GpuInfo {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                memory_mib: g.memory_mib,
+                pci_bus_id: format!("0000:{:02x}:00.0", 0x18 + g.index * 0x10 % 0xe0),
+                minor: g.index,
+                topo: g.topo,
+                nvlink_peers: Vec::new(),
+                mig_enabled: false,
+                mig: Vec::new(),
+            })
+            .collect();
+        for i in 0..gpus.len() {
+            let peers: Vec<u32> = gpus
+                .iter()
+                .filter(|o| {
+                    o.index != gpus[i].index
+                        && gpus[i].topo.nvlink.is_some()
+                        && o.topo.nvlink == gpus[i].topo.nvlink
+                })
+                .map(|o| o.index)
+                .collect();
+            gpus[i].nvlink_peers = peers;
+        }
+        for (gi, profile, uuid) in &built.mig {
+            if let Some(g) = gpus.iter_mut().find(|g| g.index == *gi) {
+                g.mig_enabled = true;
+                g.mig.push(MigInfo {
+                    uuid: uuid.clone(),
+                    profile: profile.clone(),
+                    memory_mib: mig_memory_mib(profile),
+                });
+            }
+        }
+        Inventory {
+            gpus,
+            driver_version: "550.54.15".into(),
+            cuda_version: "12.4".into(),
+        }
+    }
+
+    /// The inventory, without going through the trait.
+    pub fn inventory_ref(&self) -> &Inventory {
+        &self.inventory
+    }
+}
+
+/// Parses one control-file line into an event. `Ok(None)`: blank/comment.
+pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEvent>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let cmd = parts.next().unwrap_or_default();
+    let who = parts
+        .next()
+        .ok_or_else(|| format!("{line:?}: missing GPU (uuid or index)"))?;
+    let gpu = inv
+        .gpus
+        .iter()
+        .find(|g| g.uuid == who || who.parse::<u32>().ok() == Some(g.index))
+        .map(|g| g.uuid.clone())
+        .ok_or_else(|| format!("{line:?}: unknown GPU {who:?}"))?;
+    let rest = parts.collect::<Vec<_>>().join(" ");
+    let ev = match cmd {
+        "xid" => {
+            let xid = rest
+                .parse::<u64>()
+                .map_err(|_| format!("{line:?}: xid needs a number"))?;
+            HealthEvent::Xid { gpu, xid }
+        }
+        "fail" => HealthEvent::CheckFailed {
+            gpu,
+            reason: if rest.is_empty() {
+                "check failed".into()
+            } else {
+                rest
+            },
+        },
+        "unhealthy" => HealthEvent::Force {
+            gpu,
+            reason: if rest.is_empty() {
+                "marked unhealthy".into()
+            } else {
+                rest
+            },
+        },
+        "healthy" => HealthEvent::Release { gpu },
+        other => {
+            return Err(format!(
+                "{line:?}: unknown command {other:?} (xid, fail, unhealthy, healthy)"
+            ));
+        }
+    };
+    Ok(Some(ev))
+}
+
+fn control_loop(path: PathBuf, inv: Inventory, tx: UnboundedSender<HealthEvent>) {
+    let mut seen_lines = 0usize;
+    let mut last: Option<(u64, Option<SystemTime>)> = None;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        if let Ok(meta) = std::fs::metadata(&path) {
+            let stamp = (meta.len(), meta.modified().ok());
+            if last != Some(stamp) {
+                if let Some((old_len, _)) = last {
+                    if stamp.0 < old_len {
+                        seen_lines = 0;
+                    }
+                }
+                last = Some(stamp);
+                if let Ok(text) = std::fs::read_to_string(&path) {
+                    let lines: Vec<&str> = text.lines().collect();
+                    // A last line without newline may still be being written.
+                    let complete = if text.ends_with('\n') {
+                        lines.len()
+                    } else {
+                        lines.len().saturating_sub(1)
+                    };
+                    if complete < seen_lines {
+                        seen_lines = 0;
+                    }
+                    for l in &lines[seen_lines..complete] {
+                        match parse_control_line(l, &inv) {
+                            Ok(Some(ev)) => {
+                                tracing::info!(event = ?ev, "fault injection");
+                                if tx.send(ev).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => tracing::warn!(file = %path.display(), "control file: {e}"),
+                        }
+                    }
+                    seen_lines = complete;
+                    if !text.ends_with('\n') {
+                        // Look again next time even if nothing changes size.
+                        last = None;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(CONTROL_POLL);
+    }
+}
+
+impl DeviceBackend for FakeBackend {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn discover(&self) -> Result<Inventory, BackendError> {
+        Ok(self.inventory.clone())
+    }
+
+    fn watch_health(
+        &self,
+        _watch: HealthWatch,
+        events: UnboundedSender<HealthEvent>,
+    ) -> Result<(), BackendError> {
+        if let Some(path) = self.control.clone() {
+            let inv = self.inventory.clone();
+            std::thread::Builder::new()
+                .name("fake-control".into())
+                .stack_size(64 * 1024)
+                .spawn(move || control_loop(path, inv, events))
+                .map_err(|e| BackendError::Health(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn sample(&self) -> Vec<GpuSample> {
+        self.inventory
+            .gpus
+            .iter()
+            .map(|g| GpuSample {
+                uuid: g.uuid.clone(),
+                utilization_ratio: Some(0.0),
+                memory_used_bytes: Some(0),
+                memory_total_bytes: Some(g.memory_mib * 1024 * 1024),
+                power_watts: Some(70.0),
+                temperature_celsius: Some(35.0),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODE: &str = "nodes:\n  - name: n\n    cpu: \"8\"\n    memory: 64Gi\n    gpus:\n      count: 4\n      model: A100-SXM4-80GB\n      memory: 80Gi\n      interconnect: nvswitch\n      pcie_switches: 2\n      devices:\n        - index: 1\n          mig: [{profile: 3g.40gb}, {profile: 3g.40gb}]\n";
+
+    #[test]
+    fn mig_gpus_keep_identity() {
+        let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
+        let inv = b.inventory_ref();
+        assert_eq!(inv.gpus.len(), 4);
+        assert!(inv.gpus[1].mig_enabled);
+        assert_eq!(inv.gpus[1].mig.len(), 2);
+        assert_eq!(inv.gpus[1].mig[0].memory_mib, 40 * 1024);
+        assert_eq!(inv.gpus[0].nvlink_peers, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let e = FakeBackend::from_yaml(&NODE.replace("count: 4", "count: 4\n      bogus: 1"), "n.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("n.yaml") && e.contains("bogus"), "{e}");
+        let e = FakeBackend::from_yaml(&NODE.replace("80Gi", "80Gx"), "n.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gpus.memory"), "{e}");
+        let e = FakeBackend::from_yaml(
+            &NODE.replace("- name: n\n", "- name: n\n    count: 2\n"),
+            "n.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("exactly one"), "{e}");
+    }
+
+    #[test]
+    fn control_lines() {
+        let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
+        let inv = b.inventory_ref();
+        let u0 = inv.gpus[0].uuid.clone();
+        assert_eq!(
+            parse_control_line("xid 0 79", inv).unwrap(),
+            Some(HealthEvent::Xid {
+                gpu: u0.clone(),
+                xid: 79
+            })
+        );
+        assert_eq!(
+            parse_control_line(&format!("healthy {u0}"), inv).unwrap(),
+            Some(HealthEvent::Release { gpu: u0 })
+        );
+        assert_eq!(parse_control_line("# c", inv).unwrap(), None);
+        assert!(parse_control_line("xid 9 79", inv).is_err());
+        assert!(parse_control_line("explode 0", inv).is_err());
+    }
+}

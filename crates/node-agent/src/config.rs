@@ -1,0 +1,500 @@
+//! The agent's configuration: a versioned YAML file (`version: v1`), with
+//! command-line flags and environment variables layered on top.
+//!
+//! Every struct denies unknown fields, and every refused value names its
+//! field (`sharing.timeSlicing.resources[0].replicas: must be at least 1`).
+
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Application XIDs: errors caused by the workload, not the GPU.
+pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
+
+/// A refused configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{origin}: field `{field}`: {why}")]
+    Value {
+        origin: String,
+        field: String,
+        why: String,
+    },
+}
+
+fn value_err(origin: &str, field: &str, why: impl Into<String>) -> ConfigError {
+    ConfigError::Value {
+        origin: origin.to_string(),
+        field: field.to_string(),
+        why: why.into(),
+    }
+}
+
+/// Which device source the agent uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    #[default]
+    Nvml,
+    Fake,
+}
+
+/// How device ids are spelled towards the kubelet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceIdStrategy {
+    #[default]
+    Uuid,
+    Index,
+}
+
+/// How MIG devices are offered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigStrategy {
+    /// Whole GPUs only, whatever their MIG mode.
+    #[default]
+    None,
+    /// Every GPU in MIG mode with one profile; MIG devices as `nvidia.com/gpu`.
+    Single,
+    /// One resource per profile, `nvidia.com/mig-<profile>`.
+    Mixed,
+}
+
+/// The file, as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConfigFile {
+    pub version: String,
+    #[serde(default)]
+    pub plugin: PluginSection,
+    #[serde(default)]
+    pub backend: BackendSection,
+    #[serde(default)]
+    pub health: HealthSection,
+    #[serde(default)]
+    pub sharing: SharingSection,
+    #[serde(default)]
+    pub labels: LabelsSection,
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginSection {
+    pub dir: Option<PathBuf>,
+    pub kubelet_socket: Option<String>,
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    pub pass_device_specs: Option<bool>,
+    pub cdi_enabled: Option<bool>,
+    pub mig_strategy: Option<MigStrategy>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackendSection {
+    pub kind: Option<BackendKind>,
+    pub node_file: Option<PathBuf>,
+    pub control_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HealthSection {
+    pub disabled: Option<bool>,
+    pub recover: Option<bool>,
+    pub quiet_period: Option<String>,
+    pub check_interval: Option<String>,
+    pub ignored_xids: Option<Vec<u64>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SharingSection {
+    #[serde(default)]
+    pub time_slicing: Option<TimeSlicingSection>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimeSlicingSection {
+    #[serde(default)]
+    pub rename_by_default: bool,
+    #[serde(default)]
+    pub fail_requests_greater_than_one: bool,
+    #[serde(default)]
+    pub resources: Vec<ReplicatedResource>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReplicatedResource {
+    pub name: String,
+    pub replicas: u32,
+    #[serde(default)]
+    pub rename: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LabelsSection {
+    pub disabled: Option<bool>,
+    pub feature_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MetricsSection {
+    /// `host:port`; empty disables the HTTP server.
+    pub address: Option<String>,
+}
+
+/// Time-slicing of one resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replication {
+    /// The resource being shared (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
+    pub name: String,
+    pub replicas: u32,
+    /// Name advertised to the kubelet (`nvidia.com/gpu.shared` when renamed).
+    pub advertised: String,
+}
+
+/// Effective settings after file, environment and flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub plugin_dir: PathBuf,
+    pub kubelet_socket: String,
+    pub device_id_strategy: DeviceIdStrategy,
+    pub pass_device_specs: bool,
+    pub cdi_enabled: bool,
+    pub mig_strategy: MigStrategy,
+    pub backend: BackendKind,
+    pub node_file: Option<PathBuf>,
+    pub control_file: Option<PathBuf>,
+    pub health_disabled: bool,
+    pub recover: bool,
+    pub quiet_period: Duration,
+    pub check_interval: Duration,
+    pub ignored_xids: BTreeSet<u64>,
+    pub fail_requests_greater_than_one: bool,
+    pub replication: Vec<Replication>,
+    pub feature_file: Option<PathBuf>,
+    pub metrics_address: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            plugin_dir: PathBuf::from("/var/lib/kubelet/device-plugins"),
+            kubelet_socket: "kubelet.sock".into(),
+            device_id_strategy: DeviceIdStrategy::Uuid,
+            pass_device_specs: false,
+            cdi_enabled: false,
+            mig_strategy: MigStrategy::None,
+            backend: BackendKind::Nvml,
+            node_file: None,
+            control_file: None,
+            health_disabled: false,
+            recover: true,
+            quiet_period: Duration::from_secs(300),
+            check_interval: Duration::from_secs(30),
+            ignored_xids: DEFAULT_IGNORED_XIDS.into_iter().collect(),
+            fail_requests_greater_than_one: false,
+            replication: Vec::new(),
+            feature_file: Some(PathBuf::from(
+                "/etc/kubernetes/node-feature-discovery/features.d/gpusched",
+            )),
+            metrics_address: Some("0.0.0.0:9400".into()),
+        }
+    }
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h` (a bare number means seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 30s, 5m, 1h)"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        other => return Err(format!("unknown duration unit {other:?} in {s:?}")),
+    };
+    Ok(d)
+}
+
+/// Checks that a resource name is one this agent may advertise.
+fn valid_resource(name: &str) -> bool {
+    let Some((domain, rest)) = name.split_once('/') else {
+        return false;
+    };
+    domain == "nvidia.com"
+        && !rest.is_empty()
+        && rest.len() <= 63
+        && rest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+}
+
+impl ConfigFile {
+    /// Reads and parses a config file; errors name the file and, from the
+    /// YAML parser, the line and field.
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+        let f: ConfigFile = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        if f.version != "v1" {
+            return Err(value_err(
+                &path.display().to_string(),
+                "version",
+                format!("unsupported version {:?} (expected \"v1\")", f.version),
+            ));
+        }
+        Ok(f)
+    }
+
+    /// Applies the file on top of `s`. `origin` names the file in errors.
+    pub fn apply(&self, s: &mut Settings, origin: &str) -> Result<(), ConfigError> {
+        let p = &self.plugin;
+        if let Some(d) = &p.dir {
+            s.plugin_dir = d.clone();
+        }
+        if let Some(k) = &p.kubelet_socket {
+            s.kubelet_socket = k.clone();
+        }
+        if let Some(v) = p.device_id_strategy {
+            s.device_id_strategy = v;
+        }
+        if let Some(v) = p.pass_device_specs {
+            s.pass_device_specs = v;
+        }
+        if let Some(v) = p.cdi_enabled {
+            s.cdi_enabled = v;
+        }
+        if let Some(v) = p.mig_strategy {
+            s.mig_strategy = v;
+        }
+        let b = &self.backend;
+        if let Some(k) = b.kind {
+            s.backend = k;
+        }
+        if b.node_file.is_some() {
+            s.node_file = b.node_file.clone();
+        }
+        if b.control_file.is_some() {
+            s.control_file = b.control_file.clone();
+        }
+        let h = &self.health;
+        if let Some(v) = h.disabled {
+            s.health_disabled = v;
+        }
+        if let Some(v) = h.recover {
+            s.recover = v;
+        }
+        if let Some(q) = &h.quiet_period {
+            s.quiet_period =
+                parse_duration(q).map_err(|w| value_err(origin, "health.quietPeriod", w))?;
+        }
+        if let Some(q) = &h.check_interval {
+            let d = parse_duration(q).map_err(|w| value_err(origin, "health.checkInterval", w))?;
+            if d < Duration::from_millis(10) {
+                return Err(value_err(
+                    origin,
+                    "health.checkInterval",
+                    "must be at least 10ms",
+                ));
+            }
+            s.check_interval = d;
+        }
+        if let Some(x) = &h.ignored_xids {
+            s.ignored_xids = x.iter().copied().collect();
+        }
+        if let Some(ts) = &self.sharing.time_slicing {
+            s.fail_requests_greater_than_one = ts.fail_requests_greater_than_one;
+            s.replication.clear();
+            let mut seen = BTreeSet::new();
+            for (i, r) in ts.resources.iter().enumerate() {
+                let field = format!("sharing.timeSlicing.resources[{i}]");
+                if !valid_resource(&r.name) {
+                    return Err(value_err(
+                        origin,
+                        &format!("{field}.name"),
+                        format!(
+                            "{:?} is not an nvidia.com resource (e.g. nvidia.com/gpu)",
+                            r.name
+                        ),
+                    ));
+                }
+                if !seen.insert(r.name.clone()) {
+                    return Err(value_err(
+                        origin,
+                        &format!("{field}.name"),
+                        format!("duplicate resource {:?}", r.name),
+                    ));
+                }
+                if r.replicas < 1 {
+                    return Err(value_err(
+                        origin,
+                        &format!("{field}.replicas"),
+                        "must be at least 1",
+                    ));
+                }
+                let advertised = match &r.rename {
+                    Some(n) if !valid_resource(n) => {
+                        return Err(value_err(
+                            origin,
+                            &format!("{field}.rename"),
+                            format!("{n:?} is not an nvidia.com resource"),
+                        ));
+                    }
+                    Some(n) => n.clone(),
+                    None if ts.rename_by_default => format!("{}.shared", r.name),
+                    None => r.name.clone(),
+                };
+                s.replication.push(Replication {
+                    name: r.name.clone(),
+                    replicas: r.replicas,
+                    advertised,
+                });
+            }
+        }
+        if let Some(v) = self.labels.disabled {
+            if v {
+                s.feature_file = None;
+            }
+        }
+        if let Some(f) = &self.labels.feature_file {
+            if self.labels.disabled != Some(true) {
+                s.feature_file = Some(f.clone());
+            }
+        }
+        if let Some(a) = &self.metrics.address {
+            s.metrics_address = if a.is_empty() {
+                None
+            } else {
+                if a.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(value_err(
+                        origin,
+                        "metrics.address",
+                        format!("{a:?} is not host:port (e.g. 0.0.0.0:9400)"),
+                    ));
+                }
+                Some(a.clone())
+            };
+        }
+        Ok(())
+    }
+}
+
+impl Settings {
+    /// Final cross-field checks.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let o = "settings";
+        if self.backend == BackendKind::Fake && self.node_file.is_none() {
+            return Err(value_err(
+                o,
+                "backend.nodeFile (--node-file)",
+                "the fake backend needs a node file",
+            ));
+        }
+        if self.kubelet_socket.is_empty() || self.kubelet_socket.contains('/') {
+            return Err(value_err(
+                o,
+                "plugin.kubeletSocket (--kubelet-socket)",
+                "must be a file name inside the plugin directory",
+            ));
+        }
+        if self.quiet_period.is_zero() && self.recover {
+            // A zero quiet period is allowed: the GPU is offered again as soon
+            // as its fault is over (useful in tests).
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<Settings, ConfigError> {
+        let p = Path::new("test.yaml");
+        let f = ConfigFile::parse(t, p)?;
+        let mut s = Settings::default();
+        f.apply(&mut s, "test.yaml")?;
+        Ok(s)
+    }
+
+    #[test]
+    fn full_file() {
+        let s = parse(
+            "version: v1\nplugin:\n  dir: /tmp/dp\n  deviceIdStrategy: index\n  migStrategy: mixed\n  cdiEnabled: true\nhealth:\n  quietPeriod: 90s\n  ignoredXids: [13]\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    failRequestsGreaterThanOne: true\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 4\nmetrics:\n  address: \"\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.plugin_dir, PathBuf::from("/tmp/dp"));
+        assert_eq!(s.device_id_strategy, DeviceIdStrategy::Index);
+        assert_eq!(s.mig_strategy, MigStrategy::Mixed);
+        assert!(s.cdi_enabled);
+        assert_eq!(s.quiet_period, Duration::from_secs(90));
+        assert_eq!(s.ignored_xids, [13].into_iter().collect());
+        assert_eq!(s.replication[0].advertised, "nvidia.com/gpu.shared");
+        assert_eq!(s.replication[0].replicas, 4);
+        assert!(s.fail_requests_greater_than_one);
+        assert_eq!(s.metrics_address, None);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse("version: v2\n").unwrap_err().to_string();
+        assert!(e.contains("`version`"), "{e}");
+        let e = parse("version: v1\nplugin:\n  bogus: 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus"), "{e}");
+        let e = parse("version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sharing.timeSlicing.resources[0].replicas"),
+            "{e}"
+        );
+        let e = parse("version: v1\nhealth:\n  quietPeriod: 5 parsecs\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("health.quietPeriod"), "{e}");
+        let e = parse("version: v1\nplugin:\n  migStrategy: sometimes\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sometimes") || e.contains("migStrategy"), "{e}");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! The FGD evaluation method (DESIGN.md §5).

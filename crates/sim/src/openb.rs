@@ -1,0 +1,1 @@
+//! Alibaba GPU trace v2023 ("openb") CSV parsing.
