@@ -11,6 +11,7 @@
 //! explicitly by whoever builds the [`Scheduler`] (see `gpusched-plugins`).
 
 pub mod decision;
+pub mod fairshare;
 pub mod plugin;
 pub mod scheduler;
 pub mod snapshot;

@@ -1,0 +1,423 @@
+//! Queue accounting and hierarchical weighted fair share.
+//!
+//! For every queue the core computes, per dimension `d` (CPU, memory, GPU
+//! milli, GPU memory):
+//!
+//! - `usage[d]`: what its running pods hold (children add up into parents);
+//! - `demand[d] = min(usage[d] + pending[d], limit[d])`;
+//! - `deserved[d]`, by water-filling each parent's deserved amount (the root
+//!   has the cluster's capacity) over its children:
+//!   1. every child first gets `min(guarantee[d], demand[d])`;
+//!   2. the rest `R` is split among children still below their demand in
+//!      proportion to their weights, `R · wᵢ / Σw`; a child that would pass its
+//!      demand gets only its demand, and the excess is split again among the
+//!      others, until nothing changes.
+//!
+//! Queues are then ordered by their dominant share against what they deserve,
+//! `share(q) = maxᵈ usage[d] / deserved[d]` (parts per million; a dimension
+//! with `deserved = 0` and `usage > 0` counts as over-served), compared
+//! lexicographically from the root down the tree, so the most under-served
+//! subtree goes first (hierarchical dominant-resource fairness).
+
+use crate::snapshot::Snapshot;
+use gpusched_model::{Queue, ResourceVec};
+use std::collections::BTreeMap;
+
+/// Index of a queue in [`QueueTree::queues`].
+pub type QueueIdx = usize;
+
+#[derive(Clone, Debug, Default)]
+pub struct QueueAcct {
+    pub usage: ResourceVec,
+    pub pending: ResourceVec,
+    pub demand: ResourceVec,
+    pub deserved: ResourceVec,
+    pub guarantee: ResourceVec,
+}
+
+/// The queue tree of a snapshot with its accounting.
+#[derive(Clone, Debug)]
+pub struct QueueTree {
+    pub queues: Vec<Queue>,
+    pub parent: Vec<Option<QueueIdx>>,
+    pub children: Vec<Vec<QueueIdx>>,
+    pub roots: Vec<QueueIdx>,
+    pub acct: Vec<QueueAcct>,
+    pub by_name: BTreeMap<String, QueueIdx>,
+    /// Queue names that pods referenced but the snapshot did not define.
+    pub unknown: Vec<String>,
+}
+
+const DIMS: usize = 4;
+
+fn dims(r: &ResourceVec) -> [u64; DIMS] {
+    [r.cpu_milli, r.memory, r.gpu_milli, r.gpu_mem_mib]
+}
+
+fn set_dim(r: &mut ResourceVec, d: usize, v: u64) {
+    match d {
+        0 => r.cpu_milli = v,
+        1 => r.memory = v,
+        2 => r.gpu_milli = v,
+        _ => r.gpu_mem_mib = v,
+    }
+}
+
+impl QueueTree {
+    /// Builds the tree. A queue whose parent is missing (or that would form
+    /// a cycle) hangs off the root; it is reported through `problems`.
+    pub fn build(queues: &[Queue]) -> (Self, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut by_name = BTreeMap::new();
+        let mut qs: Vec<Queue> = Vec::new();
+        for q in queues {
+            if by_name.contains_key(&q.name) {
+                problems.push(format!(
+                    "queue {:?} defined twice; the first one is used",
+                    q.name
+                ));
+                continue;
+            }
+            by_name.insert(q.name.clone(), qs.len());
+            qs.push(q.clone());
+        }
+        let n = qs.len();
+        let mut parent: Vec<Option<QueueIdx>> = qs
+            .iter()
+            .map(|q| {
+                q.parent.as_ref().and_then(|p| {
+                    let idx = by_name.get(p).copied();
+                    if idx.is_none() {
+                        problems.push(format!("queue {:?}: parent {:?} does not exist", q.name, p));
+                    }
+                    idx
+                })
+            })
+            .collect();
+        // break cycles
+        for i in 0..n {
+            let mut seen = vec![false; n];
+            let mut cur = Some(i);
+            while let Some(c) = cur {
+                if seen[c] {
+                    problems.push(format!(
+                        "queue {:?}: parent chain forms a cycle",
+                        qs[i].name
+                    ));
+                    parent[i] = None;
+                    break;
+                }
+                seen[c] = true;
+                cur = parent[c];
+            }
+        }
+        let mut children = vec![Vec::new(); n];
+        let mut roots = Vec::new();
+        for i in 0..n {
+            match parent[i] {
+                Some(p) => children[p].push(i),
+                None => roots.push(i),
+            }
+        }
+        let acct = qs
+            .iter()
+            .map(|q| {
+                let mut g = q.guarantee.clone();
+                g.gpu_milli = g.gpu_milli.max(q.gpu_guarantee_by_model.values().sum());
+                QueueAcct {
+                    guarantee: g,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        (
+            QueueTree {
+                queues: qs,
+                parent,
+                children,
+                roots,
+                acct,
+                by_name,
+                unknown: Vec::new(),
+            },
+            problems,
+        )
+    }
+
+    pub fn idx(&self, name: &str) -> Option<QueueIdx> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The queue and its ancestors, leaf first.
+    pub fn path(&self, q: QueueIdx) -> Vec<QueueIdx> {
+        let mut v = vec![q];
+        let mut c = q;
+        while let Some(p) = self.parent[c] {
+            v.push(p);
+            c = p;
+        }
+        v
+    }
+
+    /// Adds `r` to the usage of `q` and its ancestors.
+    pub fn add_usage(&mut self, q: QueueIdx, r: &ResourceVec) {
+        for a in self.path(q) {
+            self.acct[a].usage.add(r);
+        }
+    }
+
+    pub fn sub_usage(&mut self, q: QueueIdx, r: &ResourceVec) {
+        for a in self.path(q) {
+            self.acct[a].usage.sub(r);
+        }
+    }
+
+    pub fn add_pending(&mut self, q: QueueIdx, r: &ResourceVec) {
+        for a in self.path(q) {
+            self.acct[a].pending.add(r);
+        }
+    }
+
+    /// Usage and pending demand from the snapshot's pods.
+    pub fn account(&mut self, snap: &Snapshot) {
+        for p in &snap.pods {
+            let Some(q) = self.idx(&p.pod.queue) else {
+                if !self.unknown.contains(&p.pod.queue) {
+                    self.unknown.push(p.pod.queue.clone());
+                }
+                continue;
+            };
+            let d = p.pod.demand();
+            if p.holding().is_some() {
+                self.add_usage(q, &d);
+            } else {
+                self.add_pending(q, &d);
+            }
+        }
+    }
+
+    /// Computes `demand` and `deserved` for every queue against `capacity`.
+    pub fn compute_deserved(&mut self, capacity: &ResourceVec) {
+        for a in &mut self.acct {
+            a.demand = a.usage.plus(&a.pending);
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            if let Some(l) = &q.limit {
+                let capped = self.acct[i].demand.min(l);
+                let mut d = self.acct[i].demand.clone();
+                for k in 0..DIMS {
+                    set_dim(&mut d, k, dims(&capped)[k]);
+                }
+                self.acct[i].demand = d;
+            }
+        }
+        let roots = self.roots.clone();
+        self.fill(&roots, capacity);
+    }
+
+    fn fill(&mut self, kids: &[QueueIdx], cap: &ResourceVec) {
+        if kids.is_empty() {
+            return;
+        }
+        let capd = dims(cap);
+        let mut deserved: Vec<[u64; DIMS]> = vec![[0; DIMS]; kids.len()];
+        for d in 0..DIMS {
+            let demand: Vec<u64> = kids
+                .iter()
+                .map(|&k| dims(&self.acct[k].demand)[d])
+                .collect();
+            let mut got: Vec<u64> = kids
+                .iter()
+                .zip(&demand)
+                .map(|(&k, &dm)| dims(&self.acct[k].guarantee)[d].min(dm))
+                .collect();
+            let mut rest = capd[d].saturating_sub(got.iter().sum());
+            let mut active: Vec<usize> = (0..kids.len()).filter(|&i| got[i] < demand[i]).collect();
+            while rest > 0 && !active.is_empty() {
+                let wsum: u64 = active
+                    .iter()
+                    .map(|&i| self.queues[kids[i]].weight.max(1) as u64)
+                    .sum();
+                let mut saturated = Vec::new();
+                for &i in &active {
+                    let w = self.queues[kids[i]].weight.max(1) as u64;
+                    let share = ((rest as u128 * w as u128) / wsum as u128) as u64;
+                    if got[i] + share >= demand[i] {
+                        saturated.push(i);
+                    }
+                }
+                if saturated.is_empty() {
+                    let mut given = 0;
+                    for &i in &active {
+                        let w = self.queues[kids[i]].weight.max(1) as u64;
+                        let share = ((rest as u128 * w as u128) / wsum as u128) as u64;
+                        got[i] += share;
+                        given += share;
+                    }
+                    // integer remainder: one unit each, in order
+                    let mut left = rest - given;
+                    for &i in &active {
+                        if left == 0 {
+                            break;
+                        }
+                        got[i] += 1;
+                        left -= 1;
+                    }
+                    rest = 0;
+                } else {
+                    for &i in &saturated {
+                        rest -= demand[i] - got[i];
+                        got[i] = demand[i];
+                    }
+                    active.retain(|i| !saturated.contains(i));
+                }
+            }
+            for i in 0..kids.len() {
+                deserved[i][d] = got[i];
+            }
+        }
+        for (i, &k) in kids.iter().enumerate() {
+            let mut r = ResourceVec::default();
+            for d in 0..DIMS {
+                set_dim(&mut r, d, deserved[i][d]);
+            }
+            self.acct[k].deserved = r.clone();
+            let ch = self.children[k].clone();
+            self.fill(&ch, &r);
+        }
+    }
+
+    /// Dominant share of usage against deserved, in ppm.
+    pub fn share_ppm(&self, q: QueueIdx) -> u64 {
+        let a = &self.acct[q];
+        let u = dims(&a.usage);
+        let s = dims(&a.deserved);
+        let mut m = 0u64;
+        for d in 0..DIMS {
+            let v = if s[d] == 0 {
+                if u[d] > 0 { u64::MAX / 2 } else { 0 }
+            } else {
+                ((u[d] as u128 * 1_000_000) / s[d] as u128) as u64
+            };
+            m = m.max(v);
+        }
+        m
+    }
+
+    /// Ordering key: shares from the root down to `q`, then the name.
+    pub fn order_key(&self, q: QueueIdx) -> Vec<u64> {
+        let mut p = self.path(q);
+        p.reverse();
+        p.into_iter().map(|a| self.share_ppm(a)).collect()
+    }
+
+    /// Why `extra` would break a limit or a no-borrow rule of `q` or an
+    /// ancestor; `None` if it is allowed.
+    pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<String> {
+        for a in self.path(q) {
+            let queue = &self.queues[a];
+            let after = self.acct[a].usage.plus(extra);
+            if let Some(l) = &queue.limit
+                && let Some(k) = after.first_exceeding(l)
+            {
+                return Some(format!(
+                    "queue {:?} would exceed its limit on {k} ({} of {})",
+                    queue.name,
+                    after.get(&k),
+                    l.get(&k)
+                ));
+            }
+            if !queue.can_borrow {
+                let cap = &self.acct[a].guarantee;
+                let over: Vec<_> = (0..DIMS)
+                    .filter(|&d| dims(extra)[d] > 0 && dims(&after)[d] > dims(cap)[d])
+                    .collect();
+                if let Some(&d) = over.first() {
+                    let name = ["cpu", "memory", "nvidia.com/gpu", "gpu memory"][d];
+                    return Some(format!(
+                        "queue {:?} may not borrow beyond its guarantee on {name} ({} of {})",
+                        queue.name,
+                        dims(&after)[d],
+                        dims(cap)[d]
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// How much of `q`'s usage is above what it deserves (0 if none) on
+    /// the GPU dimension, and above its guarantee.
+    pub fn gpu_surplus(&self, q: QueueIdx) -> u64 {
+        let a = &self.acct[q];
+        a.usage
+            .gpu_milli
+            .saturating_sub(a.deserved.gpu_milli.max(a.guarantee.gpu_milli))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(name: &str, w: u32, g: u64) -> Queue {
+        let mut q = Queue::new(name);
+        q.weight = w;
+        q.guarantee.gpu_milli = g;
+        q
+    }
+
+    #[test]
+    fn water_filling_by_weight_and_guarantee() {
+        let (mut t, p) = QueueTree::build(&[q("a", 1, 0), q("b", 3, 0), q("c", 1, 6000)]);
+        assert!(p.is_empty());
+        for (i, dem) in [100_000u64, 100_000, 2000].iter().enumerate() {
+            t.acct[i].pending.gpu_milli = *dem;
+        }
+        t.compute_deserved(&ResourceVec::new(0, 0, 10_000));
+        // c: guarantee capped at its demand 2000; 8000 left split 1:3.
+        assert_eq!(t.acct[2].deserved.gpu_milli, 2000);
+        assert_eq!(t.acct[0].deserved.gpu_milli, 2000);
+        assert_eq!(t.acct[1].deserved.gpu_milli, 6000);
+    }
+
+    #[test]
+    fn hierarchy_and_limits() {
+        let mut child = q("team-x", 1, 0);
+        child.parent = Some("org".into());
+        let mut org = q("org", 1, 0);
+        org.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 4000));
+        let (mut t, _) = QueueTree::build(&[org, child, q("other", 1, 0)]);
+        t.add_usage(1, &ResourceVec::new(0, 0, 3000));
+        assert_eq!(t.acct[0].usage.gpu_milli, 3000);
+        assert!(
+            t.quota_violation(1, &ResourceVec::new(0, 0, 2000))
+                .unwrap()
+                .contains("\"org\"")
+        );
+        assert!(
+            t.quota_violation(1, &ResourceVec::new(0, 0, 1000))
+                .is_none()
+        );
+        t.add_pending(2, &ResourceVec::new(0, 0, 10_000));
+        t.add_pending(1, &ResourceVec::new(0, 0, 10_000));
+        t.compute_deserved(&ResourceVec::new(0, 0, 10_000));
+        // org is capped at its limit (4000); other gets the rest.
+        assert_eq!(t.acct[0].deserved.gpu_milli, 4000);
+        assert_eq!(t.acct[1].deserved.gpu_milli, 4000);
+        assert_eq!(t.acct[2].deserved.gpu_milli, 6000);
+    }
+
+    #[test]
+    fn bad_trees_are_reported() {
+        let mut a = q("a", 1, 0);
+        a.parent = Some("b".into());
+        let mut b = q("b", 1, 0);
+        b.parent = Some("a".into());
+        let mut c = q("c", 1, 0);
+        c.parent = Some("nope".into());
+        let (t, p) = QueueTree::build(&[a, b, c, q("c", 1, 0)]);
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(!t.roots.is_empty());
+    }
+}
