@@ -18,6 +18,7 @@
 //! with `deserved = 0` and `usage > 0` counts as over-served), compared
 //! lexicographically from the root down the tree, so the most under-served
 //! subtree goes first (hierarchical dominant-resource fairness).
+#![allow(clippy::needless_range_loop)]
 
 use crate::snapshot::Snapshot;
 use gpusched_model::{Queue, ResourceVec};

@@ -122,3 +122,10 @@ impl Statement {
         self.ops
     }
 }
+
+impl Statement {
+    /// The changes recorded after `checkpoint`.
+    pub fn ops_since(&self, checkpoint: usize) -> &[Op] {
+        &self.ops[checkpoint.min(self.ops.len())..]
+    }
+}
