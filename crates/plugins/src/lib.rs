@@ -1,3 +1,9 @@
-//! Scheduling policies of gpusched, registered explicitly from typed config.
+//! Scheduling policies of gpusched, registered explicitly from typed config
+//! ([`config::build`]): filters, packing policies (including the FGD paper's
+//! baselines and our default), on the core's extension points.
 
+pub mod config;
+pub mod filters;
 pub mod packing;
+
+pub use config::{build, build_with, ConfigError, SchedulerConfig};

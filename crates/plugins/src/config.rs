@@ -1,0 +1,147 @@
+//! Typed scheduler configuration (YAML), unknown fields denied.
+//!
+//! ```yaml
+//! version: v1
+//! actions:                 # the core's action knobs (SchedulerOptions)
+//!   backfill: true
+//!   reserve_after_ms: 300000
+//!   preemption: true
+//!   reclaim: true
+//! packing:
+//!   policy: gpusched       # spread | binpack | random | dot-prod | gpu-clustering
+//!                          # | gpu-packing | best-fit | fgd | gpusched
+//! filters: [node-unschedulable, node-affinity, taint-toleration, gpu-fit]
+//! ```
+
+use crate::filters::{GpuFit, NodeAffinity, NodeUnschedulable, TaintToleration};
+use crate::packing::{self, PackerOptions, UnknownPolicy};
+use gpusched_core::{Filter, Scheduler, SchedulerOptions};
+use serde::{Deserialize, Serialize};
+
+/// The whole scheduler configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    #[serde(default = "v1")]
+    pub version: String,
+    #[serde(default)]
+    pub actions: SchedulerOptions,
+    #[serde(default)]
+    pub packing: PackingConfig,
+    #[serde(default = "all_filters")]
+    pub filters: Vec<FilterName>,
+}
+
+fn v1() -> String {
+    "v1".into()
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            version: v1(),
+            actions: SchedulerOptions::default(),
+            packing: PackingConfig::default(),
+            filters: all_filters(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackingConfig {
+    #[serde(default = "default_policy")]
+    pub policy: String,
+}
+
+fn default_policy() -> String {
+    "gpusched".into()
+}
+
+impl Default for PackingConfig {
+    fn default() -> Self {
+        PackingConfig { policy: default_policy() }
+    }
+}
+
+/// The filters that can be registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilterName {
+    NodeUnschedulable,
+    NodeAffinity,
+    TaintToleration,
+    GpuFit,
+}
+
+fn all_filters() -> Vec<FilterName> {
+    vec![
+        FilterName::NodeUnschedulable,
+        FilterName::NodeAffinity,
+        FilterName::TaintToleration,
+        FilterName::GpuFit,
+    ]
+}
+
+/// A configuration that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("packing.policy: {0}")]
+    Policy(#[from] UnknownPolicy),
+    #[error("version: unsupported version {0:?} (supported: v1)")]
+    Version(String),
+    #[error("filters: {0:?} listed twice")]
+    DuplicateFilter(FilterName),
+}
+
+/// Builds a scheduler from its configuration; plugins are registered
+/// explicitly, in the order the configuration lists them.
+pub fn build(cfg: &SchedulerConfig) -> Result<Scheduler, ConfigError> {
+    build_with(cfg, &PackerOptions::default())
+}
+
+/// [`build`] with packer options (e.g. an explicit FGD target workload).
+pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Scheduler, ConfigError> {
+    if cfg.version != "v1" {
+        return Err(ConfigError::Version(cfg.version.clone()));
+    }
+    let mut filters: Vec<Box<dyn Filter>> = Vec::new();
+    for (i, f) in cfg.filters.iter().enumerate() {
+        if cfg.filters[..i].contains(f) {
+            return Err(ConfigError::DuplicateFilter(*f));
+        }
+        filters.push(match f {
+            FilterName::NodeUnschedulable => Box::new(NodeUnschedulable),
+            FilterName::NodeAffinity => Box::new(NodeAffinity),
+            FilterName::TaintToleration => Box::new(TaintToleration),
+            FilterName::GpuFit => Box::new(GpuFit),
+        });
+    }
+    let packer = packing::by_name(&cfg.packing.policy, popts)?;
+    Ok(Scheduler::new(cfg.actions.clone(), filters, packer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_build() {
+        let s = build(&SchedulerConfig::default()).unwrap();
+        assert_eq!(s.packer_name(), "gpusched");
+        assert_eq!(s.filter_names(), vec!["node-unschedulable", "node-affinity", "taint-toleration", "gpu-fit"]);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = SchedulerConfig::default();
+        c.packing.policy = "tetris".into();
+        let e = build(&c).err().unwrap().to_string();
+        assert!(e.starts_with("packing.policy:"), "{e}");
+        c = SchedulerConfig::default();
+        c.filters.push(FilterName::GpuFit);
+        assert!(build(&c).is_err());
+        c = SchedulerConfig { version: "v9".into(), ..Default::default() };
+        assert!(build(&c).err().unwrap().to_string().contains("v9"));
+    }
+}

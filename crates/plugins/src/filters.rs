@@ -1,0 +1,218 @@
+//! Filter plugins (the [`Filter`] extension point). Each checks one static
+//! property of a node; capacity is the core's job.
+
+use gpusched_core::{Filter, FilterResult};
+use gpusched_model::{GpuRequest, Node, Pod};
+
+/// Cordoned or draining nodes take no new pods.
+#[derive(Debug, Default)]
+pub struct NodeUnschedulable;
+
+impl Filter for NodeUnschedulable {
+    fn name(&self) -> &'static str {
+        "node-unschedulable"
+    }
+    fn filter(&self, _pod: &Pod, node: &Node) -> FilterResult {
+        if node.unschedulable {
+            FilterResult::Reject("node(s) were unschedulable".into())
+        } else {
+            FilterResult::Pass
+        }
+    }
+}
+
+/// `nodeSelector` and required node affinity (terms ORed, expressions
+/// ANDed; In, NotIn, Exists, DoesNotExist).
+#[derive(Debug, Default)]
+pub struct NodeAffinity;
+
+impl Filter for NodeAffinity {
+    fn name(&self) -> &'static str {
+        "node-affinity"
+    }
+    fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        let sel_ok = pod.node_selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
+        let aff_ok = pod.affinity.is_empty() || pod.affinity.iter().any(|t| t.matches(&node.labels));
+        if sel_ok && aff_ok {
+            FilterResult::Pass
+        } else {
+            FilterResult::Reject("node(s) didn't match Pod's node affinity/selector".into())
+        }
+    }
+}
+
+/// NoSchedule and NoExecute taints must be tolerated.
+#[derive(Debug, Default)]
+pub struct TaintToleration;
+
+impl Filter for TaintToleration {
+    fn name(&self) -> &'static str {
+        "taint-toleration"
+    }
+    fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        if pod.tolerates_all(node) {
+            FilterResult::Pass
+        } else {
+            FilterResult::Reject("node(s) had untolerated taint(s)".into())
+        }
+    }
+}
+
+/// GPU model, GPU memory and GPU health: the node must have enough healthy
+/// GPUs of an allowed model with at least the requested memory.
+#[derive(Debug, Default)]
+pub struct GpuFit;
+
+impl Filter for GpuFit {
+    fn name(&self) -> &'static str {
+        "gpu-fit"
+    }
+    fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        let want = match pod.gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => return FilterResult::Pass,
+            GpuRequest::Whole(k) => k as usize,
+            GpuRequest::Share { .. } => 1,
+        };
+        if node.gpus.is_empty() {
+            return FilterResult::Reject("node(s) had no GPUs".into());
+        }
+        let model_ok: Vec<_> = node.gpus.iter().filter(|g| pod.allows_model(&g.model)).collect();
+        if model_ok.is_empty() {
+            return FilterResult::Reject("node(s) didn't have the requested GPU model".into());
+        }
+        let mem_ok: Vec<_> = model_ok.iter().filter(|g| g.memory_mib >= pod.min_gpu_memory_mib).collect();
+        if mem_ok.is_empty() {
+            return FilterResult::Reject("node(s) had GPUs with too little memory".into());
+        }
+        if let GpuRequest::Share { memory_mib, .. } = pod.gpu
+            && !mem_ok.iter().any(|g| g.memory_mib >= memory_mib)
+        {
+            return FilterResult::Reject("node(s) had GPUs with too little memory".into());
+        }
+        let healthy = mem_ok.iter().filter(|g| g.is_healthy()).count();
+        if healthy < want {
+            if mem_ok.len() >= want {
+                return FilterResult::Reject("node(s) had unhealthy GPUs".into());
+            }
+            return FilterResult::Reject("node(s) had too few GPUs of the requested kind".into());
+        }
+        FilterResult::Pass
+    }
+}
+
+/// The standard filters, in their default order.
+pub fn default_filters() -> Vec<Box<dyn Filter>> {
+    vec![
+        Box::new(NodeUnschedulable),
+        Box::new(NodeAffinity),
+        Box::new(TaintToleration),
+        Box::new(GpuFit),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, NodeGroupSpec};
+    use gpusched_model::*;
+
+    fn node() -> Node {
+        let mut n = ClusterSpec {
+            nodes: vec![NodeGroupSpec {
+                name: "n".into(),
+                cpu: "8".into(),
+                memory: "32Gi".into(),
+                gpus: Some(GpuLayoutSpec {
+                    count: 2,
+                    model: "A100".into(),
+                    memory: "40Gi".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        }
+        .nodes()
+        .unwrap()
+        .remove(0);
+        n.labels.insert("zone".into(), "a".into());
+        n
+    }
+
+    fn rejects(f: &dyn Filter, p: &Pod, n: &Node) -> bool {
+        matches!(f.filter(p, n), FilterResult::Reject(_))
+    }
+
+    #[test]
+    fn unschedulable() {
+        let mut n = node();
+        let p = Pod::new("p", "q");
+        assert!(!rejects(&NodeUnschedulable, &p, &n));
+        n.unschedulable = true;
+        assert!(rejects(&NodeUnschedulable, &p, &n));
+    }
+
+    #[test]
+    fn selector_and_affinity() {
+        let n = node();
+        let mut p = Pod::new("p", "q");
+        p.node_selector.insert("zone".into(), "a".into());
+        assert!(!rejects(&NodeAffinity, &p, &n));
+        p.node_selector.insert("zone".into(), "b".into());
+        assert!(rejects(&NodeAffinity, &p, &n));
+        p.node_selector.clear();
+        let req = |op, vals: &[&str]| NodeSelectorRequirement {
+            key: "zone".into(),
+            operator: op,
+            values: vals.iter().map(|s| s.to_string()).collect(),
+        };
+        p.affinity = vec![NodeSelectorTerm { match_expressions: vec![req(NodeSelectorOp::NotIn, &["a"])] }];
+        assert!(rejects(&NodeAffinity, &p, &n));
+        p.affinity.push(NodeSelectorTerm { match_expressions: vec![req(NodeSelectorOp::Exists, &[])] });
+        assert!(!rejects(&NodeAffinity, &p, &n), "terms are ORed");
+        p.affinity = vec![NodeSelectorTerm {
+            match_expressions: vec![req(NodeSelectorOp::In, &["a", "b"]), req(NodeSelectorOp::DoesNotExist, &[])],
+        }];
+        assert!(rejects(&NodeAffinity, &p, &n), "expressions are ANDed");
+    }
+
+    #[test]
+    fn taints() {
+        let mut n = node();
+        n.taints.push(Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule });
+        n.taints.push(Taint { key: "soft".into(), value: String::new(), effect: TaintEffect::PreferNoSchedule });
+        let mut p = Pod::new("p", "q");
+        assert!(rejects(&TaintToleration, &p, &n));
+        p.tolerations.push(Toleration {
+            key: "gpu".into(),
+            operator: TolerationOp::Equal,
+            value: "false".into(),
+            effect: None,
+        });
+        assert!(rejects(&TaintToleration, &p, &n));
+        p.tolerations[0].value = "true".into();
+        assert!(!rejects(&TaintToleration, &p, &n));
+        p.tolerations[0] = Toleration { key: String::new(), operator: TolerationOp::Exists, value: String::new(), effect: Some(TaintEffect::NoExecute) };
+        assert!(rejects(&TaintToleration, &p, &n), "wrong effect");
+        p.tolerations[0].effect = None;
+        assert!(!rejects(&TaintToleration, &p, &n), "empty key + Exists tolerates all");
+    }
+
+    #[test]
+    fn gpu_model_memory_health() {
+        let mut n = node();
+        let mut p = Pod::new("p", "q");
+        assert!(!rejects(&GpuFit, &p, &n), "cpu-only pods pass");
+        p.gpu = GpuRequest::Whole(2);
+        assert!(!rejects(&GpuFit, &p, &n));
+        p.gpu_models = vec!["H100".into()];
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) didn't have the requested GPU model".into()));
+        p.gpu_models = vec!["H100".into(), "A100".into()];
+        p.min_gpu_memory_mib = 80 * 1024;
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had GPUs with too little memory".into()));
+        p.min_gpu_memory_mib = 0;
+        n.gpus[1].health = GpuHealth::Unhealthy;
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had unhealthy GPUs".into()));
+        p.gpu = GpuRequest::Whole(3);
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had too few GPUs of the requested kind".into()));
+    }
+}
