@@ -380,15 +380,10 @@ impl ConfigFile {
                 });
             }
         }
-        if let Some(v) = self.labels.disabled {
-            if v {
-                s.feature_file = None;
-            }
-        }
-        if let Some(f) = &self.labels.feature_file {
-            if self.labels.disabled != Some(true) {
-                s.feature_file = Some(f.clone());
-            }
+        if self.labels.disabled == Some(true) {
+            s.feature_file = None;
+        } else if let Some(f) = &self.labels.feature_file {
+            s.feature_file = Some(f.clone());
         }
         if let Some(a) = &self.metrics.address {
             s.metrics_address = if a.is_empty() {

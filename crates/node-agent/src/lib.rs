@@ -1,3 +1,25 @@
+//! gpusched node agent: a kubelet device plugin (API v1beta1) for NVIDIA
+//! GPUs.
+//!
+//! Layers, from the bottom: [`backend`] finds GPUs and reports health facts;
+//! [`health`] turns facts into a recoverable health state; [`plan`] decides
+//! which resources and device ids the node offers and answers allocation
+//! questions (pure); [`agent`] ties them together and publishes device lists;
+//! [`server`] speaks gRPC to the kubelet over unix sockets.
+
+pub mod agent;
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod health;
+pub mod http;
+pub mod labels;
+pub mod metrics;
+pub mod plan;
+pub mod server;
+
+/// Generated code for the kubelet device plugin API (package `v1beta1`).
+#[allow(clippy::all, missing_docs)]
 pub mod api {
     tonic::include_proto!("v1beta1");
 }

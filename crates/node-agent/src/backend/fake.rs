@@ -203,10 +203,10 @@ fn control_loop(path: PathBuf, inv: Inventory, tx: UnboundedSender<HealthEvent>)
         if let Ok(meta) = std::fs::metadata(&path) {
             let stamp = (meta.len(), meta.modified().ok());
             if last != Some(stamp) {
-                if let Some((old_len, _)) = last {
-                    if stamp.0 < old_len {
-                        seen_lines = 0;
-                    }
+                if let Some((old_len, _)) = last
+                    && stamp.0 < old_len
+                {
+                    seen_lines = 0;
                 }
                 last = Some(stamp);
                 if let Ok(text) = std::fs::read_to_string(&path) {
@@ -304,9 +304,12 @@ mod tests {
 
     #[test]
     fn errors_name_file_and_field() {
-        let e = FakeBackend::from_yaml(&NODE.replace("count: 4", "count: 4\n      bogus: 1"), "n.yaml")
-            .unwrap_err()
-            .to_string();
+        let e = FakeBackend::from_yaml(
+            &NODE.replace("count: 4", "count: 4\n      bogus: 1"),
+            "n.yaml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("n.yaml") && e.contains("bogus"), "{e}");
         let e = FakeBackend::from_yaml(&NODE.replace("80Gi", "80Gx"), "n.yaml")
             .unwrap_err()

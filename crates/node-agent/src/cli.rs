@@ -1,0 +1,332 @@
+//! `gpusched agent`: flags, environment variables, and the process edge
+//! (runtime, signals, logging). The only place that uses `anyhow`.
+
+use crate::agent::Agent;
+use crate::backend::fake::FakeBackend;
+use crate::backend::nvml::NvmlBackend;
+use crate::backend::{DeviceBackend, HealthWatch};
+use crate::config::{
+    BackendKind, ConfigFile, DeviceIdStrategy, MigStrategy, Settings, parse_duration,
+};
+use anyhow::Context;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Kubelet device plugin for NVIDIA GPUs.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct AgentArgs {
+    /// Versioned YAML config file (`version: v1`); flags override it.
+    #[arg(long, env = "GPUSCHED_AGENT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Device source.
+    #[arg(long, value_enum, env = "GPUSCHED_AGENT_BACKEND")]
+    pub backend: Option<BackendKind>,
+    /// Node file for the fake backend (cluster-file vocabulary, one node).
+    #[arg(long, env = "GPUSCHED_AGENT_NODE_FILE")]
+    pub node_file: Option<PathBuf>,
+    /// Fault-injection control file for the fake backend.
+    #[arg(long, env = "GPUSCHED_AGENT_CONTROL_FILE")]
+    pub control_file: Option<PathBuf>,
+    /// Kubelet device plugin directory.
+    #[arg(long, env = "GPUSCHED_AGENT_PLUGIN_DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// File name of the kubelet's registration socket inside the plugin dir.
+    #[arg(long, env = "GPUSCHED_AGENT_KUBELET_SOCKET")]
+    pub kubelet_socket: Option<String>,
+    /// Device ids: GPU/MIG UUIDs or indices.
+    #[arg(long, value_enum, env = "GPUSCHED_AGENT_DEVICE_ID_STRATEGY")]
+    pub device_id_strategy: Option<DeviceIdStrategy>,
+    /// Return /dev/nvidia* device specs (when the NVIDIA runtime is not used).
+    #[arg(long, env = "GPUSCHED_AGENT_PASS_DEVICE_SPECS", num_args = 0..=1, default_missing_value = "true")]
+    pub pass_device_specs: Option<bool>,
+    /// Return CDI device names (`nvidia.com/gpu=<uuid>`).
+    #[arg(long, env = "GPUSCHED_AGENT_CDI_ENABLED", num_args = 0..=1, default_missing_value = "true")]
+    pub cdi_enabled: Option<bool>,
+    /// How MIG devices are offered.
+    #[arg(long, value_enum, env = "GPUSCHED_AGENT_MIG_STRATEGY")]
+    pub mig_strategy: Option<MigStrategy>,
+    /// A GPU that stays clean this long is offered again (e.g. 5m, 30s).
+    #[arg(long, env = "GPUSCHED_AGENT_QUIET_PERIOD")]
+    pub quiet_period: Option<String>,
+    /// Let unhealthy GPUs recover after the quiet period.
+    #[arg(long, env = "GPUSCHED_AGENT_RECOVER", num_args = 0..=1, default_missing_value = "true")]
+    pub recover: Option<bool>,
+    /// Address of /metrics, /healthz, /readyz; empty disables.
+    #[arg(long, env = "GPUSCHED_AGENT_METRICS_ADDRESS")]
+    pub metrics_address: Option<String>,
+    /// NFD local feature file for node labels; empty disables.
+    #[arg(long, env = "GPUSCHED_AGENT_FEATURE_FILE")]
+    pub feature_file: Option<PathBuf>,
+    /// Print discovered devices, topology, MIG and health registration, then exit.
+    #[arg(long)]
+    pub discover_only: bool,
+    /// Log format.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text", env = "GPUSCHED_AGENT_LOG_FORMAT")]
+    pub log_format: String,
+}
+
+impl AgentArgs {
+    /// File, then flags and environment variables.
+    pub fn settings(&self) -> anyhow::Result<Settings> {
+        let mut s = Settings::default();
+        if let Some(p) = &self.config {
+            let f = ConfigFile::load(p)?;
+            f.apply(&mut s, &p.display().to_string())?;
+        }
+        if let Some(v) = self.backend {
+            s.backend = v;
+        }
+        if self.node_file.is_some() {
+            s.node_file = self.node_file.clone();
+        }
+        if self.control_file.is_some() {
+            s.control_file = self.control_file.clone();
+        }
+        if let Some(v) = &self.plugin_dir {
+            s.plugin_dir = v.clone();
+        }
+        if let Some(v) = &self.kubelet_socket {
+            s.kubelet_socket = v.clone();
+        }
+        if let Some(v) = self.device_id_strategy {
+            s.device_id_strategy = v;
+        }
+        if let Some(v) = self.pass_device_specs {
+            s.pass_device_specs = v;
+        }
+        if let Some(v) = self.cdi_enabled {
+            s.cdi_enabled = v;
+        }
+        if let Some(v) = self.mig_strategy {
+            s.mig_strategy = v;
+        }
+        if let Some(v) = &self.quiet_period {
+            s.quiet_period =
+                parse_duration(v).map_err(|w| anyhow::anyhow!("flag --quiet-period: {w}"))?;
+        }
+        if let Some(v) = self.recover {
+            s.recover = v;
+        }
+        if let Some(v) = &self.metrics_address {
+            if v.is_empty() {
+                s.metrics_address = None;
+            } else {
+                v.parse::<std::net::SocketAddr>().map_err(|_| {
+                    anyhow::anyhow!("flag --metrics-address: {v:?} is not host:port")
+                })?;
+                s.metrics_address = Some(v.clone());
+            }
+        }
+        if let Some(v) = &self.feature_file {
+            s.feature_file = (!v.as_os_str().is_empty()).then(|| v.clone());
+        }
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
+}
+
+/// Builds the backend the settings ask for.
+pub fn make_backend(s: &Settings) -> anyhow::Result<Arc<dyn DeviceBackend>> {
+    Ok(match s.backend {
+        BackendKind::Nvml => Arc::new(NvmlBackend::new()?),
+        BackendKind::Fake => {
+            let path = s
+                .node_file
+                .as_ref()
+                .context("the fake backend needs --node-file")?;
+            Arc::new(FakeBackend::from_file(path, s.control_file.clone())?)
+        }
+    })
+}
+
+/// Entry point of `gpusched agent`.
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    init_logging(&args.log_format);
+    let settings = args.settings()?;
+    let backend = make_backend(&settings)?;
+    if args.discover_only {
+        return discover(&settings, backend);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(settings, backend, shutdown_signal()))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => tracing::info!("SIGTERM"),
+                _ = i.recv() => tracing::info!("SIGINT"),
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Runs the agent until `shutdown` resolves, then removes its sockets.
+pub async fn serve(
+    settings: Settings,
+    backend: Arc<dyn DeviceBackend>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let agent = Agent::new(settings, backend, &[])?;
+    for g in &agent.inventory.gpus {
+        tracing::info!(index = g.index, uuid = %g.uuid, model = %g.model, topo = ?g.topo, mig = g.mig.len(), "gpu");
+    }
+    for p in &agent.plans {
+        tracing::info!(resource = %p.name, devices = p.devices.len(), "resource");
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let events = agent.start_health()?;
+    let health = tokio::spawn(agent.clone().run_health(events, stop_rx.clone()));
+    if let Some(f) = &agent.settings.feature_file {
+        let labels = crate::labels::node_labels(&agent.inventory, &agent.settings);
+        match crate::labels::write_feature_file(f, &labels) {
+            Ok(()) => tracing::info!(file = %f.display(), "wrote node feature labels"),
+            Err(e) => tracing::warn!(file = %f.display(), "cannot write node feature labels: {e}"),
+        }
+    }
+    let http = match &agent.settings.metrics_address {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on metrics address {a}"))?;
+            tracing::info!(address = %a, "serving /metrics /healthz /readyz");
+            Some(tokio::spawn(crate::http::serve(
+                agent.clone(),
+                l,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
+    std::fs::create_dir_all(&agent.settings.plugin_dir).with_context(|| {
+        format!(
+            "cannot create plugin dir {}",
+            agent.settings.plugin_dir.display()
+        )
+    })?;
+    let mut servers = tokio::task::JoinSet::new();
+    for r in 0..agent.plans.len() {
+        servers.spawn(crate::server::run_resource(
+            agent.clone(),
+            r,
+            stop_rx.clone(),
+        ));
+    }
+    let mut result: anyhow::Result<()> = Ok(());
+    let mut record = |r: Result<Result<(), crate::server::ServerError>, tokio::task::JoinError>| {
+        let e = match r {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => anyhow::Error::from(e),
+            Err(e) => anyhow::anyhow!("plugin server task failed: {e}"),
+        };
+        if result.is_ok() {
+            result = Err(e);
+        }
+    };
+    tokio::pin!(shutdown);
+    tokio::select! {
+        _ = &mut shutdown => {}
+        Some(r) = servers.join_next() => record(r),
+    }
+    let _ = stop_tx.send(true);
+    while let Some(r) = servers.join_next().await {
+        record(r);
+    }
+    let _ = health.await;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    tracing::info!("agent stopped");
+    result
+}
+
+fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()> {
+    let inv = backend.discover()?;
+    println!("backend: {}", backend.name());
+    println!(
+        "driver: {}  cuda: {}  gpus: {}",
+        inv.driver_version,
+        inv.cuda_version,
+        inv.gpus.len()
+    );
+    for g in &inv.gpus {
+        println!(
+            "gpu {} {} model={} memory={}MiB pci={} minor={} numa={} pcie_switch={} nvlink_domain={} nvlink_peers={:?} mig={}",
+            g.index,
+            g.uuid,
+            g.model,
+            g.memory_mib,
+            g.pci_bus_id,
+            g.minor,
+            fmt_opt(g.topo.numa),
+            fmt_opt(g.topo.pcie_switch),
+            fmt_opt(g.topo.nvlink),
+            g.nvlink_peers,
+            if g.mig_enabled { "enabled" } else { "disabled" }
+        );
+        for m in &g.mig {
+            println!(
+                "  mig {} profile={} memory={}MiB",
+                m.uuid, m.profile, m.memory_mib
+            );
+        }
+    }
+    match crate::plan::build_plans(&inv, s) {
+        Ok(plans) => {
+            for p in plans {
+                println!("resource {} devices={}", p.name, p.devices.len());
+            }
+        }
+        Err(e) => println!("resources: error: {e}"),
+    }
+    for (k, v) in crate::labels::node_labels(&inv, s) {
+        println!("label {k}={v}");
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    match backend.watch_health(
+        HealthWatch {
+            check_interval: s.check_interval.min(Duration::from_secs(1)),
+        },
+        tx,
+    ) {
+        Ok(()) => {
+            println!("health: event registration ok; listening 2s");
+            std::thread::sleep(Duration::from_secs(2));
+            while let Ok(ev) = rx.try_recv() {
+                println!("health event: {ev:?}");
+            }
+        }
+        Err(e) => println!("health: registration failed: {e}"),
+    }
+    Ok(())
+}
+
+fn fmt_opt(v: Option<u32>) -> String {
+    v.map(|n| n.to_string()).unwrap_or_else(|| "-".into())
+}

@@ -1,0 +1,343 @@
+//! gRPC over unix sockets: one `DevicePlugin` server per resource, its
+//! registration with the kubelet, and the watch that re-registers when the
+//! kubelet restarts.
+
+use crate::agent::Agent;
+use crate::api;
+use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use crate::api::registration_client::RegistrationClient;
+use crate::metrics::{RequestLabels, ResourceLabels};
+use hyper_util::rt::TokioIo;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
+use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
+use tokio_stream::{Stream, StreamExt};
+use tonic::transport::{Channel, Endpoint, Server};
+use tonic::{Request, Response, Status};
+
+/// API version sent in `Register`.
+pub const API_VERSION: &str = "v1beta1";
+/// How often sockets are checked for a kubelet restart.
+pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
+
+/// Serving or registering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind plugin socket {path}: {source}")]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to kubelet socket {path}: {why}")]
+    Connect { path: PathBuf, why: String },
+    #[error("kubelet refused registration of {resource}: {status}")]
+    Register { resource: String, status: String },
+}
+
+/// The `DevicePlugin` service of one resource.
+#[derive(Clone)]
+pub struct PluginService {
+    agent: Arc<Agent>,
+    res: usize,
+}
+
+impl PluginService {
+    pub fn new(agent: Arc<Agent>, res: usize) -> Self {
+        PluginService { agent, res }
+    }
+
+    fn count(&self, method: &str, code: tonic::Code) {
+        self.agent
+            .metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                resource: self.agent.plans[self.res].name.clone(),
+                method: method.into(),
+                code: format!("{code:?}"),
+            })
+            .inc();
+    }
+
+    /// `Allocate` without the transport, for tests and benchmarks.
+    pub fn allocate_now(&self, req: api::AllocateRequest) -> Result<api::AllocateResponse, Status> {
+        let plan = &self.agent.plans[self.res];
+        let view = self.agent.view(self.res);
+        if req.container_requests.is_empty() {
+            return Err(Status::invalid_argument("allocate: no container requests"));
+        }
+        let mut out = api::AllocateResponse::default();
+        for c in &req.container_requests {
+            let r = plan
+                .allocate(
+                    &c.devices_ids,
+                    &view.unit_healthy,
+                    &self.agent.settings,
+                    &self.agent.inventory,
+                )
+                .map_err(|e| e.into_status())?;
+            out.container_responses.push(r);
+        }
+        for c in &req.container_requests {
+            for id in &c.devices_ids {
+                if let Some(&d) = plan.by_id.get(id) {
+                    self.agent
+                        .mark_allocated(plan.units[plan.devices[d].unit].gpu);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GetPreferredAllocation` without the transport.
+    pub fn preferred_now(
+        &self,
+        req: api::PreferredAllocationRequest,
+    ) -> Result<api::PreferredAllocationResponse, Status> {
+        let plan = &self.agent.plans[self.res];
+        let view = self.agent.view(self.res);
+        let mut out = api::PreferredAllocationResponse::default();
+        for c in &req.container_requests {
+            let ids = plan
+                .preferred(
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
+                    c.allocation_size,
+                    &view.unit_healthy,
+                )
+                .map_err(|e| e.into_status())?;
+            out.container_responses
+                .push(api::ContainerPreferredAllocationResponse { device_i_ds: ids });
+        }
+        Ok(out)
+    }
+}
+
+type ListStream = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+
+fn options() -> api::DevicePluginOptions {
+    api::DevicePluginOptions {
+        pre_start_required: false,
+        get_preferred_allocation_available: true,
+    }
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for PluginService {
+    async fn get_device_plugin_options(
+        &self,
+        _req: Request<api::Empty>,
+    ) -> Result<Response<api::DevicePluginOptions>, Status> {
+        Ok(Response::new(options()))
+    }
+
+    type ListAndWatchStream = ListStream;
+
+    async fn list_and_watch(
+        &self,
+        _req: Request<api::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let rx = self.agent.subscribe(self.res);
+        let name = self.agent.plans[self.res].name.clone();
+        tracing::info!(resource = %name, "kubelet opened ListAndWatch");
+        let s = WatchStream::new(rx).map(|v| {
+            Ok(api::ListAndWatchResponse {
+                devices: v.devices.clone(),
+            })
+        });
+        Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        req: Request<api::PreferredAllocationRequest>,
+    ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        let r = self.preferred_now(req.into_inner());
+        self.count(
+            "GetPreferredAllocation",
+            r.as_ref()
+                .map(|_| tonic::Code::Ok)
+                .unwrap_or_else(|e| e.code()),
+        );
+        if let Err(e) = &r {
+            tracing::warn!(resource = %self.agent.plans[self.res].name, "preferred allocation refused: {}", e.message());
+        }
+        r.map(Response::new)
+    }
+
+    async fn allocate(
+        &self,
+        req: Request<api::AllocateRequest>,
+    ) -> Result<Response<api::AllocateResponse>, Status> {
+        let r = self.allocate_now(req.into_inner());
+        self.count(
+            "Allocate",
+            r.as_ref()
+                .map(|_| tonic::Code::Ok)
+                .unwrap_or_else(|e| e.code()),
+        );
+        if let Err(e) = &r {
+            tracing::warn!(resource = %self.agent.plans[self.res].name, "allocate refused: {}", e.message());
+        }
+        r.map(Response::new)
+    }
+
+    async fn pre_start_container(
+        &self,
+        _req: Request<api::PreStartContainerRequest>,
+    ) -> Result<Response<api::PreStartContainerResponse>, Status> {
+        Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}
+
+/// A gRPC channel over a unix socket.
+pub async fn unix_channel(path: &Path) -> Result<Channel, ServerError> {
+    let p = path.to_path_buf();
+    let endpoint = Endpoint::from_static("http://localhost")
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(5));
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_| {
+            let p = p.clone();
+            async move { UnixStream::connect(p).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|e| ServerError::Connect {
+            path: path.to_path_buf(),
+            why: format!("{e}"),
+        })
+}
+
+/// Calls `Register` on the kubelet.
+pub async fn register(kubelet: &Path, endpoint: &str, resource: &str) -> Result<(), ServerError> {
+    let ch = unix_channel(kubelet).await?;
+    let mut c = RegistrationClient::new(ch);
+    c.register(api::RegisterRequest {
+        version: API_VERSION.into(),
+        endpoint: endpoint.into(),
+        resource_name: resource.into(),
+        options: Some(options()),
+    })
+    .await
+    .map_err(|s| ServerError::Register {
+        resource: resource.into(),
+        status: format!("{:?}: {}", s.code(), s.message()),
+    })?;
+    Ok(())
+}
+
+fn inode(p: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Binds `path` (removing a stale file first) and serves the plugin until
+/// `stop` fires. Returns the inode of the socket and the server task.
+async fn bind_and_serve(
+    agent: &Arc<Agent>,
+    res: usize,
+    path: &Path,
+    stop: watch::Receiver<bool>,
+) -> Result<((u64, u64), tokio::task::JoinHandle<()>), ServerError> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(|source| ServerError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let ino = inode(path).unwrap_or((0, 0));
+    let svc = DevicePluginServer::new(PluginService::new(agent.clone(), res));
+    let mut stop = stop;
+    let task = tokio::spawn(async move {
+        let incoming = UnixListenerStream::new(listener);
+        let r = Server::builder()
+            .add_service(svc)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = r {
+            tracing::error!("plugin server: {e}");
+        }
+    });
+    Ok((ino, task))
+}
+
+/// Serves resource `res` and keeps it registered until `stop` becomes true;
+/// then removes the socket.
+pub async fn run_resource(
+    agent: Arc<Agent>,
+    res: usize,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    let plan = &agent.plans[res];
+    let dir = agent.settings.plugin_dir.clone();
+    let sock_name = plan.socket_name();
+    let path = dir.join(&sock_name);
+    let kubelet = dir.join(&agent.settings.kubelet_socket);
+    let name = plan.name.clone();
+    'outer: loop {
+        // Each incarnation of our server gets its own stop signal, so that a
+        // vanished socket can be replaced without stopping the agent.
+        let (inner_tx, inner_rx) = watch::channel(false);
+        let (ino, task) = bind_and_serve(&agent, res, &path, inner_rx).await?;
+        tracing::info!(resource = %name, socket = %path.display(), "serving device plugin");
+        let mut registered_with: Option<(u64, u64)> = None;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            if stop.has_changed().is_err() || *stop.borrow() {
+                let _ = inner_tx.send(true);
+                let _ = task.await;
+                let _ = std::fs::remove_file(&path);
+                agent.set_registered(res, false);
+                tracing::info!(resource = %name, "stopped; socket removed");
+                return Ok(());
+            }
+            if inode(&path) != Some(ino) {
+                tracing::warn!(resource = %name, "plugin socket vanished (kubelet restart?); serving again");
+                agent.set_registered(res, false);
+                let _ = inner_tx.send(true);
+                let _ = task.await;
+                continue 'outer;
+            }
+            let k = inode(&kubelet);
+            if k.is_none() && registered_with.is_some() {
+                tracing::warn!(resource = %name, "kubelet socket gone; waiting for it");
+                registered_with = None;
+                agent.set_registered(res, false);
+            }
+            if k.is_some() && k != registered_with {
+                match register(&kubelet, &sock_name, &name).await {
+                    Ok(()) => {
+                        tracing::info!(resource = %name, "registered with kubelet");
+                        registered_with = k;
+                        backoff = Duration::from_millis(50);
+                        agent.set_registered(res, true);
+                        agent
+                            .metrics
+                            .registrations
+                            .get_or_create(&ResourceLabels {
+                                resource: name.clone(),
+                            })
+                            .inc();
+                    }
+                    Err(e) => {
+                        tracing::warn!(resource = %name, "registration failed: {e}; retrying in {backoff:?}");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = stop.changed() => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        continue;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(WATCH_PERIOD) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}
