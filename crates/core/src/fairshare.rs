@@ -313,7 +313,9 @@ impl QueueTree {
     }
 
     /// Why `extra` would break a limit or a no-borrow rule of `q` or an
-    /// ancestor; `None` if it is allowed.
+    /// ancestor; `None` if it is allowed. A queue that may not borrow is
+    /// capped at its guarantee on every dimension its guarantee names
+    /// (non-zero); other dimensions are not capped by that rule.
     pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<String> {
         for a in self.path(q) {
             let queue = &self.queues[a];
@@ -331,7 +333,9 @@ impl QueueTree {
             if !queue.can_borrow {
                 let cap = &self.acct[a].guarantee;
                 let over: Vec<_> = (0..DIMS)
-                    .filter(|&d| dims(extra)[d] > 0 && dims(&after)[d] > dims(cap)[d])
+                    .filter(|&d| {
+                        dims(extra)[d] > 0 && dims(cap)[d] > 0 && dims(&after)[d] > dims(cap)[d]
+                    })
                     .collect();
                 if let Some(&d) = over.first() {
                     let name = ["cpu", "memory", "nvidia.com/gpu", "gpu memory"][d];

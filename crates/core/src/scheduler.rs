@@ -748,7 +748,17 @@ impl<'s> Cycle<'s> {
                 }
             }
             if !ok {
+                let fitted = st.len();
                 self.rollback(&mut st, 0);
+                if job.group.is_some() && dom.is_none() {
+                    let why = format!(
+                        "pod group {:?}: only {} of the {} required pods fit now (all-or-nothing).",
+                        job.name, fitted, job.need
+                    );
+                    for &p in &job.pods {
+                        self.notes.entry(p).or_insert_with(|| why.clone());
+                    }
+                }
                 continue;
             }
             // extras (elastic members beyond minMember): best effort
@@ -1078,6 +1088,7 @@ impl<'s> Cycle<'s> {
             for v in kept {
                 if !self.gone[v as usize] {
                     self.st_remove(&mut st, v);
+                    self.gone[v as usize] = true;
                     victims.push(v);
                 }
             }
@@ -1162,11 +1173,11 @@ impl<'s> Cycle<'s> {
         }
     }
 
+    /// Tentatively removes a running pod (a trial: `gone` is not set).
     fn st_remove(&mut self, st: &mut Statement, v: PodId) {
         if let Some((n, g)) = self.snap.pods[v as usize].holding() {
             let req = &self.snap.pods[v as usize].pod.requests;
             st.remove(&mut self.cs, v, n, req, g.clone());
-            self.gone[v as usize] = true;
             self.note_change(n);
         }
     }
@@ -1217,7 +1228,8 @@ impl<'s> Cycle<'s> {
             let message = match (note, diag.is_empty()) {
                 (Some(n), true) => n,
                 (Some(n), false) => format!("{diag} {n}"),
-                (None, _) => diag,
+                (None, false) => diag,
+                (None, true) => "fits now; it will be placed in a following cycle".to_string(),
             };
             self.out.explanations.push(Explanation {
                 pod: p,
@@ -1253,6 +1265,7 @@ fn diagnose(
 ) -> (Verdict, String) {
     let mut reasons: BTreeMap<Cow<'static, str>, u32> = sig.rejects.clone();
     let mut ever_fits = false;
+    let mut fits_now = 0u32;
     for &n in &sig.ok_list {
         let node = cs.node(n);
         // could it fit on the empty node?
@@ -1295,7 +1308,7 @@ fn diagnose(
             miss.push("node(s) reserved for a waiting job".into());
         }
         if miss.is_empty() {
-            miss.push("node(s) taken by other pods in this cycle".into());
+            fits_now += 1;
         }
         for m in miss {
             *reasons.entry(m).or_insert(0) += 1;
@@ -1309,11 +1322,16 @@ fn diagnose(
         .map(|(c, r)| format!("{c} {r}"))
         .collect::<Vec<_>>()
         .join(", ");
-    let msg = format!("0/{} nodes are available: {}.", cs.len(), body);
     let verdict = if ever_fits {
         Verdict::Unschedulable
     } else {
         Verdict::Unresolvable
     };
+    if fits_now > 0 {
+        // the pod alone would fit; the reason is its gang, queue or
+        // reservation, which the caller's note gives.
+        return (verdict, String::new());
+    }
+    let msg = format!("0/{} nodes are available: {}.", cs.len(), body);
     (verdict, msg)
 }

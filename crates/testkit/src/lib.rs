@@ -1,1 +1,380 @@
-//! gpusched-testkit
+//! Test helpers: fluent builders for nodes, pods, gangs and queues, a
+//! checker of the scheduler's invariants, a trivial packer, and proptest
+//! strategies for random clusters and workloads.
+//!
+//! ```
+//! use gpusched_testkit::*;
+//! let n = node("dgx").gpus(8).model("H100").nvswitch().rack("r1").build();
+//! assert_eq!(n.gpus.len(), 8);
+//! let p = pod("train-0").queue("research").gpus(4).priority(10).build();
+//! assert_eq!(p.gpu.whole(), 4);
+//! ```
+
+use gpusched_core::{
+    ClusterState, CycleOutput, Decision, GpuAssignment, NodeId, Packer, Placement, PodPhase,
+    PodState, Snapshot,
+};
+use gpusched_model::spec::{GpuLayoutSpec, Interconnect, NodeGroupSpec};
+use gpusched_model::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub mod strategies;
+
+/// Builder of a node (via the cluster-file vocabulary).
+pub struct NodeBuilder {
+    spec: NodeGroupSpec,
+    gpus: GpuLayoutSpec,
+    unhealthy: Vec<u32>,
+}
+
+pub fn node(name: &str) -> NodeBuilder {
+    NodeBuilder {
+        spec: NodeGroupSpec {
+            name: name.into(),
+            count: 1,
+            cpu: "64".into(),
+            memory: "512Gi".into(),
+            ..Default::default()
+        },
+        gpus: GpuLayoutSpec {
+            count: 0,
+            model: "H100".into(),
+            memory: "80Gi".into(),
+            interconnect: Interconnect::Pcie,
+            pcie_switches: 1,
+            numa_nodes: 1,
+            devices: vec![],
+        },
+        unhealthy: vec![],
+    }
+}
+
+impl NodeBuilder {
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.gpus.count = n;
+        self
+    }
+    pub fn model(mut self, m: &str) -> Self {
+        self.gpus.model = m.into();
+        self
+    }
+    pub fn gpu_memory(mut self, q: &str) -> Self {
+        self.gpus.memory = q.into();
+        self
+    }
+    /// NVSwitch node: one NVLink domain, 4 PCIe switches, 2 NUMA nodes.
+    pub fn nvswitch(mut self) -> Self {
+        self.gpus.interconnect = Interconnect::Nvswitch;
+        self.gpus.pcie_switches = 4;
+        self.gpus.numa_nodes = 2;
+        self
+    }
+    /// PCIe node with `switches` PCIe switches.
+    pub fn pcie(mut self, switches: u32) -> Self {
+        self.gpus.interconnect = Interconnect::Pcie;
+        self.gpus.pcie_switches = switches;
+        self
+    }
+    pub fn cpu(mut self, q: &str) -> Self {
+        self.spec.cpu = q.into();
+        self
+    }
+    pub fn memory(mut self, q: &str) -> Self {
+        self.spec.memory = q.into();
+        self
+    }
+    pub fn rack(mut self, r: &str) -> Self {
+        self.spec.rack = Some(r.into());
+        self
+    }
+    pub fn block(mut self, b: &str) -> Self {
+        self.spec.block = Some(b.into());
+        self
+    }
+    pub fn nvlink_domain(mut self, d: &str) -> Self {
+        self.spec.nvlink_domain = Some(d.into());
+        self
+    }
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.spec.labels.insert(k.into(), v.into());
+        self
+    }
+    pub fn taint(mut self, k: &str, v: &str, e: TaintEffect) -> Self {
+        self.spec.taints.push(Taint {
+            key: k.into(),
+            value: v.into(),
+            effect: e,
+        });
+        self
+    }
+    pub fn unschedulable(mut self) -> Self {
+        self.spec.unschedulable = true;
+        self
+    }
+    pub fn unhealthy_gpu(mut self, i: u32) -> Self {
+        self.unhealthy.push(i);
+        self
+    }
+    pub fn build(mut self) -> Node {
+        if self.gpus.count > 0 {
+            for &i in &self.unhealthy {
+                self.gpus.devices.push(spec::GpuDeviceSpec {
+                    index: i,
+                    healthy: Some(false),
+                    ..Default::default()
+                });
+            }
+            self.spec.gpus = Some(self.gpus);
+        }
+        let mut n = self
+            .spec
+            .build_one(0, 0)
+            .expect("test node spec is valid")
+            .node;
+        n.sync_gpu_allocatable();
+        n
+    }
+}
+
+/// Builder of a pod.
+pub struct PodBuilder(Pod);
+
+pub fn pod(name: &str) -> PodBuilder {
+    let mut p = Pod::new(name, "default");
+    p.requests = ResourceVec::new(1000, 1 << 30, 0);
+    PodBuilder(p)
+}
+
+impl PodBuilder {
+    pub fn queue(mut self, q: &str) -> Self {
+        self.0.queue = q.into();
+        self
+    }
+    pub fn gpus(mut self, n: u32) -> Self {
+        self.0.gpu = GpuRequest::Whole(n);
+        self
+    }
+    pub fn share(mut self, milli: u32) -> Self {
+        self.0.gpu = GpuRequest::Share {
+            milli,
+            memory_mib: 0,
+        };
+        self
+    }
+    pub fn cpu_milli(mut self, m: u64) -> Self {
+        self.0.requests.cpu_milli = m;
+        self
+    }
+    pub fn priority(mut self, p: i32) -> Self {
+        self.0.priority = p;
+        self
+    }
+    pub fn group(mut self, g: &str) -> Self {
+        self.0.group = Some(g.into());
+        self
+    }
+    pub fn models(mut self, m: &[&str]) -> Self {
+        self.0.gpu_models = m.iter().map(|s| s.to_string()).collect();
+        self
+    }
+    pub fn arrival(mut self, ms: u64) -> Self {
+        self.0.arrival_ms = ms;
+        self
+    }
+    pub fn selector(mut self, k: &str, v: &str) -> Self {
+        self.0.node_selector.insert(k.into(), v.into());
+        self
+    }
+    pub fn toleration(mut self, k: &str) -> Self {
+        self.0.tolerations.push(Toleration {
+            key: k.into(),
+            operator: TolerationOp::Exists,
+            value: String::new(),
+            effect: None,
+        });
+        self
+    }
+    pub fn not_preemptible(mut self) -> Self {
+        self.0.preemptible = false;
+        self
+    }
+    pub fn build(self) -> Pod {
+        self.0
+    }
+}
+
+pub fn queue(name: &str) -> Queue {
+    Queue::new(name)
+}
+
+pub fn gang(name: &str, queue: &str, min: u32) -> PodGroup {
+    PodGroup {
+        name: name.into(),
+        queue: queue.into(),
+        min_member: min,
+        priority: 0,
+        topology: None,
+        schedule_timeout_ms: None,
+    }
+}
+
+/// A snapshot from parts; every pod pending.
+pub fn snapshot(
+    nodes: Vec<Node>,
+    queues: Vec<Queue>,
+    groups: Vec<PodGroup>,
+    pods: Vec<Pod>,
+) -> Snapshot {
+    Snapshot {
+        nodes,
+        queues,
+        groups,
+        pods: pods.into_iter().map(PodState::pending).collect(),
+    }
+}
+
+/// A packer for tests: best fit on free GPU milli (fullest node first),
+/// default GPU choice.
+#[derive(Debug, Default)]
+pub struct TestBestFit;
+
+impl Packer for TestBestFit {
+    fn name(&self) -> &'static str {
+        "test-best-fit"
+    }
+    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
+        let gpus = state.default_gpu_choice(pod, node)?;
+        let free = state.get(node).free.gpu_milli as i64;
+        Some(Placement { score: -free, gpus })
+    }
+}
+
+/// Applies a cycle's binds and evictions to the snapshot, as a runner
+/// would (evicted pods go back to pending; nominations are kept for one
+/// cycle).
+pub fn apply(snap: &mut Snapshot, out: &CycleOutput, now_ms: u64) {
+    for p in &mut snap.pods {
+        if let PodPhase::Pending { nominated } = &mut p.phase {
+            *nominated = None;
+        }
+    }
+    for d in &out.decisions {
+        match d {
+            Decision::Bind { pod, node, gpus } => {
+                snap.pods[*pod as usize].phase = PodPhase::Running {
+                    node: *node,
+                    gpus: gpus.clone(),
+                    since_ms: now_ms,
+                };
+            }
+            Decision::Evict { pod, .. } => {
+                snap.pods[*pod as usize].phase = PodPhase::Pending { nominated: None };
+            }
+            Decision::Nominate { pod, node } => {
+                snap.pods[*pod as usize].phase = PodPhase::Pending {
+                    nominated: Some(*node),
+                };
+            }
+            Decision::Group { .. } => {}
+        }
+    }
+}
+
+/// Checks the invariants every cycle output must keep; returns the
+/// violations found (empty = fine):
+/// - binds only of pending pods, each at most once; evictions only of
+///   running pods;
+/// - the snapshot after the cycle overcommits no resource and no GPU;
+/// - every gang with a bound member has at least `minMember` members
+///   running or bound;
+/// - every pending pod that was not bound has an explanation.
+pub fn check_invariants(snap: &Snapshot, out: &CycleOutput) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut bound = BTreeSet::new();
+    let mut evicted = BTreeSet::new();
+    for d in &out.decisions {
+        match d {
+            Decision::Bind { pod, .. } => {
+                if !snap.pods.get(*pod as usize).is_some_and(|p| p.is_pending()) {
+                    v.push(format!("bind of non-pending pod {pod}"));
+                }
+                if !bound.insert(*pod) {
+                    v.push(format!("pod {pod} bound twice"));
+                }
+            }
+            Decision::Evict { pod, .. } => {
+                if !snap
+                    .pods
+                    .get(*pod as usize)
+                    .is_some_and(|p| matches!(p.phase, PodPhase::Running { .. }))
+                {
+                    v.push(format!("eviction of non-running pod {pod}"));
+                }
+                evicted.insert(*pod);
+            }
+            _ => {}
+        }
+    }
+    let mut after = snap.clone();
+    apply(&mut after, out, 0);
+    let (_, errors) = ClusterState::from_snapshot(&after);
+    for (i, e) in errors {
+        v.push(format!("overcommit placing pod {i}: {e}"));
+    }
+    let mut running_by_group: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in &after.pods {
+        if let (Some(g), PodPhase::Running { .. }) = (&p.pod.group, &p.phase) {
+            *running_by_group.entry(g).or_insert(0) += 1;
+        }
+    }
+    for g in &snap.groups {
+        let r = running_by_group.get(g.name.as_str()).copied().unwrap_or(0);
+        if r > 0 && r < g.min_member {
+            v.push(format!(
+                "gang {} partially running: {r} of {}",
+                g.name, g.min_member
+            ));
+        }
+    }
+    let explained: BTreeSet<u32> = out.explanations.iter().map(|e| e.pod).collect();
+    for (i, p) in snap.pods.iter().enumerate() {
+        if p.is_pending() && !bound.contains(&(i as u32)) && !explained.contains(&(i as u32)) {
+            v.push(format!("pending pod {} has no explanation", p.pod.name));
+        }
+    }
+    v
+}
+
+/// GPUs bound per pod name, for readable assertions.
+pub fn binds(snap: &Snapshot, out: &CycleOutput) -> BTreeMap<String, (String, GpuAssignment)> {
+    out.decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bind { pod, node, gpus } => Some((
+                snap.pods[*pod as usize].pod.name.clone(),
+                (snap.nodes[*node as usize].name.clone(), gpus.clone()),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Names of evicted pods.
+pub fn evictions(snap: &Snapshot, out: &CycleOutput) -> Vec<String> {
+    out.decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Evict { pod, .. } => Some(snap.pods[*pod as usize].pod.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The explanation of a pod by name.
+pub fn explanation(snap: &Snapshot, out: &CycleOutput, name: &str) -> Option<String> {
+    let id = snap.pods.iter().position(|p| p.pod.name == name)? as u32;
+    out.explanations
+        .iter()
+        .find(|e| e.pod == id)
+        .map(|e| e.message.clone())
+}

@@ -1,0 +1,462 @@
+//! Behaviour of the action pipeline on small hand-made clusters.
+
+use gpusched_core::*;
+use gpusched_model::*;
+use gpusched_testkit::*;
+
+fn sched() -> Scheduler {
+    Scheduler::new(
+        SchedulerOptions::default(),
+        gpusched_testkit_filters(),
+        Box::new(TestBestFit),
+    )
+}
+
+/// The filters the core tests need (the real ones live in plugins, which
+/// depends on core; these are equivalent minimal checks).
+fn gpusched_testkit_filters() -> Vec<Box<dyn Filter>> {
+    struct Basic;
+    impl Filter for Basic {
+        fn name(&self) -> &'static str {
+            "basic"
+        }
+        fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+            if node.unschedulable {
+                return FilterResult::Reject("node(s) were unschedulable".into());
+            }
+            if !pod.tolerates_all(node) {
+                return FilterResult::Reject("node(s) had untolerated taint(s)".into());
+            }
+            if !pod.gpu.is_none() && !node.gpus.iter().any(|g| pod.allows_model(&g.model)) {
+                return FilterResult::Reject("node(s) didn't have the requested GPU model".into());
+            }
+            FilterResult::Pass
+        }
+    }
+    vec![Box::new(Basic)]
+}
+
+fn run(s: &mut Scheduler, snap: &Snapshot, now: u64) -> CycleOutput {
+    let out = s.cycle(snap, now, 7);
+    let v = check_invariants(snap, &out);
+    assert!(v.is_empty(), "invariants violated: {v:?}");
+    out
+}
+
+#[test]
+fn binds_with_topology_and_no_overcommit() {
+    let snap = snapshot(
+        vec![
+            node("a").gpus(4).pcie(2).build(),
+            node("b").gpus(8).nvswitch().build(),
+        ],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("p1").gpus(2).build(),
+            pod("p2").gpus(2).build(),
+            pod("p3").gpus(8).build(),
+        ],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    let b = binds(&snap, &out);
+    assert_eq!(b.len(), 3, "{b:?}");
+    assert_eq!(b["p3"].0, "b");
+    // the two 2-GPU pods fill node a, one PCIe switch each
+    let mut sets: Vec<_> = ["p1", "p2"].iter().map(|p| b[*p].1.clone()).collect();
+    sets.sort_by_key(|g| format!("{g:?}"));
+    assert_eq!(
+        sets,
+        vec![
+            GpuAssignment::Whole(vec![0, 1]),
+            GpuAssignment::Whole(vec![2, 3])
+        ]
+    );
+}
+
+#[test]
+fn gang_is_all_or_nothing() {
+    let nodes = vec![node("a").gpus(8).build(), node("b").gpus(8).build()];
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| pod(&format!("w{i}")).gpus(8).group("g").build())
+        .collect();
+    let snap = snapshot(
+        nodes.clone(),
+        vec![queue("default")],
+        vec![gang("g", "default", 3)],
+        pods.clone(),
+    );
+    let out = run(&mut sched(), &snap, 0);
+    assert!(binds(&snap, &out).is_empty());
+    let msg = explanation(&snap, &out, "w0").unwrap();
+    assert!(msg.contains("only 2 of the 3 required pods fit"), "{msg}");
+    // with minMember 2 the gang starts with two and the third waits
+    let snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![gang("g", "default", 2)],
+        pods,
+    );
+    let out = run(&mut sched(), &snap, 0);
+    assert_eq!(binds(&snap, &out).len(), 2);
+    assert!(out.decisions.iter().any(|d| matches!(
+        d,
+        Decision::Group {
+            phase: GroupPhase::Running,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn gang_waits_for_members() {
+    let snap = snapshot(
+        vec![node("a").gpus(8).build()],
+        vec![queue("default")],
+        vec![gang("g", "default", 4)],
+        vec![pod("w0").gpus(1).group("g").build()],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    assert!(binds(&snap, &out).is_empty());
+    assert!(
+        explanation(&snap, &out, "w0")
+            .unwrap()
+            .contains("1 of minMember 4")
+    );
+}
+
+#[test]
+fn gang_topology_required_rack() {
+    let nodes = vec![
+        node("r1a").gpus(8).rack("r1").build(),
+        node("r1b").gpus(4).rack("r1").build(),
+        node("r2a").gpus(8).rack("r2").build(),
+        node("r2b").gpus(8).rack("r2").build(),
+    ];
+    let mut g = gang("g", "default", 2);
+    g.topology = Some(TopologyConstraint {
+        level: TopologyLevel::Rack,
+        required: true,
+    });
+    let pods: Vec<Pod> = (0..2)
+        .map(|i| pod(&format!("w{i}")).gpus(8).group("g").build())
+        .collect();
+    let snap = snapshot(nodes, vec![queue("default")], vec![g], pods);
+    let out = run(&mut sched(), &snap, 0);
+    let b = binds(&snap, &out);
+    assert_eq!(b.len(), 2);
+    assert!(b.values().all(|(n, _)| n.starts_with("r2")), "{b:?}");
+}
+
+#[test]
+fn preemption_evicts_minimal_lower_priority_victims() {
+    let nodes = vec![node("a").gpus(4).build(), node("b").gpus(4).build()];
+    let mut snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("low-1").gpus(2).priority(1).build(),
+            pod("low-2").gpus(2).priority(1).build(),
+            pod("low-3").gpus(4).priority(0).build(),
+            pod("vip").gpus(2).priority(10).not_preemptible().build(),
+        ],
+    );
+    // place the three low pods first
+    snap.pods[3].phase = PodPhase::Pending { nominated: None };
+    let vip = snap.pods.remove(3);
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    assert_eq!(binds(&snap, &out).len(), 3);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(vip);
+    let out = run(&mut s, &snap, 1000);
+    let ev = evictions(&snap, &out);
+    assert_eq!(ev.len(), 1, "one 2-GPU victim is enough: {ev:?}");
+    assert!(ev[0].starts_with("low-"), "{ev:?}");
+    assert!(
+        out.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Nominate { pod: 3, .. }))
+    );
+    // the next cycle binds the preemptor where the victim was
+    apply(&mut snap, &out, 1000);
+    let out = run(&mut s, &snap, 2000);
+    assert_eq!(binds(&snap, &out).keys().collect::<Vec<_>>(), vec!["vip"]);
+}
+
+#[test]
+fn preemption_never_for_equal_priority_or_useless() {
+    let nodes = vec![node("a").gpus(2).build()];
+    let mut snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![],
+        vec![pod("x").gpus(2).priority(5).build()],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods
+        .push(PodState::pending(pod("same").gpus(1).priority(5).build()));
+    snap.pods
+        .push(PodState::pending(pod("huge").gpus(4).priority(9).build()));
+    let out = run(&mut s, &snap, 1);
+    assert!(
+        evictions(&snap, &out).is_empty(),
+        "equal priority is not preempted; a 4-GPU pod never fits a 2-GPU node"
+    );
+    assert!(
+        out.explanations
+            .iter()
+            .any(|e| e.verdict == Verdict::Unresolvable)
+    );
+}
+
+#[test]
+fn preemption_takes_whole_gangs() {
+    let nodes = vec![node("a").gpus(4).build(), node("b").gpus(4).build()];
+    let pods: Vec<Pod> = (0..2)
+        .map(|i| {
+            pod(&format!("g-{i}"))
+                .gpus(4)
+                .group("g")
+                .priority(0)
+                .build()
+        })
+        .collect();
+    let mut snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![gang("g", "default", 2)],
+        pods,
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods
+        .push(PodState::pending(pod("hi").gpus(2).priority(10).build()));
+    let out = run(&mut s, &snap, 1);
+    let mut ev = evictions(&snap, &out);
+    ev.sort();
+    assert_eq!(ev, vec!["g-0", "g-1"], "a gang is evicted whole");
+}
+
+#[test]
+fn reclaim_restores_guarantee_but_not_below_victims_share() {
+    let nodes: Vec<Node> = (0..4)
+        .map(|i| node(&format!("n{i}")).gpus(2).build())
+        .collect();
+    let mut borrower = queue("borrower");
+    borrower.guarantee.gpu_milli = 2000;
+    let mut owner = queue("owner");
+    owner.guarantee.gpu_milli = 4000;
+    let pods: Vec<Pod> = (0..8)
+        .map(|i| {
+            pod(&format!("b{i}"))
+                .gpus(1)
+                .queue("borrower")
+                .priority(100)
+                .build()
+        })
+        .collect();
+    let mut snap = snapshot(nodes, vec![borrower, owner], vec![], pods);
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    assert_eq!(
+        binds(&snap, &out).len(),
+        8,
+        "borrows the idle guarantee of owner"
+    );
+    apply(&mut snap, &out, 0);
+    for i in 0..8 {
+        snap.pods.push(PodState::pending(
+            pod(&format!("o{i}")).gpus(1).queue("owner").build(),
+        ));
+    }
+    let out = run(&mut s, &snap, 10);
+    let ev = evictions(&snap, &out);
+    // owner deserves 4 (its guarantee, then split of the rest 1:1 — 6000 vs 2000 guaranteed/…)
+    assert!(
+        !ev.is_empty(),
+        "reclaim happens even against higher priority in another queue"
+    );
+    assert!(
+        ev.len() <= 6,
+        "borrower keeps at least its guarantee of 2 GPUs: {ev:?}"
+    );
+    assert!(ev.iter().all(|e| e.starts_with('b')));
+}
+
+#[test]
+fn quota_limit_and_no_borrow() {
+    let nodes = vec![node("a").gpus(8).build()];
+    let mut capped = queue("capped");
+    capped.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 2000));
+    let mut strict = queue("strict");
+    strict.guarantee.gpu_milli = 1000;
+    strict.can_borrow = false;
+    let snap = snapshot(
+        nodes,
+        vec![capped, strict],
+        vec![],
+        vec![
+            pod("c1").gpus(2).queue("capped").build(),
+            pod("c2").gpus(1).queue("capped").build(),
+            pod("s1").gpus(1).queue("strict").build(),
+            pod("s2").gpus(1).queue("strict").build(),
+        ],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    let b = binds(&snap, &out);
+    assert!(
+        b.contains_key("c1")
+            && b.contains_key("s1")
+            && !b.contains_key("c2")
+            && !b.contains_key("s2"),
+        "{b:?}"
+    );
+    assert!(explanation(&snap, &out, "c2").unwrap().contains("limit"));
+    assert!(
+        explanation(&snap, &out, "s2")
+            .unwrap()
+            .contains("may not borrow")
+    );
+}
+
+#[test]
+fn fair_share_orders_queues_by_weight() {
+    let nodes = vec![node("a").gpus(8).build()];
+    let mut heavy = queue("heavy");
+    heavy.weight = 3;
+    let light = queue("light");
+    let mut pods = Vec::new();
+    for i in 0..8 {
+        pods.push(
+            pod(&format!("h{i}"))
+                .gpus(1)
+                .queue("heavy")
+                .arrival(i)
+                .build(),
+        );
+        pods.push(
+            pod(&format!("l{i}"))
+                .gpus(1)
+                .queue("light")
+                .arrival(i)
+                .build(),
+        );
+    }
+    let snap = snapshot(nodes, vec![heavy, light], vec![], pods);
+    let out = run(&mut sched(), &snap, 0);
+    let b = binds(&snap, &out);
+    let h = b.keys().filter(|k| k.starts_with('h')).count();
+    let l = b.keys().filter(|k| k.starts_with('l')).count();
+    assert_eq!((h, l), (6, 2), "8 GPUs split 3:1");
+}
+
+#[test]
+fn backfill_then_reservation_for_a_waiting_gang() {
+    let nodes: Vec<Node> = (0..2)
+        .map(|i| node(&format!("n{i}")).gpus(8).build())
+        .collect();
+    let mut snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![gang("big", "default", 2)],
+        vec![pod("blocker").gpus(4).build()],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    for i in 0..2 {
+        snap.pods.push(PodState::pending(
+            pod(&format!("big-{i}"))
+                .gpus(8)
+                .group("big")
+                .arrival(10)
+                .build(),
+        ));
+    }
+    snap.pods
+        .push(PodState::pending(pod("small").gpus(2).arrival(20).build()));
+    // before the threshold: the gang waits, the small job backfills
+    let out = run(&mut s, &snap, 1000);
+    assert_eq!(binds(&snap, &out).keys().collect::<Vec<_>>(), vec!["small"]);
+    assert_eq!(out.stats.backfilled, 1);
+    // after the threshold: nodes are reserved for the gang; a new small job waits
+    snap.pods.push(PodState::pending(
+        pod("small-2").gpus(1).arrival(30).build(),
+    ));
+    let out = run(&mut s, &snap, 10 + 400_000);
+    let b = binds(&snap, &out);
+    assert!(!b.contains_key("small-2"), "{b:?}");
+    assert!(
+        out.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Nominate { .. }))
+    );
+    let msg = explanation(&snap, &out, "small-2").unwrap();
+    assert!(msg.contains("reserved"), "{msg}");
+}
+
+#[test]
+fn explanations_in_kube_scheduler_style() {
+    let snap = snapshot(
+        vec![
+            node("a").gpus(2).model("A100").build(),
+            node("b")
+                .gpus(8)
+                .taint("dedicated", "x", TaintEffect::NoSchedule)
+                .build(),
+            node("c").gpus(2).unschedulable().build(),
+        ],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("p").gpus(4).build(),
+            pod("m").gpus(1).models(&["B200"]).build(),
+            pod("q").gpus(1).queue("nope").build(),
+        ],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    let msg = explanation(&snap, &out, "p").unwrap();
+    assert_eq!(
+        msg,
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable."
+    );
+    let e = out.explanations.iter().find(|e| e.pod == 0).unwrap();
+    assert_eq!(e.verdict, Verdict::Unresolvable);
+    assert!(
+        explanation(&snap, &out, "m").unwrap().contains("3 node(s)")
+            || explanation(&snap, &out, "m").unwrap().contains("GPU model")
+    );
+    assert!(
+        explanation(&snap, &out, "q")
+            .unwrap()
+            .contains("does not exist")
+    );
+}
+
+#[test]
+fn shares_pack_onto_one_gpu() {
+    let snap = snapshot(
+        vec![node("a").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("s1").share(500).build(),
+            pod("s2").share(300).build(),
+            pod("s3").share(400).build(),
+        ],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    let b = binds(&snap, &out);
+    assert_eq!(b.len(), 3);
+    let gpu_of = |n: &str| match b[n].1 {
+        GpuAssignment::Share { gpu, .. } => gpu,
+        _ => panic!("not a share"),
+    };
+    assert_eq!(gpu_of("s1"), gpu_of("s2"), "best fit stacks 0.5 + 0.3");
+    assert_ne!(gpu_of("s1"), gpu_of("s3"));
+}
