@@ -100,7 +100,7 @@ struct Job {
 impl Job {
     fn demand(&self, snap: &Snapshot) -> ResourceVec {
         let mut r = ResourceVec::default();
-        for &p in &self.pods[..self.need.max(1).min(self.pods.len())] {
+        for &p in &self.pods[..self.need.min(self.pods.len())] {
             r.add(&snap.pods[p as usize].pod.demand());
         }
         r
@@ -762,9 +762,18 @@ impl<'s> Cycle<'s> {
                 continue;
             }
             // extras (elastic members beyond minMember): best effort
+            // (each within the queue's quota, counting what this job takes)
+            let mut taken = job.demand(self.snap);
             for &p in &job.pods[job.need..] {
-                if let Some((n, g)) = self.best_node(filters, packer, p, j, dom.as_ref()) {
-                    self.st_place(&mut st, p, n, g);
+                let mut with = taken.clone();
+                with.add(&self.pod(p).demand());
+                if self.tree.quota_violation(job.queue, &with).is_some() {
+                    continue;
+                }
+                if let Some((n, g)) = self.best_node(filters, packer, p, j, dom.as_ref())
+                    && self.st_place(&mut st, p, n, g)
+                {
+                    taken = with;
                 }
             }
             let ops = st.commit();
