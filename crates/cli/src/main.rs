@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod openb;
 mod simulate;
 
@@ -16,11 +17,14 @@ struct Cli {
 enum Cmd {
     /// Run the trace-driven simulator (default: an embedded mixed cluster and workload).
     Simulate(simulate::SimulateArgs),
+    /// Measure scheduling throughput, gang latency and memory on synthetic clusters.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Simulate(a) => simulate::run(a),
+        Cmd::Bench(a) => bench::run(a),
     }
 }

@@ -1,0 +1,209 @@
+//! `gpusched bench`: scheduling throughput, gang latency, a cluster-size
+//! curve and memory per node and per pod, on synthetic clusters.
+
+use anyhow::Context;
+use clap::Args;
+use gpusched_core::{Decision, PodState, Snapshot};
+use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
+use gpusched_model::{GpuRequest, Pod, PodGroup, Queue, ResourceVec};
+use gpusched_plugins::SchedulerConfig;
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Nodes (8 GPUs each) for the throughput run.
+    #[arg(long, default_value_t = 5000)]
+    pub nodes: u32,
+    /// Pending 1-GPU pods for the throughput run.
+    #[arg(long, default_value_t = 50_000)]
+    pub pods: u32,
+    /// Packing policy.
+    #[arg(long, default_value = "gpusched")]
+    pub policy: String,
+    /// Node counts of the cluster-size curve (comma separated; empty: skip).
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000,20000")]
+    pub curve: Vec<u32>,
+    /// Number of 1,000-GPU gangs for the gang run (0: skip).
+    #[arg(long, default_value_t = 4)]
+    pub gangs: u32,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize, Debug)]
+struct Run {
+    name: String,
+    nodes: u32,
+    pods: u32,
+    bound: u32,
+    seconds: f64,
+    decisions_per_s: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct Report {
+    policy: String,
+    throughput: Run,
+    gangs: Option<Run>,
+    curve: Vec<Run>,
+    bytes_per_node: u64,
+    bytes_per_pod: u64,
+}
+
+fn cluster(n: u32) -> anyhow::Result<Vec<gpusched_model::Node>> {
+    let spec = ClusterSpec {
+        nodes: vec![NodeGroupSpec {
+            name: "node".into(),
+            count: n,
+            cpu: "224".into(),
+            memory: "2Ti".into(),
+            rack: Some("rack".into()),
+            nodes_per_rack: Some(16),
+            gpus: Some(GpuLayoutSpec {
+                count: 8,
+                model: "H100-SXM5-80GB".into(),
+                memory: "80Gi".into(),
+                interconnect: Interconnect::Nvswitch,
+                pcie_switches: 4,
+                numa_nodes: 2,
+                devices: vec![],
+            }),
+            ..Default::default()
+        }],
+    };
+    spec.nodes().context("building the synthetic cluster")
+}
+
+fn one_gpu_pods(n: u32) -> Vec<PodState> {
+    (0..n)
+        .map(|i| {
+            let mut p = Pod::new(format!("bench/p{i:06}"), "default");
+            p.requests = ResourceVec::new(2000, 8 << 30, 0);
+            p.gpu = GpuRequest::Whole(1);
+            p.arrival_ms = i as u64;
+            PodState::pending(p)
+        })
+        .collect()
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+fn time_cycle(cfg: &SchedulerConfig, snap: &Snapshot, name: &str) -> anyhow::Result<Run> {
+    let mut s = gpusched_plugins::build(cfg)?;
+    let t = Instant::now();
+    let out = s.cycle(snap, 0, 42);
+    let secs = t.elapsed().as_secs_f64();
+    let bound = out.decisions.iter().filter(|d| matches!(d, Decision::Bind { .. })).count() as u32;
+    let pending = snap.pods.len() as u32;
+    Ok(Run {
+        name: name.into(),
+        nodes: snap.nodes.len() as u32,
+        pods: pending,
+        bound,
+        seconds: secs,
+        decisions_per_s: pending as f64 / secs.max(1e-9),
+    })
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let mut cfg = SchedulerConfig::default();
+    cfg.packing.policy = a.policy.clone();
+    gpusched_plugins::build(&cfg)?;
+
+    // memory per node / per pod
+    let r0 = rss_bytes();
+    let nodes = cluster(a.nodes)?;
+    let r1 = rss_bytes();
+    let pods = one_gpu_pods(a.pods);
+    let r2 = rss_bytes();
+    let snap = Snapshot {
+        nodes,
+        queues: vec![Queue::new("default")],
+        groups: vec![],
+        pods,
+    };
+    let throughput = time_cycle(&cfg, &snap, "throughput")?;
+
+    let gangs = if a.gangs > 0 {
+        let mut pods = Vec::new();
+        let mut groups = Vec::new();
+        for g in 0..a.gangs {
+            groups.push(PodGroup {
+                name: format!("gang-{g}"),
+                queue: "default".into(),
+                min_member: 125,
+                priority: 0,
+                topology: None,
+                schedule_timeout_ms: None,
+            });
+            for m in 0..125 {
+                let mut p = Pod::new(format!("bench/g{g}-{m:03}"), "default");
+                p.requests = ResourceVec::new(16_000, 64 << 30, 0);
+                p.gpu = GpuRequest::Whole(8);
+                p.group = Some(format!("gang-{g}"));
+                pods.push(PodState::pending(p));
+            }
+        }
+        let gsnap = Snapshot {
+            nodes: snap.nodes.clone(),
+            queues: snap.queues.clone(),
+            groups,
+            pods,
+        };
+        Some(time_cycle(&cfg, &gsnap, "1000-GPU gangs")?)
+    } else {
+        None
+    };
+
+    let mut curve = Vec::new();
+    for &n in &a.curve {
+        let csnap = Snapshot {
+            nodes: cluster(n)?,
+            queues: vec![Queue::new("default")],
+            groups: vec![],
+            pods: one_gpu_pods(a.pods),
+        };
+        curve.push(time_cycle(&cfg, &csnap, &format!("{n} nodes"))?);
+    }
+
+    let report = Report {
+        policy: a.policy.clone(),
+        throughput,
+        gangs,
+        curve,
+        bytes_per_node: r1.saturating_sub(r0) / a.nodes.max(1) as u64,
+        bytes_per_pod: r2.saturating_sub(r1) / a.pods.max(1) as u64,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("gpusched bench — policy {}", report.policy);
+    println!("{:<18} {:>7} {:>8} {:>8} {:>9} {:>14}", "run", "nodes", "pods", "bound", "seconds", "decisions/s");
+    let mut rows = vec![&report.throughput];
+    rows.extend(report.gangs.iter());
+    rows.extend(report.curve.iter());
+    for r in rows {
+        println!(
+            "{:<18} {:>7} {:>8} {:>8} {:>9.3} {:>14.0}",
+            r.name, r.nodes, r.pods, r.bound, r.seconds, r.decisions_per_s
+        );
+    }
+    println!(
+        "memory: {} bytes per node (8 GPUs), {} bytes per pending pod (RSS deltas)",
+        report.bytes_per_node, report.bytes_per_pod
+    );
+    Ok(())
+}
