@@ -302,6 +302,8 @@ impl Scheduler {
         let mut cursor = vec![0usize; per_queue.len()];
         let mut blocked = vec![false; per_queue.len()];
         let mut unplaced: Vec<JobId> = Vec::new();
+        // whether a job of the queue already waits for capacity this cycle
+        let mut waiting_in_queue = vec![false; per_queue.len()];
         let mut reservations = 0u32;
         loop {
             // most under-served queue with work left
@@ -331,7 +333,7 @@ impl Scheduler {
                 if job.group.is_some() {
                     c.out.stats.gangs_started += 1;
                 }
-                if unplaced.iter().any(|&u| jobs[u].queue == q) {
+                if waiting_in_queue[q] {
                     c.out.stats.backfilled += 1;
                 }
                 continue;
@@ -344,9 +346,8 @@ impl Scheduler {
                 blocked[q] = true;
             }
             let waited = now_ms.saturating_sub(job.arrival);
-            let head = !unplaced[..unplaced.len() - 1]
-                .iter()
-                .any(|&u| jobs[u].queue == q);
+            let head = !waiting_in_queue[q];
+            waiting_in_queue[q] = true;
             if head
                 && waited >= self.opts.reserve_after_ms
                 && reservations < self.opts.max_reservations
@@ -1200,16 +1201,18 @@ impl<'s> Cycle<'s> {
                 job_of.insert(p, j);
             }
         }
+        let mut nominated_set = vec![false; self.snap.pods.len()];
+        for d in &self.out.decisions {
+            if let Decision::Nominate { pod, .. } = d {
+                nominated_set[*pod as usize] = true;
+            }
+        }
         for (i, ps) in self.snap.pods.iter().enumerate() {
             let p = i as PodId;
             if !ps.is_pending() {
                 continue;
             }
-            let nominated = self
-                .out
-                .decisions
-                .iter()
-                .any(|d| matches!(d, Decision::Nominate { pod, .. } if *pod == p));
+            let nominated = nominated_set[i];
             if self.placed[i] && !nominated {
                 continue;
             }
