@@ -1,16 +1,268 @@
-//! `gpusched simulate`.
+//! `gpusched simulate`: run the discrete-event simulator.
 
+use anyhow::Context;
 use clap::Args;
+use gpusched_sim::metrics::WallTiming;
+use gpusched_sim::{Hooks, SimResult};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
+/// `--json` is declared once, in [`crate::openb::OpenbArgs`], and shared:
+/// without `--openb` it prints the simulator's result as JSON.
 #[derive(Args, Debug, Clone)]
 pub struct SimulateArgs {
     #[command(flatten)]
     pub openb: crate::openb::OpenbArgs,
+
+    /// Cluster file (YAML, the cluster-spec vocabulary). Default: the
+    /// embedded mixed cluster (fixtures/clusters/mixed.yaml).
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
+
+    /// Workload file (YAML: queues, jobs, events; see docs/simulator.md).
+    /// Default: the embedded mixed workload (fixtures/workloads/mixed.yaml).
+    #[arg(long, value_name = "FILE")]
+    pub workload: Option<PathBuf>,
+
+    /// Seed for the workload's random parts and the scheduler.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+
+    /// Scheduler configuration (YAML).
+    #[arg(long, value_name = "SCHEDULER_CONFIG.yaml")]
+    pub config: Option<PathBuf>,
+
+    /// Packing policy by name (overrides the configuration's).
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
+    /// Write a self-contained HTML report (charts, tables) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+
+    /// Stop at this virtual time (e.g. `6h`, `90m`).
+    #[arg(long, value_name = "DURATION")]
+    pub until: Option<String>,
+
+    /// Check conservation (no GPU overcommitted) after every cycle and event.
+    #[arg(long)]
+    pub verify: bool,
+
+    /// Lets the shared `--json` of `OpenbArgs` be used without `--openb`
+    /// (must come after `openb`: fields are added in order).
+    #[command(flatten)]
+    shared_json: SharedJson,
+}
+
+/// Removes the `requires = "openb"` of the `--json` flag declared by
+/// [`crate::openb::OpenbArgs`], so that one flag serves both modes.
+#[derive(Debug, Clone, Default)]
+struct SharedJson;
+
+impl clap::FromArgMatches for SharedJson {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(SharedJson)
+    }
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl clap::Args for SharedJson {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let has_json = cmd.get_arguments().any(|a| a.get_id() == "json");
+        if has_json {
+            cmd.mut_arg("json", |a| {
+                a.requires(clap::builder::Resettable::<clap::Id>::Reset)
+            })
+        } else {
+            cmd.arg(
+                clap::Arg::new("json")
+                    .long("json")
+                    .action(clap::ArgAction::SetTrue)
+                    .help("Print the result as JSON on stdout"),
+            )
+        }
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.openb.is_requested() {
         return crate::openb::run(&args.openb);
     }
-    anyhow::bail!("not implemented yet")
+    let cluster_text = args
+        .cluster
+        .as_deref()
+        .map(gpusched_sim::load::read)
+        .transpose()?;
+    let workload_text = args
+        .workload
+        .as_deref()
+        .map(gpusched_sim::load::read)
+        .transpose()?;
+    let cluster_name = args.cluster.as_ref().map(|p| p.display().to_string());
+    let workload_name = args.workload.as_ref().map(|p| p.display().to_string());
+    fn src<'a>(n: &'a Option<String>, t: &'a Option<String>) -> Option<gpusched_sim::Source<'a>> {
+        match (n, t) {
+            (Some(n), Some(t)) => Some(gpusched_sim::Source {
+                name: n.as_str(),
+                text: t.as_str(),
+            }),
+            _ => None,
+        }
+    }
+    let mut scenario = gpusched_sim::scenario(
+        src(&cluster_name, &cluster_text),
+        src(&workload_name, &workload_text),
+        args.seed,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(u) = &args.until {
+        let ms = gpusched_sim::workload::parse_duration_ms(u)
+            .map_err(|e| anyhow::anyhow!("--until: {e}"))?;
+        scenario.settings.until_ms = Some(ms);
+    }
+    scenario.settings.verify |= args.verify;
+
+    let mut scheduler = build_scheduler(&args)?;
+    let mut hooks = CliHooks::new(!args.openb.json);
+    let started = Instant::now();
+    let result = gpusched_sim::run(&scenario, &mut scheduler, args.seed, &mut hooks);
+    let wall = hooks.finish(started.elapsed());
+
+    if let Some(path) = &args.report {
+        let html = gpusched_sim::report::render(&result, Some(&wall));
+        std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.openb.json {
+        #[derive(serde::Serialize)]
+        struct Out<'a> {
+            #[serde(flatten)]
+            result: &'a SimResult,
+            /// Wall-clock timing: differs between runs, unlike everything else.
+            wall: &'a WallTiming,
+        }
+        let mut text = serde_json::to_string_pretty(&Out {
+            result: &result,
+            wall: &wall,
+        })?;
+        text.push('\n');
+        print_ok(&text)?;
+    } else {
+        let mut text = gpusched_sim::table::render(&result);
+        text += &format!(
+            "\n  wall time {:.2}s · cycle mean {:.3}ms · p99 {:.3}ms · max {:.3}ms\n",
+            wall.total_s, wall.cycle_mean_ms, wall.cycle_p99_ms, wall.cycle_max_ms
+        );
+        if let Some(path) = &args.report {
+            text += &format!("  report written to {}\n", path.display());
+        }
+        print_ok(&text)?;
+    }
+    if result.totals.sim_errors > 0 {
+        eprintln!(
+            "warning: {} simulator errors (refused decisions or conservation violations); first: {}",
+            result.totals.sim_errors,
+            result.errors.first().cloned().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn print_ok(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// The scheduler from `--config` and `--policy`.
+///
+/// Until the plugin registry (`gpusched_plugins::build`) lands, the config
+/// file holds the core's `SchedulerOptions` and the policy names one of the
+/// simulator's stand-in packers.
+fn build_scheduler(args: &SimulateArgs) -> anyhow::Result<gpusched_core::Scheduler> {
+    let opts = match &args.config {
+        Some(p) => {
+            let text = gpusched_sim::load::read(p)?;
+            gpusched_sim::sched::options_from_yaml(&p.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => gpusched_core::SchedulerOptions::default(),
+    };
+    gpusched_sim::sched::builtin(opts, args.policy.as_deref()).map_err(|e| anyhow::anyhow!(e))
+}
+
+/// Wall-clock timing of cycles and a progress bar (stderr, TTY only, after
+/// the run has taken a second).
+struct CliHooks {
+    started: Instant,
+    cycle_start: Option<Instant>,
+    cycle_ns: Vec<u64>,
+    bar: Option<ProgressBar>,
+    show_bar: bool,
+}
+
+impl CliHooks {
+    fn new(allow_bar: bool) -> Self {
+        CliHooks {
+            started: Instant::now(),
+            cycle_start: None,
+            cycle_ns: Vec::new(),
+            bar: None,
+            show_bar: allow_bar && std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn finish(mut self, total: Duration) -> WallTiming {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        WallTiming::from_cycle_ns(total.as_secs_f64(), &mut self.cycle_ns)
+    }
+}
+
+impl Hooks for CliHooks {
+    fn before_cycle(&mut self, _now_ms: u64) {
+        self.cycle_start = Some(Instant::now());
+    }
+
+    fn after_cycle(&mut self, _now_ms: u64, _out: &gpusched_core::CycleOutput) {
+        if let Some(s) = self.cycle_start.take() {
+            self.cycle_ns.push(s.elapsed().as_nanos() as u64);
+        }
+    }
+
+    fn progress(&mut self, now_ms: u64, horizon_ms: u64) {
+        if !self.show_bar {
+            return;
+        }
+        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
+            let b = ProgressBar::with_draw_target(Some(horizon_ms), ProgressDrawTarget::stderr());
+            if let Ok(style) = ProgressStyle::default_bar()
+                .template("{spinner} simulating [{bar:40}] {percent:>3}% {msg} ({elapsed})")
+            {
+                b.set_style(style.progress_chars("=> "));
+            }
+            self.bar = Some(b);
+        }
+        if let Some(b) = &self.bar {
+            if horizon_ms > b.length().unwrap_or(0) {
+                b.set_length(horizon_ms);
+            }
+            b.set_position(now_ms);
+            b.set_message(format!(
+                "t={}",
+                gpusched_sim::workload::fmt_duration(now_ms)
+            ));
+        }
+    }
 }

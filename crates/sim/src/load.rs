@@ -1,0 +1,345 @@
+//! Reading cluster and workload files, with errors that name the file, the
+//! line and the field.
+
+use crate::workload::{Ctx, Scenario, WorkloadFile};
+use gpusched_model::Node;
+use gpusched_model::spec::ClusterSpec;
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::Spanned;
+use std::fmt;
+
+/// The embedded default cluster (also `fixtures/clusters/mixed.yaml`).
+pub const DEFAULT_CLUSTER: &str = include_str!("../../../fixtures/clusters/mixed.yaml");
+/// The embedded default workload (also `fixtures/workloads/mixed.yaml`).
+pub const DEFAULT_WORKLOAD: &str = include_str!("../../../fixtures/workloads/mixed.yaml");
+
+/// A refused file: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub file: String,
+    /// 1-based; 0 when unknown (e.g. the file could not be read).
+    pub line: u64,
+    pub column: u64,
+    /// Path of the offending field (`jobs[2].requests.nvidia.com/gpu`);
+    /// empty when the error is not about one field (YAML syntax).
+    pub field: String,
+    pub message: String,
+    /// The offending source line, for display.
+    pub source_line: String,
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}:{}", self.line, self.column)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": field `{}`", self.field)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if self.line > 0 && !self.source_line.trim().is_empty() {
+            write!(f, "\n  {:>4} | {}", self.line, self.source_line)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+impl LoadError {
+    pub(crate) fn at(
+        file: &str,
+        text: &str,
+        line: u64,
+        column: u64,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        LoadError {
+            file: file.to_string(),
+            line,
+            column,
+            field: field.into(),
+            message: message.into(),
+            source_line: source_line(text, line),
+        }
+    }
+
+    /// An error about the file as a whole.
+    pub fn file(file: &str, message: impl Into<String>) -> Self {
+        LoadError {
+            file: file.to_string(),
+            line: 0,
+            column: 0,
+            field: String::new(),
+            message: message.into(),
+            source_line: String::new(),
+        }
+    }
+
+    fn from_yaml(file: &str, text: &str, e: &serde_saphyr::Error) -> Self {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((0, 0));
+        let mut message = e.without_snippet().to_string();
+        // drop the "error: line N column M: " prefix: we print our own
+        if let Some(s) = message.strip_prefix("error: ") {
+            message = s.to_string();
+        }
+        if message.starts_with("line ")
+            && let Some(i) = message.find(": ")
+        {
+            message = message[i + 2..].to_string();
+        }
+        message = message.lines().next().unwrap_or("").trim().to_string();
+        let named = between(&message, "field `", "`");
+        let tree = serde_saphyr::from_str::<Spanned<Tree>>(text).ok();
+        let path = tree.as_ref().and_then(|t| {
+            let mut best = None;
+            t.value.deepest_at(line, String::new(), &mut best);
+            best
+        });
+        let field = match (named, path) {
+            (Some(n), Some(p)) if message.starts_with("missing field") => {
+                let parent = p.rsplit_once('.').map(|x| x.0).unwrap_or("");
+                join(parent, &n)
+            }
+            (_, Some(p)) => p,
+            (Some(n), None) => n,
+            (None, None) => key_on_line(text, line).unwrap_or_default(),
+        };
+        LoadError::at(file, text, line, column, field, message)
+    }
+}
+
+fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+fn between(s: &str, a: &str, b: &str) -> Option<String> {
+    let i = s.find(a)? + a.len();
+    let j = s[i..].find(b)? + i;
+    Some(s[i..j].to_string())
+}
+
+fn source_line(text: &str, line: u64) -> String {
+    if line == 0 {
+        return String::new();
+    }
+    text.lines()
+        .nth(line as usize - 1)
+        .unwrap_or("")
+        .trim_end()
+        .to_string()
+}
+
+fn key_on_line(text: &str, line: u64) -> Option<String> {
+    let l = source_line(text, line);
+    let t = l.trim_start().trim_start_matches("- ").trim_start();
+    let (k, _) = t.split_once(':')?;
+    (!k.is_empty() && !k.contains(' ')).then(|| k.to_string())
+}
+
+/// A YAML document reduced to its shape and locations, to find the line of
+/// a field path after typed parsing succeeded.
+#[derive(Debug)]
+enum Tree {
+    Map(Vec<(String, Spanned<Tree>)>),
+    Seq(Vec<Spanned<Tree>>),
+    Leaf,
+}
+
+impl<'de> Deserialize<'de> for Tree {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Tree;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any YAML value")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_unit<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_none<E>(self) -> Result<Tree, E> {
+                Ok(Tree::Leaf)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Tree, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = a.next_element()? {
+                    v.push(x);
+                }
+                Ok(Tree::Seq(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Tree, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, x)) = a.next_entry::<String, Spanned<Tree>>()? {
+                    v.push((k, x));
+                }
+                Ok(Tree::Map(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Tree {
+    /// The deepest path whose value starts on `line`.
+    fn deepest_at(&self, line: u64, path: String, best: &mut Option<String>) {
+        let mut visit = |p: String, t: &Spanned<Tree>| {
+            if t.referenced.line() == line {
+                *best = Some(p.clone());
+            }
+            t.value.deepest_at(line, p, best);
+        };
+        match self {
+            Tree::Map(m) => {
+                for (k, v) in m {
+                    visit(join(&path, k), v);
+                }
+            }
+            Tree::Seq(s) => {
+                for (i, v) in s.iter().enumerate() {
+                    visit(format!("{path}[{i}]"), v);
+                }
+            }
+            Tree::Leaf => {}
+        }
+    }
+
+    /// Line of a path like `nodes[2].gpus.memory`: the deepest prefix found.
+    fn line_of(&self, segs: &[Seg]) -> Option<(u64, u64)> {
+        let (first, rest) = segs.split_first()?;
+        let child = match (self, first) {
+            (Tree::Map(m), Seg::Key(k)) => m.iter().find(|(x, _)| x == k).map(|x| &x.1),
+            (Tree::Seq(s), Seg::Index(i)) => s.get(*i),
+            _ => None,
+        }?;
+        let here = (child.referenced.line(), child.referenced.column());
+        Some(child.value.line_of(rest).unwrap_or(here))
+    }
+}
+
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn parse_path(p: &str) -> Vec<Seg> {
+    let mut out = Vec::new();
+    for part in p.split('.') {
+        let (key, idx) = match part.split_once('[') {
+            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        if !key.is_empty() {
+            out.push(Seg::Key(key.to_string()));
+        }
+        if let Some(i) = idx {
+            out.push(Seg::Index(i));
+        }
+    }
+    out
+}
+
+/// Parses a cluster file (`model::spec::ClusterSpec`) and builds its nodes.
+pub fn parse_cluster(file: &str, text: &str) -> Result<Vec<Node>, LoadError> {
+    let spec: ClusterSpec =
+        serde_saphyr::from_str(text).map_err(|e| LoadError::from_yaml(file, text, &e))?;
+    if spec.nodes.is_empty() {
+        return Err(LoadError::file(file, "field `nodes`: no node groups"));
+    }
+    spec.nodes().map_err(|e| {
+        let path = format!("nodes[{}].{}", e.index, e.field);
+        let (line, column) = serde_saphyr::from_str::<Spanned<Tree>>(text)
+            .ok()
+            .and_then(|t| t.value.line_of(&parse_path(&path)))
+            .unwrap_or((0, 0));
+        LoadError::at(
+            file,
+            text,
+            line,
+            column,
+            path,
+            format!("node group {:?}: {}", e.group, e.why),
+        )
+    })
+}
+
+/// Parses any YAML document into `T`, with located errors.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, LoadError> {
+    serde_saphyr::from_str(text).map_err(|e| LoadError::from_yaml(file, text, &e))
+}
+
+/// Parses a workload file (schema in `docs/simulator.md`).
+pub fn parse_workload(file: &str, text: &str) -> Result<WorkloadFile, LoadError> {
+    serde_saphyr::from_str(text).map_err(|e| LoadError::from_yaml(file, text, &e))
+}
+
+/// Reads a file, naming it in the error.
+pub fn read(path: &std::path::Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| LoadError::file(&path.display().to_string(), format!("cannot read: {e}")))
+}
+
+/// A file's name and text.
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    pub name: &'a str,
+    pub text: &'a str,
+}
+
+/// Builds a scenario from a cluster file and a workload file (either
+/// defaults to the embedded mixed cluster / workload). Random parts of the
+/// workload come from `seed`.
+pub fn scenario(
+    cluster: Option<Source<'_>>,
+    workload: Option<Source<'_>>,
+    seed: u64,
+) -> Result<Scenario, LoadError> {
+    let c = cluster.unwrap_or(Source {
+        name: "<default cluster>",
+        text: DEFAULT_CLUSTER,
+    });
+    let w = workload.unwrap_or(Source {
+        name: "<default workload>",
+        text: DEFAULT_WORKLOAD,
+    });
+    let nodes = parse_cluster(c.name, c.text)?;
+    let wf = parse_workload(w.name, w.text)?;
+    let ctx = Ctx {
+        file: w.name,
+        text: w.text,
+    };
+    wf.expand(&ctx, nodes, seed)
+}
+
+/// The embedded default scenario (mixed cluster, mixed workload).
+pub fn default_scenario(seed: u64) -> Scenario {
+    match scenario(None, None, seed) {
+        Ok(s) => s,
+        // The embedded files are checked by tests; this cannot happen in a
+        // released build.
+        Err(e) => panic!("embedded default scenario is invalid: {e}"),
+    }
+}

@@ -1,0 +1,437 @@
+//! What a run measured. Everything here is a pure function of the scenario,
+//! the scheduler and the seed: no wall-clock time (the CLI measures that
+//! and reports it beside this, never inside).
+
+use gpusched_model::{GPU_MILLI, Queue};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The result of one run. Serialises to the `--json` output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimResult {
+    pub scenario: String,
+    pub seed: u64,
+    /// The packer's name.
+    pub scheduler: String,
+    pub nodes: u32,
+    pub gpus: u32,
+    /// Virtual time the run ended (ms).
+    pub end_ms: u64,
+    pub cycles: u64,
+    /// Why the run ended: `done` (nothing left), `until` (time limit),
+    /// `idle` (pods left that nothing will change).
+    pub ended_by: String,
+    pub totals: Totals,
+    pub queues: Vec<QueueReport>,
+    pub series: Series,
+    pub heatmap: Heatmap,
+    pub wait_cdf: Vec<Cdf>,
+    pub incidents: Vec<Incident>,
+    /// The first simulator errors (refused decisions, conservation
+    /// violations); `totals.sim_errors` counts all.
+    pub errors: Vec<String>,
+}
+
+/// Whole-run counters and summaries.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub jobs: u64,
+    pub jobs_completed: u64,
+    pub jobs_failed: u64,
+    pub jobs_unfinished: u64,
+    pub pods: u64,
+    pub pods_succeeded: u64,
+    pub pods_failed: u64,
+    pub binds: u64,
+    /// Pods evicted by the scheduler (`Decision::Evict`) whose reason does
+    /// not mention reclaim.
+    pub preemptions: u64,
+    /// Pods evicted by the scheduler with a reason mentioning reclaim.
+    pub reclaims: u64,
+    /// Evictions by the scheduler, by reason (text before the first `:`).
+    pub evictions_by_reason: BTreeMap<String, u64>,
+    /// Pods put back in the queue at once (preempted, drained, or restarted
+    /// with their gang after a preemption).
+    pub requeues: u64,
+    /// Pods put back after a failure, with backoff.
+    pub retries: u64,
+    /// Pods stopped by a node or GPU failure (directly or via their gang).
+    pub failure_kills: u64,
+    /// Pods (or gangs' pods) failed after exceeding the retry limit.
+    pub retry_limit_failures: u64,
+    pub gang_starts: u64,
+    /// Gangs whose first binds of an attempt were fewer than `minMember`
+    /// (must be 0).
+    pub gangs_started_partially: u64,
+    /// Gangs stopped as a whole because one member was evicted or failed.
+    pub gang_restarts: u64,
+    pub groups_timed_out: u64,
+    /// Nominations that set or changed a pod's nominated node.
+    pub nominations: u64,
+    /// Sum of the core's `CycleStats::backfilled`.
+    pub backfilled: u64,
+    pub sim_errors: u64,
+    /// Time-weighted GPU allocation (used / schedulable capacity), percent.
+    pub alloc_mean_pct: f64,
+    pub alloc_peak_pct: f64,
+    /// Time-weighted fragmentation (fragmented milli / capacity), percent.
+    pub frag_mean_pct: f64,
+    pub wait_p50_s: f64,
+    pub wait_p95_s: f64,
+    pub wait_p99_s: f64,
+    pub jct_p50_s: f64,
+    pub jct_mean_s: f64,
+    /// Time-weighted Σ|used − fair| / (2 · capacity), percent: the share of
+    /// the cluster held against the demand-aware fair share.
+    pub fairness_gap_pct: f64,
+}
+
+/// Per-queue results.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    pub name: String,
+    pub weight: u32,
+    pub guarantee_gpus: f64,
+    pub jobs: u64,
+    pub jobs_completed: u64,
+    pub pods: u64,
+    pub pods_started: u64,
+    pub wait_p50_s: f64,
+    pub wait_p95_s: f64,
+    pub wait_p99_s: f64,
+    pub jct_p50_s: f64,
+    pub jct_p95_s: f64,
+    pub jct_mean_s: f64,
+    /// Time-averaged GPUs held.
+    pub avg_gpus: f64,
+    /// Time-averaged demand-aware fair share (guarantees first, then
+    /// weights, capped by demand), in GPUs.
+    pub fair_gpus: f64,
+    /// Static entitlement (guarantee + weighted share, demand ignored).
+    pub entitled_gpus: f64,
+    /// `avg_gpus / fair_gpus` (1 = exactly fair; 0 when fair is 0).
+    pub fairness_ratio: f64,
+    pub preempted: u64,
+}
+
+/// Time series in equal buckets (time-weighted averages).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub bucket_ms: u64,
+    /// Bucket start times.
+    pub t_ms: Vec<u64>,
+    pub alloc_pct: Vec<f64>,
+    pub frag_pct: Vec<f64>,
+    pub used_gpus: Vec<f64>,
+    pub capacity_gpus: Vec<f64>,
+    pub pending_pods: Vec<f64>,
+    pub running_pods: Vec<f64>,
+}
+
+/// Per-node GPU occupancy over time.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Heatmap {
+    pub bucket_ms: u64,
+    pub nodes: Vec<String>,
+    pub node_gpus: Vec<u32>,
+    /// `cells[node][bucket]`: used fraction of the node's GPUs (0–1), or
+    /// −1 when the node was down or cordoned for most of the bucket.
+    pub cells: Vec<Vec<f64>>,
+}
+
+/// Empirical CDF of queue wait: `(seconds, fraction ≤)`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cdf {
+    pub queue: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A cluster event as it happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incident {
+    pub t_ms: u64,
+    pub what: String,
+    pub node: String,
+    pub pods_stopped: u32,
+}
+
+/// Rounds for stable, readable JSON.
+pub fn r4(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 10_000.0).round() / 10_000.0
+    } else {
+        0.0
+    }
+}
+
+/// Nearest-rank percentile of sorted values (ms → s).
+pub fn pct_s(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    r4(sorted[rank.min(sorted.len()) - 1] as f64 / 1000.0)
+}
+
+pub fn mean_s(v: &[u64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    r4(v.iter().sum::<u64>() as f64 / v.len() as f64 / 1000.0)
+}
+
+/// Time-weighted bucket averages of a step function `(t, value)` over
+/// `[0, end)`. Values hold from their time until the next step.
+pub fn bucketize(steps: &[(u64, f64)], end: u64, n: usize) -> (u64, Vec<f64>) {
+    let n = n.max(1);
+    let w = end.div_ceil(n as u64).max(1);
+    let mut out = vec![0.0; n];
+    for (i, &(t, v)) in steps.iter().enumerate() {
+        let t1 = steps.get(i + 1).map(|s| s.0).unwrap_or(end).min(end);
+        let mut a = t.min(end);
+        while a < t1 {
+            let b = ((a / w + 1) * w).min(t1);
+            let k = (a / w) as usize;
+            if k < n {
+                out[k] += v * (b - a) as f64;
+            }
+            a = b;
+        }
+    }
+    for (k, o) in out.iter_mut().enumerate() {
+        let lo = k as u64 * w;
+        let hi = ((k as u64 + 1) * w).min(end);
+        let span = hi.saturating_sub(lo);
+        *o = if span > 0 { r4(*o / span as f64) } else { 0.0 };
+    }
+    (w, out)
+}
+
+/// GPU guarantee of a queue in milli (plain + per-model).
+pub fn guarantee_milli(q: &Queue) -> u64 {
+    q.guarantee.gpu_milli + q.gpu_guarantee_by_model.values().sum::<u64>()
+}
+
+/// Demand-aware fair share of GPU milli over the queue tree: at each level,
+/// guarantees first (capped by demand), then the rest by weight
+/// (water-filling, capped by demand; a queue that may not borrow stops at
+/// its guarantee). `demand[i]` is the demand of queue `i` itself; `None`
+/// means unbounded (gives the static entitlement).
+pub fn fair_shares(queues: &[Queue], demand: &[Option<u64>], capacity: u64) -> Vec<u64> {
+    let n = queues.len();
+    let idx: BTreeMap<&str, usize> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (q.name.as_str(), i))
+        .collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n + 1]; // n = root
+    for (i, q) in queues.iter().enumerate() {
+        let p = q
+            .parent
+            .as_deref()
+            .and_then(|p| idx.get(p).copied())
+            .unwrap_or(n);
+        children[p].push(i);
+    }
+    // subtree demand (None = unbounded), computed bottom-up by recursion
+    fn sub(i: usize, ch: &[Vec<usize>], d: &[Option<u64>]) -> Option<u64> {
+        let mut s = d[i];
+        for &c in &ch[i] {
+            s = match (s, sub(c, ch, d)) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+        s
+    }
+    let mut sdem: Vec<Option<u64>> = (0..n).map(|i| sub(i, &children, demand)).collect();
+    sdem.push(None);
+    let mut out = vec![0u64; n];
+    fn split(
+        parent: usize,
+        cap: u64,
+        ch: &[Vec<usize>],
+        qs: &[Queue],
+        sdem: &[Option<u64>],
+        own: &[Option<u64>],
+        out: &mut [u64],
+    ) {
+        let kids = &ch[parent];
+        if kids.is_empty() {
+            return;
+        }
+        let dem = |c: usize| sdem[c].unwrap_or(u64::MAX);
+        let mut alloc: Vec<u64> = kids
+            .iter()
+            .map(|&c| guarantee_milli(&qs[c]).min(dem(c)))
+            .collect();
+        let gsum: u64 = alloc.iter().sum();
+        if gsum > cap && gsum > 0 {
+            for a in alloc.iter_mut() {
+                *a = ((*a as u128 * cap as u128) / gsum as u128) as u64;
+            }
+        }
+        // the parent's own pods compete like a child of weight 1
+        let own_d = if parent < qs.len() {
+            own[parent]
+        } else {
+            Some(0)
+        };
+        let mut own_alloc = 0u64;
+        let mut left = cap.saturating_sub(alloc.iter().sum());
+        for _ in 0..=kids.len() + 1 {
+            if left == 0 {
+                break;
+            }
+            let room = |k: usize, a: u64| -> u64 {
+                let c = kids[k];
+                let lim = if qs[c].can_borrow {
+                    dem(c)
+                } else {
+                    dem(c).min(guarantee_milli(&qs[c]))
+                };
+                lim.saturating_sub(a)
+            };
+            let own_room = own_d.unwrap_or(u64::MAX).saturating_sub(own_alloc);
+            let wsum: u64 = kids
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| room(*k, alloc[*k]) > 0)
+                .map(|(_, &c)| qs[c].weight as u64)
+                .sum::<u64>()
+                + u64::from(own_room > 0);
+            if wsum == 0 {
+                break;
+            }
+            let mut given = 0u64;
+            for k in 0..kids.len() {
+                let r = room(k, alloc[k]);
+                if r == 0 {
+                    continue;
+                }
+                let s = ((left as u128 * qs[kids[k]].weight as u128) / wsum as u128) as u64;
+                let g = s.min(r);
+                alloc[k] += g;
+                given += g;
+            }
+            if own_room > 0 {
+                let g = (left / wsum).min(own_room);
+                own_alloc += g;
+                given += g;
+            }
+            left -= given.min(left);
+            if given == 0 {
+                // rounding leftovers: give one unit at a time in order
+                for (k, a) in alloc.iter_mut().enumerate() {
+                    if left > 0 && room(k, *a) > 0 {
+                        *a += 1;
+                        left -= 1;
+                    }
+                }
+                break;
+            }
+        }
+        for (k, &c) in kids.iter().enumerate() {
+            if ch[c].is_empty() {
+                out[c] = alloc[k];
+            } else {
+                // the queue's own pods get what its children leave
+                split(c, alloc[k], ch, qs, sdem, own, out);
+                let kids_sum: u64 = ch[c].iter().map(|&g| subtree_sum(g, ch, out)).sum();
+                out[c] = alloc[k].saturating_sub(kids_sum);
+            }
+        }
+    }
+    fn subtree_sum(i: usize, ch: &[Vec<usize>], out: &[u64]) -> u64 {
+        out[i] + ch[i].iter().map(|&c| subtree_sum(c, ch, out)).sum::<u64>()
+    }
+    split(n, capacity, &children, queues, &sdem, demand, &mut out);
+    out
+}
+
+/// Milli-GPU as GPUs.
+pub fn gpus(milli: f64) -> f64 {
+    r4(milli / GPU_MILLI as f64)
+}
+
+/// Wall-clock timing of a run, measured by the caller through
+/// [`crate::Hooks`]. Never part of [`SimResult`]: it differs run to run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WallTiming {
+    pub total_s: f64,
+    pub cycles: u64,
+    pub cycle_mean_ms: f64,
+    pub cycle_p50_ms: f64,
+    pub cycle_p99_ms: f64,
+    pub cycle_max_ms: f64,
+}
+
+impl WallTiming {
+    /// From the run's total and every cycle's duration (ns; sorted here).
+    pub fn from_cycle_ns(total_s: f64, ns: &mut [u64]) -> Self {
+        ns.sort_unstable();
+        let ms = |x: u64| r4(x as f64 / 1e6);
+        let pick = |p: f64| {
+            if ns.is_empty() {
+                0.0
+            } else {
+                let rank = ((p / 100.0) * ns.len() as f64).ceil().max(1.0) as usize;
+                ms(ns[rank.min(ns.len()) - 1])
+            }
+        };
+        WallTiming {
+            total_s: r4(total_s),
+            cycles: ns.len() as u64,
+            cycle_mean_ms: if ns.is_empty() {
+                0.0
+            } else {
+                r4(ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1e6)
+            },
+            cycle_p50_ms: pick(50.0),
+            cycle_p99_ms: pick(99.0),
+            cycle_max_ms: ns.last().map(|x| ms(*x)).unwrap_or(0.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_averages() {
+        let (w, v) = bucketize(&[(0, 1.0), (50, 3.0)], 100, 2);
+        assert_eq!(w, 50);
+        assert_eq!(v, vec![1.0, 3.0]);
+        let (_, v) = bucketize(&[(0, 0.0), (25, 4.0)], 100, 1);
+        assert_eq!(v, vec![3.0]);
+    }
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<u64> = (1..=100).map(|x| x * 1000).collect();
+        assert_eq!(pct_s(&v, 50.0), 50.0);
+        assert_eq!(pct_s(&v, 99.0), 99.0);
+        assert_eq!(pct_s(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn fair_share_guarantees_then_weights() {
+        let mut a = Queue::new("a");
+        a.weight = 2;
+        let mut b = Queue::new("b");
+        b.guarantee.gpu_milli = 4000;
+        let c = Queue::new("c");
+        let qs = vec![a, b, c];
+        // unbounded: b gets 4 + (12-4)/4*1 = 6, a 4, c 2
+        assert_eq!(
+            fair_shares(&qs, &[None, None, None], 12_000),
+            vec![4000, 6000, 2000]
+        );
+        // c wants nothing; b wants 5
+        assert_eq!(
+            fair_shares(&qs, &[Some(100_000), Some(5000), Some(0)], 12_000),
+            vec![7000, 5000, 0]
+        );
+    }
+}

@@ -1,0 +1,749 @@
+//! The workload-file vocabulary (YAML) and its expansion into a
+//! [`Scenario`]: queues, jobs (each job one or more pods, optionally a
+//! gang), cluster events (failures, drains) and simulator settings.
+//!
+//! Every struct denies unknown fields. Values that need checking after
+//! parsing (quantities, durations, names) are kept [`Spanned`] so that an
+//! error can name the line they came from. See `docs/simulator.md` for the
+//! schema with examples.
+
+use crate::load::LoadError;
+use gpusched_model::validate::{ContainerResources, pod_resources};
+use gpusched_model::{
+    GpuRequest, Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint,
+    TopologyLevel,
+};
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+use std::collections::{BTreeMap, BTreeSet};
+
+type S<T> = Spanned<T>;
+
+/// A whole workload file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadFile {
+    /// Optional name shown in reports.
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub queues: Vec<QueueSpec>,
+    #[serde(default)]
+    pub jobs: Vec<JobSpec>,
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+    #[serde(default)]
+    pub settings: Option<SettingsSpec>,
+}
+
+/// A queue (`gpusched.io/v1alpha1 Queue`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSpec {
+    pub name: S<String>,
+    #[serde(default)]
+    pub parent: Option<S<String>>,
+    #[serde(default = "one")]
+    pub weight: S<u32>,
+    /// `cpu`, `memory`, `gpu` (whole GPUs, may be fractional: `"0.5"`) and
+    /// extended resources, as quantity strings.
+    #[serde(default)]
+    pub guarantee: BTreeMap<String, S<String>>,
+    /// Guaranteed GPUs per model (`{H100-SXM5-80GB: "16"}`).
+    #[serde(default)]
+    pub gpu_guarantee_by_model: BTreeMap<String, S<String>>,
+    #[serde(default)]
+    pub limit: Option<BTreeMap<String, S<String>>>,
+    #[serde(default = "yes")]
+    pub can_borrow: bool,
+    #[serde(default = "yes")]
+    pub reclaimable: bool,
+}
+
+/// A kind of job; `count` instances of it arrive over time.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Instances are named `<name>-0`, `<name>-1`, …; pods `<job>-p0`, ….
+    pub name: S<String>,
+    pub queue: S<String>,
+    /// Number of job instances.
+    #[serde(default = "one")]
+    pub count: S<u32>,
+    /// Arrival of the first instance (duration from the start, e.g. `10m`).
+    #[serde(default)]
+    pub arrival: Option<S<String>>,
+    /// Gap between instances (`every: 5m`); with `poisson: true` the mean of
+    /// an exponential gap.
+    #[serde(default)]
+    pub every: Option<S<String>>,
+    #[serde(default)]
+    pub poisson: bool,
+    /// Run time of each pod once started (`2h`); with `duration_max`,
+    /// uniform in `[duration, duration_max]`.
+    pub duration: S<String>,
+    #[serde(default)]
+    pub duration_max: Option<S<String>>,
+    /// Pods per job instance.
+    #[serde(default = "one")]
+    pub pods: S<u32>,
+    /// Make each instance a gang (pod group).
+    #[serde(default)]
+    pub gang: Option<GangSpec>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "yes")]
+    pub preemptible: bool,
+    /// Per-pod requests as Kubernetes quantity strings: `cpu`, `memory`,
+    /// `nvidia.com/gpu`, `gpusched.io/gpu-milli`,
+    /// `gpusched.io/gpu-memory-mib`, other extended resources.
+    #[serde(default)]
+    pub requests: BTreeMap<String, S<String>>,
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    #[serde(default)]
+    pub min_gpu_memory: Option<S<String>>,
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default)]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Gang settings of a job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GangSpec {
+    /// Default: every pod of the job.
+    #[serde(default)]
+    pub min_member: Option<S<u32>>,
+    #[serde(default)]
+    pub topology: Option<TopologyLevel>,
+    /// Whether the topology constraint is required (default) or preferred.
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// Schedule timeout (`30m`).
+    #[serde(default)]
+    pub timeout: Option<S<String>>,
+}
+
+/// What happens to a node (or one of its GPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EventKind {
+    /// The node goes down; its pods fail and are retried with backoff.
+    NodeFailure,
+    NodeRecovery,
+    /// One GPU turns unhealthy; pods using it fail and are retried.
+    GpuFailure,
+    GpuRecovery,
+    /// Cordon and evict every pod (retried at once, no backoff).
+    Drain,
+    Uncordon,
+}
+
+/// A cluster event.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSpec {
+    pub at: S<String>,
+    pub kind: EventKind,
+    pub node: S<String>,
+    /// GPU position on the node (gpu-failure, gpu-recovery).
+    #[serde(default)]
+    pub gpu: Option<S<u32>>,
+    /// Schedule the matching recovery / uncordon this long after.
+    #[serde(default)]
+    pub recover_after: Option<S<String>>,
+}
+
+/// Simulator settings (all optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettingsSpec {
+    #[serde(default)]
+    pub cycle_interval: Option<S<String>>,
+    #[serde(default)]
+    pub tick: Option<S<String>>,
+    #[serde(default)]
+    pub retry_limit: Option<u32>,
+    #[serde(default)]
+    pub backoff: Option<S<String>>,
+    #[serde(default)]
+    pub backoff_max: Option<S<String>>,
+    #[serde(default)]
+    pub until: Option<S<String>>,
+    #[serde(default)]
+    pub idle_stop: Option<S<String>>,
+}
+
+fn one<T: From<u8>>() -> S<T> {
+    unspanned(T::from(1u8))
+}
+
+/// A value without a known location (defaults).
+pub(crate) fn unspanned<T>(v: T) -> S<T> {
+    Spanned::new(
+        v,
+        serde_saphyr::Location::UNKNOWN,
+        serde_saphyr::Location::UNKNOWN,
+    )
+}
+fn yes() -> bool {
+    true
+}
+
+/// Settings of a run (virtual milliseconds).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimSettings {
+    /// At most one cycle per this many ms (events are coalesced).
+    pub cycle_interval_ms: u64,
+    /// While pods wait, run a cycle at least this often.
+    pub tick_ms: u64,
+    /// Failures a pod (or gang) survives; one more and it is failed.
+    pub retry_limit: u32,
+    /// First retry delay after a failure; doubles per retry.
+    pub backoff_ms: u64,
+    pub backoff_max_ms: u64,
+    /// Hard end of the run.
+    pub until_ms: Option<u64>,
+    /// Stop when nothing but periodic cycles is left and nothing changed
+    /// for this long.
+    pub idle_stop_ms: u64,
+    /// Rebuild the cluster state after every cycle and event and check
+    /// conservation (no GPU overcommitted).
+    pub verify: bool,
+}
+
+impl Default for SimSettings {
+    fn default() -> Self {
+        SimSettings {
+            cycle_interval_ms: 1_000,
+            tick_ms: 30_000,
+            retry_limit: 3,
+            backoff_ms: 10_000,
+            backoff_max_ms: 300_000,
+            until_ms: None,
+            idle_stop_ms: 3_600_000,
+            verify: false,
+        }
+    }
+}
+
+/// One job instance: its pods share everything but the name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Job {
+    pub name: String,
+    /// The job kind (the `name` in the workload file).
+    pub kind: String,
+    pub queue: String,
+    pub arrival_ms: u64,
+    pub duration_ms: u64,
+    pub pods: u32,
+    /// Pod template; `name` is the job name, `arrival_ms` the job's.
+    pub template: Pod,
+    pub group: Option<PodGroup>,
+}
+
+/// A cluster event at a virtual time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterEvent {
+    pub at_ms: u64,
+    pub kind: EventKind,
+    pub node: String,
+    pub gpu: Option<u32>,
+}
+
+/// Everything a run needs besides the scheduler and the seed.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub nodes: Vec<Node>,
+    pub queues: Vec<Queue>,
+    pub jobs: Vec<Job>,
+    pub events: Vec<ClusterEvent>,
+    pub settings: SimSettings,
+}
+
+/// Parses a duration: `250ms`, `30s`, `5m`, `2h`, `1d`, `1h30m`, `0`.
+pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(0);
+    }
+    if t.is_empty() {
+        return Err("empty duration".into());
+    }
+    let b = t.as_bytes();
+    let mut i = 0;
+    let mut total: u64 = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
+            i += 1;
+        }
+        if start == i {
+            return Err(format!(
+                "invalid duration {s:?}: expected a number at {:?}",
+                &t[start..]
+            ));
+        }
+        let num: f64 = t[start..i]
+            .parse()
+            .map_err(|_| format!("invalid duration {s:?}: bad number {:?}", &t[start..i]))?;
+        let ustart = i;
+        while i < b.len() && b[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let mult: u64 = match &t[ustart..i] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "" => {
+                return Err(format!(
+                    "invalid duration {s:?}: missing unit (ms, s, m, h, d)"
+                ));
+            }
+            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?}")),
+        };
+        let v = num * mult as f64;
+        if !v.is_finite() || v > 1e15 {
+            return Err(format!("invalid duration {s:?}: out of range"));
+        }
+        total = total.saturating_add(v.round() as u64);
+    }
+    Ok(total)
+}
+
+/// Formats milliseconds for people: `1h05m`, `42s`, `350ms`.
+pub fn fmt_duration(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let s = ms / 1000;
+    if s < 60 {
+        let tenth = (ms % 1000) / 100;
+        return if tenth > 0 && s < 10 {
+            format!("{s}.{tenth}s")
+        } else {
+            format!("{s}s")
+        };
+    }
+    let m = s / 60;
+    if m < 60 {
+        return format!("{m}m{:02}s", s % 60);
+    }
+    let h = m / 60;
+    if h < 48 {
+        return format!("{h}h{:02}m", m % 60);
+    }
+    format!("{}d{:02}h", h / 24, h % 24)
+}
+
+/// Builds errors that point into one file.
+pub(crate) struct Ctx<'a> {
+    pub file: &'a str,
+    pub text: &'a str,
+}
+
+impl Ctx<'_> {
+    pub fn err<T>(
+        &self,
+        at: &Spanned<T>,
+        field: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> LoadError {
+        LoadError::at(
+            self.file,
+            self.text,
+            at.referenced.line(),
+            at.referenced.column(),
+            field,
+            msg,
+        )
+    }
+
+    fn dur(&self, v: &S<String>, field: impl Into<String>) -> Result<u64, LoadError> {
+        parse_duration_ms(&v.value).map_err(|e| self.err(v, field, e))
+    }
+
+    fn opt_dur(&self, v: &Option<S<String>>, field: &str) -> Result<Option<u64>, LoadError> {
+        v.as_ref().map(|v| self.dur(v, field)).transpose()
+    }
+
+    fn resources(
+        &self,
+        m: &BTreeMap<String, S<String>>,
+        field: &str,
+    ) -> Result<ResourceVec, LoadError> {
+        use gpusched_model::quantity::{Quantity, parse_bytes, parse_cpu_milli, parse_integer};
+        let mut r = ResourceVec::default();
+        for (k, v) in m {
+            let f = format!("{field}.{k}");
+            let e = |x: gpusched_model::QuantityError| self.err(v, &f, x.to_string());
+            match k.as_str() {
+                "cpu" => r.cpu_milli = parse_cpu_milli(&v.value).map_err(e)?,
+                "memory" => r.memory = parse_bytes(&v.value).map_err(e)?,
+                "gpu" | "nvidia.com/gpu" => {
+                    r.gpu_milli = Quantity::parse(&v.value)
+                        .and_then(|q| q.to_milli_u64(&v.value))
+                        .map_err(e)?
+                }
+                other => {
+                    r.ext
+                        .insert(other.to_string(), parse_integer(&v.value).map_err(e)?);
+                }
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl WorkloadFile {
+    /// Checks the file against the cluster and expands it into a scenario.
+    /// Random parts (Poisson gaps, durations in a range) come from `seed`.
+    pub(crate) fn expand(
+        &self,
+        ctx: &Ctx<'_>,
+        nodes: Vec<Node>,
+        seed: u64,
+    ) -> Result<Scenario, LoadError> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_F0A1);
+        let mut queues = Vec::new();
+        let mut qnames = BTreeSet::new();
+        for (i, q) in self.queues.iter().enumerate() {
+            let f = |x: &str| format!("queues[{i}].{x}");
+            if q.name.value.is_empty() {
+                return Err(ctx.err(&q.name, f("name"), "must not be empty"));
+            }
+            if !qnames.insert(q.name.value.clone()) {
+                return Err(ctx.err(
+                    &q.name,
+                    f("name"),
+                    format!("duplicate queue {:?}", q.name.value),
+                ));
+            }
+            if q.weight.value == 0 {
+                return Err(ctx.err(&q.weight, f("weight"), "must be at least 1"));
+            }
+            let mut queue = Queue::new(q.name.value.clone());
+            queue.weight = q.weight.value;
+            queue.guarantee = ctx.resources(&q.guarantee, &f("guarantee"))?;
+            for (m, v) in &q.gpu_guarantee_by_model {
+                let g = gpusched_model::Quantity::parse(&v.value)
+                    .and_then(|x| x.to_milli_u64(&v.value))
+                    .map_err(|e| {
+                        ctx.err(v, f(&format!("gpu_guarantee_by_model.{m}")), e.to_string())
+                    })?;
+                queue.gpu_guarantee_by_model.insert(m.clone(), g);
+            }
+            queue.limit = q
+                .limit
+                .as_ref()
+                .map(|l| ctx.resources(l, &f("limit")))
+                .transpose()?;
+            queue.can_borrow = q.can_borrow;
+            queue.reclaimable = q.reclaimable;
+            queue.parent = q.parent.as_ref().map(|p| p.value.clone());
+            queues.push(queue);
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            if let Some(p) = &q.parent
+                && !qnames.contains(&p.value)
+            {
+                return Err(ctx.err(
+                    p,
+                    format!("queues[{i}].parent"),
+                    format!("unknown queue {:?}", p.value),
+                ));
+            }
+        }
+        let mut jobs = Vec::new();
+        let mut kinds = BTreeSet::new();
+        for (i, j) in self.jobs.iter().enumerate() {
+            let f = |x: &str| format!("jobs[{i}].{x}");
+            if j.name.value.is_empty() {
+                return Err(ctx.err(&j.name, f("name"), "must not be empty"));
+            }
+            if !kinds.insert(j.name.value.clone()) {
+                return Err(ctx.err(
+                    &j.name,
+                    f("name"),
+                    format!("duplicate job name {:?}", j.name.value),
+                ));
+            }
+            if !qnames.contains(&j.queue.value) {
+                return Err(ctx.err(
+                    &j.queue,
+                    f("queue"),
+                    format!(
+                        "unknown queue {:?} (declare it under `queues`)",
+                        j.queue.value
+                    ),
+                ));
+            }
+            if j.pods.value == 0 {
+                return Err(ctx.err(&j.pods, f("pods"), "must be at least 1"));
+            }
+            let first = ctx.opt_dur(&j.arrival, &f("arrival"))?.unwrap_or(0);
+            let every = ctx.opt_dur(&j.every, &f("every"))?.unwrap_or(0);
+            let dmin = ctx.dur(&j.duration, f("duration"))?;
+            let dmax = ctx.opt_dur(&j.duration_max, &f("duration_max"))?;
+            if let (Some(d), Some(v)) = (dmax, &j.duration_max)
+                && d < dmin
+            {
+                return Err(ctx.err(v, f("duration_max"), "must not be less than `duration`"));
+            }
+            if dmin == 0 {
+                return Err(ctx.err(&j.duration, f("duration"), "must be positive"));
+            }
+            // requests: limits = requests (extended resources need limits)
+            let mut cr = ContainerResources {
+                name: j.name.value.clone(),
+                ..Default::default()
+            };
+            for (k, v) in &j.requests {
+                cr.requests.insert(k.clone(), v.value.clone());
+                cr.limits.insert(k.clone(), v.value.clone());
+            }
+            let (requests, gpu) = pod_resources(&[cr]).map_err(|e| {
+                // name the first resource the error mentions, else the map
+                let (field, at) = j
+                    .requests
+                    .iter()
+                    .find(|(k, _)| e.to_string().contains(&format!("{k:?}")))
+                    .map(|(k, v)| (f(&format!("requests.{k}")), v))
+                    .unwrap_or_else(|| {
+                        (f("requests"), j.requests.values().next().unwrap_or(&j.name))
+                    });
+                ctx.err(at, field, e.to_string())
+            })?;
+            let mut template = Pod::new(j.name.value.clone(), j.queue.value.clone());
+            template.priority = j.priority;
+            template.requests = requests;
+            template.gpu = gpu;
+            template.gpu_models = j.gpu_models.clone();
+            template.min_gpu_memory_mib = match &j.min_gpu_memory {
+                Some(v) => gpusched_model::quantity::parse_mib(&v.value)
+                    .map_err(|e| ctx.err(v, f("min_gpu_memory"), e.to_string()))?,
+                None => 0,
+            };
+            template.node_selector = j.node_selector.clone();
+            template.tolerations = j.tolerations.clone();
+            template.preemptible = j.preemptible;
+            let gang = match &j.gang {
+                Some(g) => {
+                    let mm = g
+                        .min_member
+                        .as_ref()
+                        .map(|m| m.value)
+                        .unwrap_or(j.pods.value);
+                    if mm == 0 || mm > j.pods.value {
+                        let at = g.min_member.as_ref().unwrap_or(&j.pods);
+                        return Err(ctx.err(
+                            at,
+                            f("gang.min_member"),
+                            format!("must be between 1 and pods ({})", j.pods.value),
+                        ));
+                    }
+                    Some((
+                        mm,
+                        g.topology.map(|level| TopologyConstraint {
+                            level,
+                            required: g.required,
+                        }),
+                        ctx.opt_dur(&g.timeout, &f("gang.timeout"))?,
+                    ))
+                }
+                None => None,
+            };
+            let mut t = first;
+            for n in 0..j.count.value {
+                if n > 0 {
+                    t += if j.poisson && every > 0 {
+                        let u: f64 = rng.random_range(0.0..1.0);
+                        (-(1.0 - u).ln() * every as f64).round() as u64
+                    } else {
+                        every
+                    };
+                }
+                let duration_ms = match dmax {
+                    Some(d) if d > dmin => rng.random_range(dmin..=d),
+                    _ => dmin,
+                };
+                let name = if j.count.value == 1 {
+                    j.name.value.clone()
+                } else {
+                    format!("{}-{n}", j.name.value)
+                };
+                let mut tp = template.clone();
+                tp.name = name.clone();
+                tp.arrival_ms = t;
+                let group = gang.map(|(min_member, topology, timeout)| {
+                    tp.group = Some(name.clone());
+                    PodGroup {
+                        name: name.clone(),
+                        queue: j.queue.value.clone(),
+                        min_member,
+                        priority: j.priority,
+                        topology,
+                        schedule_timeout_ms: timeout,
+                    }
+                });
+                jobs.push(Job {
+                    name,
+                    kind: j.name.value.clone(),
+                    queue: j.queue.value.clone(),
+                    arrival_ms: t,
+                    duration_ms,
+                    pods: j.pods.value,
+                    template: tp,
+                    group,
+                });
+            }
+        }
+        // stable order by arrival (ties: file order)
+        jobs.sort_by_key(|j| j.arrival_ms);
+
+        let node_names: BTreeMap<&str, &Node> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let mut events = Vec::new();
+        for (i, e) in self.events.iter().enumerate() {
+            let f = |x: &str| format!("events[{i}].{x}");
+            let at_ms = ctx.dur(&e.at, f("at"))?;
+            let Some(node) = node_names.get(e.node.value.as_str()) else {
+                return Err(ctx.err(
+                    &e.node,
+                    f("node"),
+                    format!("unknown node {:?} (not in the cluster)", e.node.value),
+                ));
+            };
+            let needs_gpu = matches!(e.kind, EventKind::GpuFailure | EventKind::GpuRecovery);
+            let gpu = match (&e.gpu, needs_gpu) {
+                (Some(g), true) => {
+                    if g.value as usize >= node.gpus.len() {
+                        return Err(ctx.err(
+                            g,
+                            f("gpu"),
+                            format!(
+                                "node {:?} has {} GPUs (positions 0..{})",
+                                node.name,
+                                node.gpus.len(),
+                                node.gpus.len()
+                            ),
+                        ));
+                    }
+                    Some(g.value)
+                }
+                (None, true) => {
+                    return Err(ctx.err(&e.node, f("gpu"), "required for gpu events"));
+                }
+                (Some(g), false) => {
+                    return Err(ctx.err(g, f("gpu"), "only gpu events take a gpu"));
+                }
+                (None, false) => None,
+            };
+            events.push(ClusterEvent {
+                at_ms,
+                kind: e.kind,
+                node: e.node.value.clone(),
+                gpu,
+            });
+            if let Some(r) = &e.recover_after {
+                let d = ctx.dur(r, f("recover_after"))?;
+                let kind = match e.kind {
+                    EventKind::NodeFailure => EventKind::NodeRecovery,
+                    EventKind::GpuFailure => EventKind::GpuRecovery,
+                    EventKind::Drain => EventKind::Uncordon,
+                    _ => {
+                        return Err(ctx.err(
+                            r,
+                            f("recover_after"),
+                            "only node-failure, gpu-failure and drain take recover_after",
+                        ));
+                    }
+                };
+                events.push(ClusterEvent {
+                    at_ms: at_ms + d,
+                    kind,
+                    node: e.node.value.clone(),
+                    gpu,
+                });
+            }
+        }
+        events.sort_by_key(|e| e.at_ms);
+
+        let mut settings = SimSettings::default();
+        if let Some(s) = &self.settings {
+            if let Some(v) = ctx.opt_dur(&s.cycle_interval, "settings.cycle_interval")? {
+                settings.cycle_interval_ms = v;
+            }
+            if let Some(t) = &s.tick {
+                let v = ctx.dur(t, "settings.tick")?;
+                if v == 0 {
+                    return Err(ctx.err(t, "settings.tick", "must be positive"));
+                }
+                settings.tick_ms = v;
+            }
+            if let Some(v) = s.retry_limit {
+                settings.retry_limit = v;
+            }
+            if let Some(v) = ctx.opt_dur(&s.backoff, "settings.backoff")? {
+                settings.backoff_ms = v;
+            }
+            if let Some(v) = ctx.opt_dur(&s.backoff_max, "settings.backoff_max")? {
+                settings.backoff_max_ms = v;
+            }
+            settings.until_ms = ctx.opt_dur(&s.until, "settings.until")?;
+            if let Some(v) = ctx.opt_dur(&s.idle_stop, "settings.idle_stop")? {
+                settings.idle_stop_ms = v;
+            }
+        }
+        Ok(Scenario {
+            name: self.name.clone().unwrap_or_else(|| ctx.file.to_string()),
+            nodes,
+            queues,
+            jobs,
+            events,
+            settings,
+        })
+    }
+}
+
+/// GPU request of a pod in words (`8 GPU`, `0.25 GPU`, `-`).
+pub fn gpu_request_label(g: &GpuRequest) -> String {
+    match *g {
+        GpuRequest::None | GpuRequest::Whole(0) => "-".into(),
+        GpuRequest::Whole(n) => format!("{n} GPU"),
+        GpuRequest::Share { milli, memory_mib } if milli > 0 => {
+            format!("{}.{:03} GPU", milli / 1000, milli % 1000)
+                .trim_end_matches('0')
+                .to_string()
+                + if memory_mib > 0 { "+mem" } else { "" }
+        }
+        GpuRequest::Share { memory_mib, .. } => format!("{memory_mib}Mi GPU mem"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("250ms").unwrap(), 250);
+        assert_eq!(parse_duration_ms("30s").unwrap(), 30_000);
+        assert_eq!(parse_duration_ms("1h30m").unwrap(), 5_400_000);
+        assert_eq!(parse_duration_ms("1.5h").unwrap(), 5_400_000);
+        assert_eq!(parse_duration_ms("0").unwrap(), 0);
+        assert_eq!(parse_duration_ms("2d").unwrap(), 172_800_000);
+        for bad in ["", "5", "5x", "h", "1h-", "s5"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(fmt_duration(3_900_000), "1h05m");
+        assert_eq!(fmt_duration(42_000), "42s");
+    }
+}
