@@ -1,12 +1,49 @@
 //! `gpusched simulate --openb NODES.csv PODS.csv`: the FGD evaluation method.
+//!
+//! Runs every requested packing policy over the seeds with the method of
+//! DESIGN.md §5 and prints one table: mean ± stdev of the GPU allocation
+//! ratio when the arrived GPU demand reaches 100 % of capacity, next to the
+//! published means of the FGD paper's artifact where it has the policy.
 
+use anyhow::Context;
 use clap::Args;
+use gpusched_plugins::packing::POLICY_NAMES;
+use gpusched_sim::fgd_method::{self, FgdMethod, MethodResult, TieBreak};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct OpenbArgs {
     /// Run the FGD evaluation method on an openb trace: NODES.csv PODS.csv.
     #[arg(long, num_args = 2, value_names = ["NODES_CSV", "PODS_CSV"])]
-    pub openb: Option<Vec<std::path::PathBuf>>,
+    pub openb: Option<Vec<PathBuf>>,
+    /// Policies to compare: `all` or a comma-separated list of
+    /// spread, binpack, random, dot-prod, gpu-clustering, gpu-packing,
+    /// best-fit, fgd, gpusched.
+    #[arg(long, default_value = "all", requires = "openb")]
+    pub policies: String,
+    /// Seeds: a range `42-51` or a list `42,43`.
+    #[arg(long, default_value = "42-51", requires = "openb")]
+    pub seeds: String,
+    /// Print the results as JSON (per-seed curves included).
+    #[arg(long, requires = "openb")]
+    pub json: bool,
+    /// The FGD artifact's analysis_allo_discrete.csv (default: next to the
+    /// trace directory, ../fgd-published-results/).
+    #[arg(long, requires = "openb")]
+    pub published: Option<PathBuf>,
+    /// How equal scores are split: permuted (first in a seeded random node
+    /// order, like the reference), random (per decision, upstream
+    /// kube-scheduler) or lowest-id (the gpusched core).
+    #[arg(long, default_value = "permuted", value_parser = ["permuted", "random", "lowest-id"], requires = "openb")]
+    pub tie_break: String,
+    /// Target GPU request as a multiple of capacity.
+    #[arg(long, default_value_t = 1.3, requires = "openb")]
+    pub tune_ratio: f64,
+    /// Worker threads (0: all cores).
+    #[arg(long, default_value_t = 0, requires = "openb")]
+    pub threads: usize,
 }
 
 impl OpenbArgs {
@@ -15,7 +52,246 @@ impl OpenbArgs {
     }
 }
 
+/// Parses `42-51` or `42,43,50`.
+pub fn parse_seeds(s: &str) -> anyhow::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if let Some((a, b)) = part.split_once('-') {
+            let a: u64 = a
+                .trim()
+                .parse()
+                .with_context(|| format!("bad seed {a:?}"))?;
+            let b: u64 = b
+                .trim()
+                .parse()
+                .with_context(|| format!("bad seed {b:?}"))?;
+            anyhow::ensure!(a <= b, "empty seed range {part:?}");
+            anyhow::ensure!(b - a < 100_000, "seed range {part:?} too long");
+            out.extend(a..=b);
+        } else {
+            out.push(part.parse().with_context(|| format!("bad seed {part:?}"))?);
+        }
+    }
+    anyhow::ensure!(!out.is_empty(), "no seeds in {s:?}");
+    Ok(out)
+}
+
+fn parse_policies(s: &str) -> anyhow::Result<Vec<String>> {
+    if s.trim() == "all" {
+        return Ok(POLICY_NAMES.iter().map(|s| s.to_string()).collect());
+    }
+    let v: Vec<String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    for p in &v {
+        anyhow::ensure!(
+            POLICY_NAMES.contains(&p.as_str()),
+            "unknown policy {p:?} (known: {})",
+            POLICY_NAMES.join(", ")
+        );
+    }
+    anyhow::ensure!(!v.is_empty(), "no policies in {s:?}");
+    Ok(v)
+}
+
+fn default_published(pods: &Path) -> PathBuf {
+    pods.parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."))
+        .join("fgd-published-results")
+        .join("analysis_allo_discrete.csv")
+}
+
+#[derive(serde::Serialize)]
+struct JsonOut<'a> {
+    nodes_csv: String,
+    pods_csv: String,
+    workload: String,
+    seeds: &'a [u64],
+    tie_break: &'a str,
+    results: Vec<JsonPolicy<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonPolicy<'a> {
+    policy: &'a str,
+    mean: f64,
+    stdev: f64,
+    published_mean: Option<f64>,
+    seconds: f64,
+    result: &'a MethodResult,
+}
+
 pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("not implemented yet")
+    let paths = args.openb.as_deref().unwrap_or_default();
+    let [nodes_csv, pods_csv] = paths else {
+        anyhow::bail!("--openb takes NODES.csv PODS.csv");
+    };
+    let json = args.json;
+    let seeds = parse_seeds(&args.seeds)?;
+    let policies = parse_policies(&args.policies)?;
+    let nodes = gpusched_sim::openb::read_nodes(nodes_csv)?;
+    let pods: Vec<_> = gpusched_sim::openb::read_pods(pods_csv)?
+        .into_iter()
+        .map(|t| t.pod)
+        .collect();
+    let workload = pods_csv
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let published_path = args
+        .published
+        .clone()
+        .unwrap_or_else(|| default_published(pods_csv));
+    let (published, published_note) = match std::fs::read_to_string(&published_path) {
+        Ok(text) => {
+            let p = fgd_method::parse_published(
+                &published_path.display().to_string(),
+                &text,
+                &workload,
+            )?;
+            let note = if p.is_empty() {
+                format!(
+                    "published results: {} has no workload {workload:?}",
+                    published_path.display()
+                )
+            } else {
+                format!("published results: {}", published_path.display())
+            };
+            (p, note)
+        }
+        Err(e) => (
+            BTreeMap::new(),
+            format!(
+                "published results: not available ({}: {e}); showing ours only",
+                published_path.display()
+            ),
+        ),
+    };
+    let method = FgdMethod {
+        tune_ratio: args.tune_ratio,
+        tie_break: match args.tie_break.as_str() {
+            "lowest-id" => TieBreak::LowestId,
+            "random" => TieBreak::Random,
+            _ => TieBreak::Permuted,
+        },
+        profile: None,
+        threads: args.threads,
+    };
+    let mut rows = Vec::new();
+    for p in &policies {
+        let t0 = Instant::now();
+        let r = fgd_method::run(&method, &nodes, &pods, p, &seeds)?;
+        let secs = t0.elapsed().as_secs_f64();
+        if !json {
+            eprintln!("  {p}: {secs:.1} s");
+        }
+        rows.push((p.clone(), r, secs));
+    }
+    let pub_mean = |p: &str| -> Option<f64> {
+        let v = published.get(p)?;
+        let matching: Vec<f64> = v
+            .iter()
+            .filter(|(s, _)| seeds.contains(s))
+            .map(|x| x.1)
+            .collect();
+        let use_v: Vec<f64> = if matching.is_empty() {
+            v.iter().map(|x| x.1).collect()
+        } else {
+            matching
+        };
+        Some(fgd_method::mean_stdev(use_v).0)
+    };
+    if json {
+        let out = JsonOut {
+            nodes_csv: nodes_csv.display().to_string(),
+            pods_csv: pods_csv.display().to_string(),
+            workload: workload.clone(),
+            seeds: &seeds,
+            tie_break: &args.tie_break,
+            results: rows
+                .iter()
+                .map(|(p, r, secs)| {
+                    let (mean, stdev) = r.headline();
+                    JsonPolicy {
+                        policy: p,
+                        mean,
+                        stdev,
+                        published_mean: pub_mean(p),
+                        seconds: *secs,
+                        result: r,
+                    }
+                })
+                .collect(),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let total_gpus = rows.first().map_or(0, |r| r.1.total_gpus);
+    println!(
+        "FGD evaluation method: {} nodes, {total_gpus} GPUs ({}), workload {workload} ({} pods), tune {}, seeds {}, tie-break {}",
+        nodes.len(),
+        nodes_csv.display(),
+        pods.len(),
+        args.tune_ratio,
+        args.seeds,
+        args.tie_break
+    );
+    println!("{published_note}");
+    println!();
+    println!(
+        "{:<16} {:>18} {:>10} {:>7} {:>10} {:>8}",
+        "policy", "alloc@100% (ours)", "published", "diff", "frag@100%", "time"
+    );
+    for (p, r, secs) in &rows {
+        let (m, sd) = r.headline();
+        let (pm, diff) = match pub_mean(p) {
+            Some(x) => (format!("{x:.2}"), format!("{:+.2}", m - x)),
+            None => ("-".to_string(), "".to_string()),
+        };
+        let frag = r
+            .frag_at(100)
+            .map_or("-".to_string(), |f| format!("{f:.2}"));
+        println!(
+            "{:<16} {:>18} {:>10} {:>7} {:>10} {:>7.1}s",
+            p,
+            format!("{m:.2} ± {sd:.2}"),
+            pm,
+            diff,
+            frag,
+            secs
+        );
+    }
+    println!();
+    println!(
+        "alloc@100%: GPU allocation ratio (%) when the arrived GPU demand reaches 100% of capacity; mean ± sample stdev over {} seed(s).",
+        seeds.len()
+    );
+    println!(
+        "frag@100%: fragmented GPU (FGD definition, trace's typical pods) in % of capacity at that point."
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_and_policies() {
+        assert_eq!(parse_seeds("42-45").unwrap(), vec![42, 43, 44, 45]);
+        assert_eq!(parse_seeds("1,5, 7-8").unwrap(), vec![1, 5, 7, 8]);
+        assert!(parse_seeds("5-1").is_err());
+        assert!(parse_seeds("x").is_err());
+        assert!(parse_seeds("").is_err());
+        assert_eq!(parse_policies("all").unwrap().len(), POLICY_NAMES.len());
+        assert_eq!(
+            parse_policies("fgd, gpusched").unwrap(),
+            vec!["fgd", "gpusched"]
+        );
+        assert!(parse_policies("fgd,tetris").is_err());
+    }
 }

@@ -1,1 +1,582 @@
-//! The FGD evaluation method (DESIGN.md §5).
+//! The FGD evaluation method (DESIGN.md §5): the method behind the
+//! published numbers of Weng et al., USENIX ATC '23.
+//!
+//! For each seed:
+//! 1. the workload is every pod of the trace plus pods drawn with
+//!    replacement from it (ChaCha8 seeded with the seed) until the next
+//!    draw would push the total GPU request past `tune_ratio` (1.3) × the
+//!    cluster's GPU capacity; a trace asking for more has random pods
+//!    removed until it fits;
+//! 2. the workload is shuffled (same RNG);
+//! 3. every pod is scheduled once, in that order, with no departures: the
+//!    standard filters (CPU, memory, GPU model from `pod.gpu_models`), then
+//!    the packer scores every feasible node and the best score wins; ties
+//!    are broken uniformly at random (as kube-scheduler's `selectHost`) or
+//!    by the lowest node id ([`TieBreak`]); a pod that fits nowhere is
+//!    skipped;
+//! 4. after every pod, `alloc = used GPU milli / capacity` and
+//!    `arrived = GPU milli of the pods seen so far / capacity` are recorded.
+//!
+//! Curves are discretised as the reference analysis does: the value at
+//! arrived `x` % is the mean alloc % of the records whose arrived % rounds
+//! (half to even) to `x` (if none, those within `x ± 1`). The headline is the
+//! value at 100 %.
+//!
+//! Each decision calls the packer's `prepare` with a fresh seed derived from
+//! the run's seed and the pod's position, against a snapshot that holds the
+//! pods placed so far, so every policy sees exactly the current cluster.
+
+use gpusched_core::{ClusterState, NodeId, PackEnv, PodPhase, PodState, Snapshot};
+use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod};
+use gpusched_plugins::packing::fgd::FragEngine;
+use gpusched_plugins::packing::{self, PackerOptions, Profile, UnknownPolicy};
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Highest arrived percentage on the curves.
+pub const MAX_ARRIVED_PCT: usize = 130;
+
+/// How equal scores are split.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreak {
+    /// The first node in a seeded random permutation of the node list (the
+    /// reference prefixes node names with a random permutation, and its
+    /// published numbers behave like a fixed order among equal scores).
+    #[default]
+    Permuted,
+    /// Uniformly at random among the best, per decision (upstream
+    /// kube-scheduler's `selectHost`).
+    Random,
+    /// The lowest node id (the gpusched core's rule).
+    LowestId,
+}
+
+/// Settings of one evaluation.
+#[derive(Clone, Debug)]
+pub struct FgdMethod {
+    /// Target total GPU request as a multiple of capacity.
+    pub tune_ratio: f64,
+    pub tie_break: TieBreak,
+    /// Target workload of the fragmentation-aware policies and of the
+    /// fragmentation metric; `None`: the trace's typical pods.
+    pub profile: Option<Profile>,
+    /// Worker threads for the seeds (0: available parallelism).
+    pub threads: usize,
+}
+
+impl Default for FgdMethod {
+    fn default() -> Self {
+        FgdMethod {
+            tune_ratio: 1.3,
+            tie_break: TieBreak::Permuted,
+            profile: None,
+            threads: 0,
+        }
+    }
+}
+
+/// One seed's run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedRun {
+    pub seed: u64,
+    /// Pods in the workload, placed and skipped.
+    pub pods: usize,
+    pub placed: usize,
+    pub skipped: usize,
+    /// Total GPU request of the workload, % of capacity.
+    pub requested_pct: f64,
+    /// Alloc % at arrived 0..=130 % (`None`: no record near that point).
+    pub alloc_curve: Vec<Option<f64>>,
+    /// Fragmented GPU (FGD definition against the profile), % of capacity,
+    /// at the first record of each arrived %.
+    pub frag_curve: Vec<Option<f64>>,
+    /// Alloc % when arrived reaches 100 %.
+    pub alloc_at_100: f64,
+    /// Alloc % after the last pod.
+    pub final_alloc: f64,
+}
+
+/// All seeds of one policy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MethodResult {
+    pub policy: String,
+    pub total_gpus: u64,
+    pub runs: Vec<SeedRun>,
+}
+
+impl MethodResult {
+    /// Mean and sample standard deviation of alloc at 100 % over seeds.
+    pub fn headline(&self) -> (f64, f64) {
+        mean_stdev(self.runs.iter().map(|r| r.alloc_at_100))
+    }
+
+    /// Mean fragmentation % at arrived `pct` over seeds (`None` if absent).
+    pub fn frag_at(&self, pct: usize) -> Option<f64> {
+        let v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.frag_curve.get(pct).copied().flatten())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
+/// Mean and sample standard deviation (0 for fewer than two values).
+pub fn mean_stdev(v: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    let v: Vec<f64> = v.into_iter().collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let sd = if v.len() < 2 {
+        0.0
+    } else {
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1.0)).sqrt()
+    };
+    (m, sd)
+}
+
+/// Why an evaluation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum MethodError {
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicy),
+    #[error("the cluster has no usable GPU")]
+    NoGpus,
+    #[error("the pod list is empty")]
+    NoPods,
+    #[error("seed {seed}: placement of pod {pod:?} on node {node} refused: {reason}")]
+    Refused {
+        seed: u64,
+        pod: String,
+        node: String,
+        reason: String,
+    },
+}
+
+/// The GPU milli a pod asks for (a share counts its compute milli).
+pub fn demand_milli(p: &Pod) -> u64 {
+    p.gpu.milli()
+}
+
+/// The workload of one seed: trace pods plus draws, shuffled (indices into
+/// `trace`).
+pub fn workload(trace: &[Pod], capacity_milli: u64, tune_ratio: f64, seed: u64) -> Vec<usize> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let target = tune_ratio * capacity_milli as f64;
+    let mut idx: Vec<usize> = (0..trace.len()).collect();
+    let mut total: u64 = trace.iter().map(demand_milli).sum();
+    if (total as f64) < target && !trace.is_empty() {
+        loop {
+            let i = rng.random_range(0..trace.len());
+            let d = demand_milli(&trace[i]);
+            if (total + d) as f64 > target {
+                break;
+            }
+            total += d;
+            idx.push(i);
+        }
+    } else {
+        while (total as f64) > target && !idx.is_empty() {
+            let k = rng.random_range(0..idx.len());
+            total -= demand_milli(&trace[idx[k]]);
+            idx.remove(k);
+        }
+    }
+    idx.shuffle(&mut rng);
+    idx
+}
+
+/// Runs the method for one policy over `seeds` (in parallel, results in
+/// seed order).
+pub fn run(
+    method: &FgdMethod,
+    nodes: &[Node],
+    trace: &[Pod],
+    policy: &str,
+    seeds: &[u64],
+) -> Result<MethodResult, MethodError> {
+    // fail early on a bad name
+    packing::by_name(policy, &PackerOptions::default())?;
+    if trace.is_empty() {
+        return Err(MethodError::NoPods);
+    }
+    let total_gpus: u64 = nodes
+        .iter()
+        .map(|n| n.gpus.iter().filter(|g| g.is_healthy()).count() as u64)
+        .sum();
+    if total_gpus == 0 {
+        return Err(MethodError::NoGpus);
+    }
+    let profile = method
+        .profile
+        .clone()
+        .unwrap_or_else(|| Profile::from_pods(trace.iter()));
+    let threads = if method.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        method.threads
+    }
+    .clamp(1, seeds.len().max(1));
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<Result<SeedRun, MethodError>>>> =
+        Mutex::new((0..seeds.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= seeds.len() {
+                        break;
+                    }
+                    let r = run_seed(method, nodes, trace, policy, &profile, seeds[i]);
+                    if let Ok(mut o) = out.lock() {
+                        o[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    let mut runs = Vec::with_capacity(seeds.len());
+    for r in out.into_inner().unwrap_or_default().into_iter().flatten() {
+        runs.push(r?);
+    }
+    Ok(MethodResult {
+        policy: policy.to_string(),
+        total_gpus,
+        runs,
+    })
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round_ties_even() / 100.0
+}
+
+/// Whether the node's free GPUs could hold the request (a cheap pre-check;
+/// the packer decides exactly).
+fn gpu_precheck(cs: &ClusterState<'_>, pod: &Pod, n: NodeId) -> bool {
+    let st = cs.get(n);
+    match pod.gpu {
+        GpuRequest::None | GpuRequest::Whole(0) => true,
+        GpuRequest::Whole(k) => st.free.gpu_milli >= k as u64 * GPU_MILLI && st.whole_free() >= k,
+        GpuRequest::Share { milli, .. } => {
+            st.free.gpu_milli >= milli as u64 && st.gpu_free_milli.iter().any(|&f| f >= milli)
+        }
+    }
+}
+
+fn model_ok(pod: &Pod, node: &Node) -> bool {
+    if pod.gpu.is_none() || pod.gpu_models.is_empty() {
+        return true;
+    }
+    node.gpus.iter().any(|g| pod.allows_model(&g.model))
+}
+
+/// One seed of one policy.
+pub fn run_seed(
+    method: &FgdMethod,
+    nodes: &[Node],
+    trace: &[Pod],
+    policy: &str,
+    profile: &Profile,
+    seed: u64,
+) -> Result<SeedRun, MethodError> {
+    let mut packer = packing::by_name(
+        policy,
+        &PackerOptions {
+            profile: Some(profile.clone()),
+        },
+    )?;
+    let frag = FragEngine::new(profile.clone());
+    let mut cs = ClusterState::new(nodes);
+    let (capacity, _) = cs.gpu_milli_totals();
+    let order = workload(trace, capacity, method.tune_ratio, seed);
+    let requested: u64 = order.iter().map(|&i| demand_milli(&trace[i])).sum();
+    let mut snap = Snapshot {
+        nodes: nodes.to_vec(),
+        ..Default::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7469_6562_7265_616b);
+    // priority of each node among equal scores (lower first)
+    let prio: Vec<u32> = match method.tie_break {
+        TieBreak::Permuted => {
+            let mut p: Vec<u32> = (0..nodes.len() as u32).collect();
+            p.shuffle(&mut rng);
+            p
+        }
+        _ => (0..nodes.len() as u32).collect(),
+    };
+    let buckets = MAX_ARRIVED_PCT + 1;
+    let mut sum = vec![0.0f64; buckets + 2];
+    let mut cnt = vec![0u32; buckets + 2];
+    let mut frag_curve: Vec<Option<f64>> = vec![None; buckets];
+    let mut arrived: u64 = 0;
+    let mut used: u64 = 0;
+    let (mut placed, mut skipped) = (0usize, 0usize);
+    let cap = capacity as f64;
+    for (step, &ti) in order.iter().enumerate() {
+        let pod = &trace[ti];
+        arrived += demand_milli(pod);
+        packer.prepare(&PackEnv {
+            snapshot: &snap,
+            state: &cs,
+            seed: gpusched_plugins_mix(seed, step as u64),
+        });
+        let mut best: Option<(NodeId, gpusched_core::Placement)> = None;
+        let mut ties = 0u32;
+        for n in 0..nodes.len() as NodeId {
+            let node = &nodes[n as usize];
+            if node.unschedulable
+                || !model_ok(pod, node)
+                || !cs.fits_non_gpu(pod, n)
+                || !gpu_precheck(&cs, pod, n)
+            {
+                continue;
+            }
+            let Some(pl) = packer.place(pod, n, &cs) else {
+                continue;
+            };
+            match &best {
+                Some((_, b)) if pl.score < b.score => {}
+                Some((bn, b)) if pl.score == b.score => {
+                    ties += 1;
+                    let take = match method.tie_break {
+                        TieBreak::Random => rng.random_range(0..ties) == 0,
+                        _ => prio[n as usize] < prio[*bn as usize],
+                    };
+                    if take {
+                        best = Some((n, pl));
+                    }
+                }
+                _ => {
+                    ties = 1;
+                    best = Some((n, pl));
+                }
+            }
+        }
+        match best {
+            Some((n, pl)) => {
+                cs.assign(n, &pod.requests, &pl.gpus)
+                    .map_err(|e| MethodError::Refused {
+                        seed,
+                        pod: pod.name.clone(),
+                        node: nodes[n as usize].name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                used += pl.gpus.milli();
+                placed += 1;
+                snap.pods.push(PodState {
+                    pod: pod.clone(),
+                    phase: PodPhase::Running {
+                        node: n,
+                        gpus: pl.gpus,
+                        since_ms: 0,
+                    },
+                });
+            }
+            None => skipped += 1,
+        }
+        let arrived_pct = (arrived as f64 / cap * 100.0).round_ties_even();
+        let alloc_pct = round2(used as f64 / cap * 100.0);
+        if arrived_pct >= 0.0 && (arrived_pct as usize) < buckets {
+            let b = arrived_pct as usize;
+            sum[b] += alloc_pct;
+            cnt[b] += 1;
+            if frag_curve[b].is_none() {
+                frag_curve[b] = Some(frag.cluster_frag(&cs) / cap * 100.0);
+            }
+        }
+    }
+    let alloc_curve: Vec<Option<f64>> = (0..buckets)
+        .map(|x| {
+            if cnt[x] > 0 {
+                return Some(round2(sum[x] / cnt[x] as f64));
+            }
+            let lo = x.saturating_sub(1);
+            let hi = (x + 1).min(buckets - 1);
+            let (s, c) = (lo..=hi).fold((0.0, 0u32), |(s, c), i| (s + sum[i], c + cnt[i]));
+            (c > 0).then(|| round2(s / c as f64))
+        })
+        .collect();
+    let final_alloc = used as f64 / cap * 100.0;
+    Ok(SeedRun {
+        seed,
+        pods: order.len(),
+        placed,
+        skipped,
+        requested_pct: requested as f64 / cap * 100.0,
+        alloc_at_100: alloc_curve[100].unwrap_or(final_alloc),
+        alloc_curve,
+        frag_curve,
+        final_alloc,
+    })
+}
+
+/// Our policy name for a published `sc_policy` (`"06-FGD"` → `"fgd"`).
+pub fn published_policy_name(sc_policy: &str) -> Option<&'static str> {
+    let base = sc_policy.split_once('-').map_or(sc_policy, |(_, b)| b);
+    Some(match base {
+        "Random" => "random",
+        "DotProd" => "dot-prod",
+        "GpuClustering" => "gpu-clustering",
+        "GpuPacking" => "gpu-packing",
+        "BestFit" => "best-fit",
+        "FGD" => "fgd",
+        _ => return None,
+    })
+}
+
+/// Published alloc % at 100 % arrived for one workload, per policy (our
+/// names) as `(seed, value)` pairs, from the reference's
+/// `analysis_allo_discrete.csv` (columns `workload, sc_policy, tune, seed,
+/// …, 100, …`). An empty map: the workload is not in the file.
+pub fn parse_published(
+    file: &str,
+    text: &str,
+    workload: &str,
+) -> Result<std::collections::BTreeMap<String, Vec<(u64, f64)>>, crate::openb::OpenbError> {
+    use crate::openb::OpenbError;
+    let mut rdr = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let headers = rdr
+        .headers()
+        .map_err(|e| OpenbError::Csv {
+            file: file.to_string(),
+            line: 1,
+            message: e.to_string(),
+        })?
+        .clone();
+    let col = |name: &'static str| {
+        headers
+            .iter()
+            .position(|h| h == name)
+            .ok_or(OpenbError::MissingColumn {
+                file: file.to_string(),
+                column: name,
+            })
+    };
+    let (cw, cp, cs, c100) = (
+        col("workload")?,
+        col("sc_policy")?,
+        col("seed")?,
+        col("100")?,
+    );
+    let mut out: std::collections::BTreeMap<String, Vec<(u64, f64)>> = Default::default();
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| OpenbError::Csv {
+            file: file.to_string(),
+            line: e.position().map_or(0, |p| p.line()),
+            message: e.to_string(),
+        })?;
+        let line = rec.position().map_or(0, |p| p.line());
+        if rec.get(cw) != Some(workload) {
+            continue;
+        }
+        let Some(policy) = rec.get(cp).and_then(published_policy_name) else {
+            continue;
+        };
+        let field = |c: usize, column: &'static str| {
+            let s = rec.get(c).unwrap_or("");
+            s.parse::<f64>().map_err(|_| OpenbError::Field {
+                file: file.to_string(),
+                line,
+                column,
+                message: format!("{s:?} is not a number"),
+            })
+        };
+        let seed = field(cs, "seed")? as u64;
+        let v = field(c100, "100")?;
+        out.entry(policy.to_string()).or_default().push((seed, v));
+    }
+    Ok(out)
+}
+
+/// Per-decision seed: a mix of the run's seed and the pod's position.
+fn gpusched_plugins_mix(seed: u64, step: u64) -> u64 {
+    let mut z = seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openb::{parse_nodes, parse_pods};
+
+    fn small() -> (Vec<Node>, Vec<Pod>) {
+        let nodes = parse_nodes(
+            "n.csv",
+            "sn,cpu_milli,memory_mib,gpu,model\n\
+             a,32000,131072,4,T4\nb,32000,131072,4,T4\nc,64000,262144,8,V100M32\n",
+        )
+        .unwrap();
+        let pods: Vec<Pod> = parse_pods(
+            "p.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\
+             p0,4000,8192,1,1000,\np1,2000,4096,1,500,\np2,2000,4096,1,250,\n\
+             p3,8000,8192,2,1000,\np4,1000,1024,0,0,\np5,4000,4096,1,300,V100M32\n",
+        )
+        .unwrap()
+        .into_iter()
+        .map(|t| t.pod)
+        .collect();
+        (nodes, pods)
+    }
+
+    #[test]
+    fn published_results_parse() {
+        let text = "workload,sc_policy,tune,seed,total_gpus,99,100\n\
+            w,06-FGD,1.3,42,6212,94.0,95.14\nw,06-FGD,1.3,43,6212,94.1,95.06\n\
+            x,06-FGD,1.3,42,6212,1,2\nw,07-Other,1.3,42,6212,1,2\n";
+        let p = parse_published("a.csv", text, "w").unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p["fgd"], vec![(42, 95.14), (43, 95.06)]);
+        assert!(parse_published("a.csv", "workload,seed\n", "w").is_err());
+        assert!(parse_published("a.csv", text, "zzz").unwrap().is_empty());
+    }
+
+    #[test]
+    fn workload_reaches_the_target_and_is_seeded() {
+        let (_, pods) = small();
+        let w = workload(&pods, 16_000, 1.3, 42);
+        let total: u64 = w.iter().map(|&i| demand_milli(&pods[i])).sum();
+        assert!(total as f64 <= 1.3 * 16_000.0);
+        assert!(total as f64 > 1.3 * 16_000.0 - 2000.0);
+        for i in 0..pods.len() {
+            assert!(w.contains(&i), "every trace pod is kept");
+        }
+        assert_eq!(w, workload(&pods, 16_000, 1.3, 42));
+        assert_ne!(w, workload(&pods, 16_000, 1.3, 43));
+        // more than the target: pods are removed
+        let w = workload(&pods, 2000, 1.3, 1);
+        let total: u64 = w.iter().map(|&i| demand_milli(&pods[i])).sum();
+        assert!(total <= 2600);
+    }
+
+    #[test]
+    fn every_policy_runs_deterministically_and_never_overcommits() {
+        let (nodes, pods) = small();
+        let m = FgdMethod {
+            threads: 2,
+            ..Default::default()
+        };
+        for p in packing::POLICY_NAMES {
+            let a = run(&m, &nodes, &pods, p, &[1, 2, 3]).unwrap();
+            let b = run(&m, &nodes, &pods, p, &[1, 2, 3]).unwrap();
+            assert_eq!(a, b, "{p}");
+            for r in &a.runs {
+                assert!(r.final_alloc <= 100.0 + 1e-9, "{p}");
+                assert_eq!(r.placed + r.skipped, r.pods);
+                assert_eq!(r.alloc_curve.len(), MAX_ARRIVED_PCT + 1);
+                assert!(r.alloc_curve.iter().flatten().all(|&x| x <= 100.0));
+            }
+        }
+        assert!(run(&m, &nodes, &pods, "nope", &[1]).is_err());
+    }
+}

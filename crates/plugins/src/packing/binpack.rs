@@ -1,0 +1,72 @@
+//! `binpack`: put the pod where least stays free.
+//!
+//! Score = `-(gpu_left · 10⁶ + cpu_left_ppm)` (see [`super::spread`]).
+//! Shares go on the GPU with the least compute left (best fit); whole GPUs
+//! take the topology choice.
+
+use super::spread::left_score;
+use super::util::{WholeChooser, share_best_fit};
+use gpusched_core::{ClusterState, NodeId, Packer, Placement};
+use gpusched_model::Pod;
+
+/// Most-allocated placement.
+#[derive(Default)]
+pub struct BinpackPacker {
+    whole: WholeChooser,
+}
+
+impl BinpackPacker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Packer for BinpackPacker {
+    fn name(&self) -> &'static str {
+        "binpack"
+    }
+
+    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
+        let gpus = self
+            .whole
+            .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
+        Some(Placement {
+            score: -left_score(state, pod, node, &gpus),
+            gpus,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packing::testutil::*;
+    use gpusched_core::GpuAssignment;
+    use gpusched_model::GpuRequest;
+
+    #[test]
+    fn prefers_the_fullest_node_and_gpu() {
+        let nodes = vec![node("a", 4, 32_000, "T4"), node("b", 4, 32_000, "T4")];
+        let mut cs = ClusterState::new(&nodes);
+        take(&mut cs, 1, 2, 300, 0);
+        take(&mut cs, 1, 3, 600, 0);
+        let p = BinpackPacker::new();
+        let (n, pl) = pick(&p, &pod(1000, share(300)), &cs).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(
+            pl.gpus,
+            GpuAssignment::Share {
+                gpu: 3,
+                milli: 300,
+                memory_mib: 0
+            }
+        );
+        // too big for the used GPUs: still the fuller node
+        let (n, _) = pick(&p, &pod(1000, share(800)), &cs).unwrap();
+        assert_eq!(n, 1);
+        // whole GPUs: two free on node b, topology keeps the pair on one switch
+        let (n, pl) = pick(&p, &pod(1000, GpuRequest::Whole(2)), &cs).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(pl.gpus, GpuAssignment::Whole(vec![0, 1]));
+    }
+}

@@ -1,0 +1,562 @@
+//! `fgd`: fragmentation gradient descent (Weng et al., "Beware of
+//! Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation
+//! Gradient Descent", USENIX ATC '23), re-implemented from the paper and
+//! its public simulator.
+//!
+//! **Node fragmentation** against a target workload `M` (pod classes `c`
+//! with weights `p_c`, see [`Profile`]): with `T` the node's free GPU milli
+//! (sum over its GPUs),
+//!
+//! ```text
+//! F(n) = Σ_c p_c · f_c(n)
+//! f_c(n) = Σ_{g: free_g < m_c} free_g   if c is a GPU class, the node's model
+//!                                        is allowed, the node has ≥ k_c GPUs
+//!                                        with free_g ≥ m_c and CPU for c
+//!        = T                             otherwise (c cannot run here, or c
+//!                                        needs no GPU: every idle GPU milli is
+//!                                        fragment from its point of view)
+//! ```
+//!
+//! where `m_c` is the milli-GPU per GPU and `k_c` the GPU count of `c`.
+//! Placing a pod changes `F` by `Δ = F(before) − F(after)`; FGD puts the
+//! pod on the node and GPU with the largest `Δ` (the smallest increase of
+//! fragmentation). As in the reference the score is
+//! `⌊100 · sigmoid(Δ / 1000)⌋`, an integer in 0..=100, and a share goes on
+//! the first GPU (position order) with the best score. Whole GPUs take the
+//! topology choice (fragmentation does not depend on which free GPUs).
+//! Memory is not part of fragmentation.
+//!
+//! The fragmentation of a node depends only on (model, free CPU, multiset of
+//! free GPU milli), so [`FragEngine`] memoises `F` and the per-class `Δ` by
+//! that signature; a thousand nodes in a few hundred states cost a few
+//! hundred evaluations, not a thousand.
+
+use super::profile::{PodClass, Profile};
+use super::util::{FxMap, WholeChooser, for_each_share, node_model, share_on};
+use gpusched_core::state::share_milli;
+use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
+use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
+use std::sync::Mutex;
+
+/// Largest node (in GPUs) whose states are memoised.
+const SIG_GPUS: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Sig {
+    model: u32,
+    gpu_mem: u32,
+    cpu: u64,
+    n: u8,
+    /// Free milli per GPU, sorted descending, zero-padded.
+    lefts: [u16; SIG_GPUS],
+}
+
+impl Sig {
+    fn lefts(&self) -> &[u16] {
+        &self.lefts[..self.n as usize]
+    }
+    fn sort(&mut self) {
+        let n = self.n as usize;
+        self.lefts[..n].sort_unstable_by(|a, b| b.cmp(a));
+    }
+}
+
+/// The outcome of placing one pod class on one node state: `Δ` per
+/// distinct free-milli value of the GPU a share would go on (whole GPUs and
+/// CPU-only pods have one entry with value 0).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Eval {
+    pub(crate) deltas: Vec<(u16, f64)>,
+}
+
+impl Eval {
+    pub(crate) fn delta_for(&self, left: u32) -> Option<f64> {
+        self.deltas
+            .iter()
+            .find(|(l, _)| *l as u32 == left)
+            .map(|(_, d)| *d)
+    }
+}
+
+#[derive(Default)]
+struct Memo {
+    model_ids: FxMap<String, u32>,
+    model_names: Vec<String>,
+    /// Per model id: is profile class i allowed there?
+    allowed: Vec<Vec<bool>>,
+    frag: FxMap<Sig, f64>,
+    eval: FxMap<(Sig, u32), Eval>,
+    pod_class_ids: FxMap<PodClass, u32>,
+    last_pod: Option<(u64, GpuRequest, Vec<String>, u32)>,
+    node_model: Vec<u32>,
+}
+
+/// Fragmentation of nodes against a profile, with memoised evaluation.
+pub struct FragEngine {
+    profile: Profile,
+    memo: Mutex<Memo>,
+}
+
+impl FragEngine {
+    pub fn new(profile: Profile) -> Self {
+        FragEngine {
+            profile,
+            memo: Mutex::new(Memo::default()),
+        }
+    }
+
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    fn model_id(&self, memo: &mut Memo, state: &ClusterState<'_>, node: NodeId) -> u32 {
+        let name = node_model(state, node);
+        if let Some(&id) = memo.node_model.get(node as usize)
+            && id != u32::MAX
+            && memo.model_names[id as usize] == name
+        {
+            return id;
+        }
+        let id = match memo.model_ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = memo.model_names.len() as u32;
+                memo.model_ids.insert(name.to_string(), id);
+                memo.model_names.push(name.to_string());
+                memo.allowed.push(
+                    self.profile
+                        .classes()
+                        .iter()
+                        .map(|(c, _)| c.allows_model(name))
+                        .collect(),
+                );
+                id
+            }
+        };
+        if memo.node_model.len() <= node as usize {
+            memo.node_model.resize(node as usize + 1, u32::MAX);
+        }
+        memo.node_model[node as usize] = id;
+        id
+    }
+
+    fn sig(&self, memo: &mut Memo, state: &ClusterState<'_>, node: NodeId) -> Option<Sig> {
+        let st = state.get(node);
+        if st.gpu_free_milli.len() > SIG_GPUS {
+            return None;
+        }
+        let model = self.model_id(memo, state, node);
+        let n = state.node(node);
+        let mut s = Sig {
+            model,
+            gpu_mem: n
+                .gpus
+                .first()
+                .map_or(0, |g| g.memory_mib.min(u32::MAX as u64) as u32),
+            cpu: st.free.cpu_milli,
+            n: st.gpu_free_milli.len() as u8,
+            lefts: [0; SIG_GPUS],
+        };
+        for (i, &f) in st.gpu_free_milli.iter().enumerate() {
+            s.lefts[i] = if st.gpu_usable[i] {
+                f.min(u16::MAX as u32) as u16
+            } else {
+                0
+            };
+        }
+        s.sort();
+        Some(s)
+    }
+
+    /// `F` of a state (milli-GPU).
+    fn frag_of(&self, allowed: &[bool], gpu_mem: u64, cpu: u64, lefts: &[u16]) -> f64 {
+        let t: u64 = lefts.iter().map(|&l| l as u64).sum();
+        if t == 0 {
+            return 0.0;
+        }
+        let mut f = 0.0;
+        for (i, (c, w)) in self.profile.classes().iter().enumerate() {
+            if c.gpu_count == 0 || !allowed.get(i).copied().unwrap_or(true) {
+                f += w * t as f64;
+                continue;
+            }
+            let m = share_milli(c.gpu_milli, c.gpu_mem_mib, gpu_mem).max(1) as u64;
+            let mut fit = 0u32;
+            let mut q2 = 0u64;
+            for &l in lefts {
+                if l as u64 >= m {
+                    fit += 1;
+                } else {
+                    q2 += l as u64;
+                }
+            }
+            if fit >= c.gpu_count && cpu >= c.cpu_milli {
+                f += w * q2 as f64;
+            } else {
+                f += w * t as f64;
+            }
+        }
+        f
+    }
+
+    fn frag_sig(&self, memo: &mut Memo, s: &Sig) -> f64 {
+        if let Some(&f) = memo.frag.get(s) {
+            return f;
+        }
+        let f = self.frag_of(
+            &memo.allowed[s.model as usize],
+            s.gpu_mem as u64,
+            s.cpu,
+            s.lefts(),
+        );
+        if memo.frag.len() > 1 << 20 {
+            memo.frag.clear();
+        }
+        memo.frag.insert(*s, f);
+        f
+    }
+
+    /// Fragmentation of `node` now (milli-GPU).
+    pub fn node_frag(&self, state: &ClusterState<'_>, node: NodeId) -> f64 {
+        let Ok(mut memo) = self.memo.lock() else {
+            return 0.0;
+        };
+        match self.sig(&mut memo, state, node) {
+            Some(s) => self.frag_sig(&mut memo, &s),
+            None => {
+                let model = self.model_id(&mut memo, state, node);
+                let st = state.get(node);
+                let lefts: Vec<u16> = st
+                    .gpu_free_milli
+                    .iter()
+                    .zip(&st.gpu_usable)
+                    .map(|(&f, &u)| if u { f.min(u16::MAX as u32) as u16 } else { 0 })
+                    .collect();
+                let gm = state.node(node).gpus.first().map_or(0, |g| g.memory_mib);
+                self.frag_of(&memo.allowed[model as usize], gm, st.free.cpu_milli, &lefts)
+            }
+        }
+    }
+
+    /// Sum of [`FragEngine::node_frag`] over all nodes.
+    pub fn cluster_frag(&self, state: &ClusterState<'_>) -> f64 {
+        (0..state.len() as NodeId)
+            .map(|n| self.node_frag(state, n))
+            .sum()
+    }
+
+    fn pod_class_id(memo: &mut Memo, pod: &Pod) -> u32 {
+        if let Some((cpu, gpu, models, id)) = &memo.last_pod
+            && *cpu == pod.requests.cpu_milli
+            && *gpu == pod.gpu
+            && *models == pod.gpu_models
+        {
+            return *id;
+        }
+        let c = PodClass::of(pod);
+        let next = memo.pod_class_ids.len() as u32;
+        let id = *memo.pod_class_ids.entry(c).or_insert(next);
+        memo.last_pod = Some((pod.requests.cpu_milli, pod.gpu, pod.gpu_models.clone(), id));
+        id
+    }
+
+    fn eval_sig(&self, memo: &mut Memo, s: &Sig, pod: &Pod) -> Eval {
+        let before = self.frag_sig(memo, s);
+        let mut after = *s;
+        after.cpu = after.cpu.saturating_sub(pod.requests.cpu_milli);
+        let mut deltas = Vec::new();
+        match pod.gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => {
+                deltas.push((0, before - self.frag_sig(memo, &after)));
+            }
+            GpuRequest::Whole(k) => {
+                let mut left = k;
+                for l in after.lefts[..after.n as usize].iter_mut().rev() {
+                    if left > 0 && *l as u64 == GPU_MILLI {
+                        *l = 0;
+                        left -= 1;
+                    }
+                }
+                after.sort();
+                deltas.push((0, before - self.frag_sig(memo, &after)));
+            }
+            GpuRequest::Share { milli, memory_mib } => {
+                let m = share_milli(milli, memory_mib, s.gpu_mem as u64);
+                let mut prev = None;
+                for i in 0..s.n as usize {
+                    let l = s.lefts[i];
+                    if (l as u32) < m || prev == Some(l) {
+                        continue;
+                    }
+                    prev = Some(l);
+                    let mut a = after;
+                    a.lefts[i] = l - m as u16;
+                    a.sort();
+                    deltas.push((l, before - self.frag_sig(memo, &a)));
+                }
+            }
+        }
+        Eval { deltas }
+    }
+
+    /// Runs `f` on the evaluation of `pod` on `node` (memoised by state).
+    pub(crate) fn with_eval<R>(
+        &self,
+        pod: &Pod,
+        node: NodeId,
+        state: &ClusterState<'_>,
+        f: impl FnOnce(&Eval) -> R,
+    ) -> R {
+        let Ok(mut guard) = self.memo.lock() else {
+            return f(&Eval::default());
+        };
+        let Some(s) = self.sig(&mut guard, state, node) else {
+            drop(guard);
+            return f(&self.eval_direct(pod, node, state));
+        };
+        let memo = &mut *guard;
+        let cls = Self::pod_class_id(memo, pod);
+        if let Some(e) = memo.eval.get(&(s, cls)) {
+            return f(e);
+        }
+        let e = self.eval_sig(memo, &s, pod);
+        let r = f(&e);
+        if memo.eval.len() > 1 << 20 {
+            memo.eval.clear();
+        }
+        memo.eval.insert((s, cls), e);
+        r
+    }
+
+    /// Evaluation without memo, for nodes with more than 16 GPUs.
+    fn eval_direct(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Eval {
+        let Ok(mut memo) = self.memo.lock() else {
+            return Eval::default();
+        };
+        let model = self.model_id(&mut memo, state, node);
+        let allowed = memo.allowed[model as usize].clone();
+        drop(memo);
+        let st = state.get(node);
+        let gm = state.node(node).gpus.first().map_or(0, |g| g.memory_mib);
+        let lefts: Vec<u16> = st
+            .gpu_free_milli
+            .iter()
+            .zip(&st.gpu_usable)
+            .map(|(&f, &u)| if u { f.min(u16::MAX as u32) as u16 } else { 0 })
+            .collect();
+        let cpu = st.free.cpu_milli;
+        let before = self.frag_of(&allowed, gm, cpu, &lefts);
+        let cpu_after = cpu.saturating_sub(pod.requests.cpu_milli);
+        let mut deltas = Vec::new();
+        match pod.gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => {
+                deltas.push((0, before - self.frag_of(&allowed, gm, cpu_after, &lefts)));
+            }
+            GpuRequest::Whole(k) => {
+                let mut a = lefts.clone();
+                let mut left = k;
+                for l in a.iter_mut() {
+                    if left > 0 && *l as u64 == GPU_MILLI {
+                        *l = 0;
+                        left -= 1;
+                    }
+                }
+                deltas.push((0, before - self.frag_of(&allowed, gm, cpu_after, &a)));
+            }
+            GpuRequest::Share { milli, memory_mib } => {
+                let m = share_milli(milli, memory_mib, gm);
+                for i in 0..lefts.len() {
+                    let l = lefts[i];
+                    if (l as u32) < m || deltas.iter().any(|(x, _)| *x == l) {
+                        continue;
+                    }
+                    let mut a = lefts.clone();
+                    a[i] = l - m as u16;
+                    deltas.push((l, before - self.frag_of(&allowed, gm, cpu_after, &a)));
+                }
+            }
+        }
+        Eval { deltas }
+    }
+}
+
+/// The reference's integer score of a fragmentation change.
+pub fn sigmoid_score(delta: f64) -> i64 {
+    (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
+}
+
+/// Whether the profile must be derived from the snapshot.
+pub(crate) fn derive_profile(env: &PackEnv<'_, '_>) -> Profile {
+    Profile::from_pods(env.snapshot.pods.iter().map(|p| &p.pod))
+}
+
+/// FGD placement (see the module documentation).
+pub struct FgdPacker {
+    explicit: bool,
+    engine: FragEngine,
+    whole: WholeChooser,
+}
+
+impl Default for FgdPacker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FgdPacker {
+    /// FGD whose target workload is derived in `prepare` from the
+    /// snapshot's pods (pending and running).
+    pub fn new() -> Self {
+        FgdPacker {
+            explicit: false,
+            engine: FragEngine::new(Profile::default()),
+            whole: WholeChooser::new(),
+        }
+    }
+
+    /// FGD against an explicit target workload.
+    pub fn with_profile(profile: Profile) -> Self {
+        FgdPacker {
+            explicit: true,
+            engine: FragEngine::new(profile),
+            whole: WholeChooser::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &FragEngine {
+        &self.engine
+    }
+}
+
+impl Packer for FgdPacker {
+    fn name(&self) -> &'static str {
+        "fgd"
+    }
+
+    fn prepare(&mut self, env: &PackEnv<'_, '_>) {
+        if !self.explicit {
+            let p = derive_profile(env);
+            if &p != self.engine.profile() {
+                self.engine = FragEngine::new(p);
+            }
+        }
+    }
+
+    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
+        match pod.gpu {
+            GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
+                let mut best: Option<(i64, usize, u32)> = None;
+                for_each_share(state, pod, node, |g, m, free| {
+                    let Some(d) = e.delta_for(free) else { return };
+                    let s = sigmoid_score(d);
+                    if best.is_none_or(|(b, _, _)| s > b) {
+                        best = Some((s, g, m));
+                    }
+                });
+                best.map(|(score, g, m)| Placement {
+                    score,
+                    gpus: share_on(pod, g, m),
+                })
+            }),
+            _ => {
+                let gpus = self.whole.assignment(state, pod, node, || None)?;
+                let d = self
+                    .engine
+                    .with_eval(pod, node, state, |e| e.deltas.first().map(|x| x.1))?;
+                Some(Placement {
+                    score: sigmoid_score(d),
+                    gpus,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packing::testutil::*;
+    use gpusched_core::{GpuAssignment, PodState, Snapshot};
+
+    fn class(cpu: u64, milli: u32, count: u32) -> PodClass {
+        PodClass {
+            cpu_milli: cpu,
+            gpu_milli: milli,
+            gpu_count: count,
+            gpu_mem_mib: 0,
+            gpu_models: vec![],
+        }
+    }
+
+    #[test]
+    fn fragmentation_of_a_node() {
+        // half the pods want 0.5 GPU, half want one whole GPU
+        let prof = Profile::new([(class(1000, 500, 1), 1.0), (class(1000, 1000, 1), 1.0)]);
+        let e = FragEngine::new(prof);
+        let nodes = vec![node("a", 2, 8000, "T4")];
+        let mut cs = ClusterState::new(&nodes);
+        assert_eq!(e.node_frag(&cs, 0), 0.0);
+        take(&mut cs, 0, 0, 700, 0);
+        // free 300 + 1000: for 0.5-GPU pods 300 is fragment, for 1-GPU pods too
+        assert!((e.node_frag(&cs, 0) - 300.0).abs() < 1e-9);
+        take(&mut cs, 0, 1, 600, 0);
+        // free 300 + 400: nobody fits -> everything is fragment
+        assert!((e.node_frag(&cs, 0) - 700.0).abs() < 1e-9);
+        // no CPU left: everything is fragment for every class
+        let nodes = vec![node("b", 2, 500, "T4")];
+        let cs = ClusterState::new(&nodes);
+        assert!((e.node_frag(&cs, 0) - 2000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn fgd_avoids_creating_fragments() {
+        let prof = Profile::new([(class(1000, 500, 1), 1.0)]);
+        let nodes = vec![node("a", 2, 32_000, "T4"), node("b", 2, 32_000, "T4")];
+        let mut cs = ClusterState::new(&nodes);
+        take(&mut cs, 0, 0, 500, 0);
+        take(&mut cs, 0, 1, 1000, 0);
+        take(&mut cs, 1, 0, 300, 0);
+        take(&mut cs, 1, 1, 1000, 0);
+        let p = FgdPacker::with_profile(prof);
+        // a 0.5 share: on node a it leaves 0 free (no fragment); on node b it
+        // would leave 200 that no 0.5 pod can use.
+        let (n, pl) = pick(&p, &pod(1000, share(500)), &cs).unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(
+            pl.gpus,
+            GpuAssignment::Share {
+                gpu: 0,
+                milli: 500,
+                memory_mib: 0
+            }
+        );
+        // a 0.2 share: on b (700 -> 500 still fits a 0.5 pod; a's 500 -> 300
+        // would not)
+        let (n, pl) = pick(&p, &pod(1000, share(200)), &cs).unwrap();
+        assert_eq!(n, 1);
+        assert!(matches!(pl.gpus, GpuAssignment::Share { gpu: 0, .. }));
+    }
+
+    #[test]
+    fn profile_derived_from_snapshot_when_absent() {
+        let nodes = vec![node("a", 2, 32_000, "T4")];
+        let mut snap = Snapshot {
+            nodes: nodes.clone(),
+            ..Default::default()
+        };
+        snap.pods.push(PodState::pending(pod(1000, share(500))));
+        let cs = ClusterState::new(&nodes);
+        let mut p = FgdPacker::new();
+        prepare(&mut p, &snap, &cs, 0);
+        assert_eq!(p.engine().profile().classes().len(), 1);
+        assert_eq!(p.engine().profile().classes()[0].0.gpu_milli, 500);
+        assert!(p.place(&pod(1000, share(500)), 0, &cs).is_some());
+    }
+
+    #[test]
+    fn sigmoid_quantization() {
+        assert_eq!(sigmoid_score(0.0), 50);
+        assert_eq!(sigmoid_score(1e9), 100);
+        assert_eq!(sigmoid_score(-1e9), 0);
+    }
+}

@@ -1,0 +1,190 @@
+//! The target workload of the fragmentation-aware policies: a distribution
+//! over pod classes (CPU, GPU shape, allowed GPU models).
+//!
+//! [`Profile::from_pods`] follows the FGD reference ("typical pods"): count
+//! the pods of each class, sort by count (descending; equal counts by class,
+//! descending), keep the most popular classes until they cover at least
+//! 95 % of the pods (CPU-only pods included), and renormalise their weights
+//! to sum to 1. Memory is not part of a class, as in the reference.
+
+use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A pod class: what fragmentation is measured against.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodClass {
+    pub cpu_milli: u64,
+    /// Milli-GPU asked of each GPU: 1000 for whole GPUs, less for a share,
+    /// 0 for a share asked by memory only or for no GPU.
+    pub gpu_milli: u32,
+    /// GPUs asked for: 0 (no GPU), 1 (a share or one GPU), or more.
+    pub gpu_count: u32,
+    /// GPU memory of a share asked by memory (MiB), else 0.
+    pub gpu_mem_mib: u64,
+    /// Allowed GPU models (sorted, unique); empty = any.
+    pub gpu_models: Vec<String>,
+}
+
+impl PodClass {
+    /// The class of a pod.
+    pub fn of(pod: &Pod) -> PodClass {
+        let (gpu_milli, gpu_count, gpu_mem_mib) = match pod.gpu {
+            GpuRequest::None | GpuRequest::Whole(0) => (0, 0, 0),
+            GpuRequest::Whole(k) => (GPU_MILLI as u32, k, 0),
+            GpuRequest::Share { milli, memory_mib } => {
+                (milli, 1, if milli == 0 { memory_mib } else { 0 })
+            }
+        };
+        let mut gpu_models = pod.gpu_models.clone();
+        gpu_models.sort();
+        gpu_models.dedup();
+        PodClass {
+            cpu_milli: pod.requests.cpu_milli,
+            gpu_milli,
+            gpu_count,
+            gpu_mem_mib,
+            gpu_models,
+        }
+    }
+
+    pub fn is_cpu_only(&self) -> bool {
+        self.gpu_count == 0
+    }
+
+    pub fn allows_model(&self, model: &str) -> bool {
+        self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| m == model)
+    }
+}
+
+/// How a profile is cut from a pod list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProfileOptions {
+    /// Keep the most popular classes until they cover this share of pods.
+    pub coverage: f64,
+    /// Count CPU-only pods.
+    pub include_cpu_pods: bool,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            coverage: 0.95,
+            include_cpu_pods: true,
+        }
+    }
+}
+
+/// A distribution over pod classes; weights are positive and sum to 1.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    classes: Vec<(PodClass, f64)>,
+}
+
+impl Profile {
+    /// A profile from explicit weights (non-positive weights are dropped,
+    /// the rest renormalised; equal classes are merged).
+    pub fn new(classes: impl IntoIterator<Item = (PodClass, f64)>) -> Profile {
+        let mut m: BTreeMap<PodClass, f64> = BTreeMap::new();
+        for (c, w) in classes {
+            if w > 0.0 && w.is_finite() {
+                *m.entry(c).or_insert(0.0) += w;
+            }
+        }
+        let total: f64 = m.values().sum();
+        let mut classes: Vec<(PodClass, f64)> =
+            m.into_iter().map(|(c, w)| (c, w / total)).collect();
+        classes.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+        Profile { classes }
+    }
+
+    /// The reference's "typical pods" of a pod list (see the module docs).
+    pub fn from_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Profile {
+        Self::from_pods_with(pods, ProfileOptions::default())
+    }
+
+    pub fn from_pods_with<'a>(
+        pods: impl IntoIterator<Item = &'a Pod>,
+        opts: ProfileOptions,
+    ) -> Profile {
+        let mut counts: BTreeMap<PodClass, u64> = BTreeMap::new();
+        for p in pods {
+            let c = PodClass::of(p);
+            if !opts.include_cpu_pods && c.is_cpu_only() {
+                continue;
+            }
+            *counts.entry(c).or_insert(0) += 1;
+        }
+        let total: u64 = counts.values().sum();
+        let mut list: Vec<(PodClass, u64)> = counts.into_iter().collect();
+        list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+        let need = opts.coverage * total as f64;
+        let mut cum = 0u64;
+        let mut keep = Vec::new();
+        for (c, n) in list {
+            if keep.is_empty() || (cum as f64) < need {
+                cum += n;
+                keep.push((c, n as f64));
+            } else {
+                break;
+            }
+        }
+        Self::new(keep)
+    }
+
+    pub fn classes(&self) -> &[(PodClass, f64)] {
+        &self.classes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.classes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_model::ResourceVec;
+
+    fn pod(cpu: u64, gpu: GpuRequest) -> Pod {
+        let mut p = Pod::new("p", "q");
+        p.requests = ResourceVec::new(cpu, 0, 0);
+        p.gpu = gpu;
+        p
+    }
+
+    #[test]
+    fn typical_pods_cover_the_threshold_and_renormalise() {
+        let mut pods = Vec::new();
+        for _ in 0..60 {
+            pods.push(pod(4000, GpuRequest::Whole(1)));
+        }
+        for _ in 0..35 {
+            pods.push(pod(
+                2000,
+                GpuRequest::Share {
+                    milli: 500,
+                    memory_mib: 0,
+                },
+            ));
+        }
+        for _ in 0..5 {
+            pods.push(pod(1000, GpuRequest::None));
+        }
+        let p = Profile::from_pods(&pods);
+        assert_eq!(p.classes().len(), 2);
+        assert!((p.classes()[0].1 - 60.0 / 95.0).abs() < 1e-12);
+        assert_eq!(p.classes()[1].0.gpu_milli, 500);
+        let all = Profile::from_pods_with(
+            &pods,
+            ProfileOptions {
+                coverage: 1.0,
+                include_cpu_pods: true,
+            },
+        );
+        assert_eq!(all.classes().len(), 3);
+        let s: f64 = all.classes().iter().map(|c| c.1).sum();
+        assert!((s - 1.0).abs() < 1e-12);
+        assert!(Profile::from_pods(&[]).is_empty());
+    }
+}
