@@ -289,7 +289,15 @@ pub async fn run_resource(
         loop {
             if stop.has_changed().is_err() || *stop.borrow() {
                 let _ = inner_tx.send(true);
-                let _ = task.await;
+                // Open ListAndWatch streams never end by themselves: give
+                // in-flight calls a moment, then drop the connections.
+                let abort = task.abort_handle();
+                if tokio::time::timeout(Duration::from_millis(300), task)
+                    .await
+                    .is_err()
+                {
+                    abort.abort();
+                }
                 let _ = std::fs::remove_file(&path);
                 agent.set_registered(res, false);
                 tracing::info!(resource = %name, "stopped; socket removed");
@@ -298,8 +306,9 @@ pub async fn run_resource(
             if inode(&path) != Some(ino) {
                 tracing::warn!(resource = %name, "plugin socket vanished (kubelet restart?); serving again");
                 agent.set_registered(res, false);
+                // The old kubelet's connections are dead; do not wait on them.
                 let _ = inner_tx.send(true);
-                let _ = task.await;
+                task.abort();
                 continue 'outer;
             }
             let k = inode(&kubelet);
