@@ -58,7 +58,7 @@ pub struct AgentArgs {
     pub metrics_address: Option<String>,
     /// NFD local feature file for node labels; empty disables.
     #[arg(long, env = "GPUSCHED_AGENT_FEATURE_FILE")]
-    pub feature_file: Option<PathBuf>,
+    pub feature_file: Option<String>,
     /// Print discovered devices, topology, MIG and health registration, then exit.
     #[arg(long)]
     pub discover_only: bool,
@@ -120,7 +120,7 @@ impl AgentArgs {
             }
         }
         if let Some(v) = &self.feature_file {
-            s.feature_file = (!v.as_os_str().is_empty()).then(|| v.clone());
+            s.feature_file = (!v.is_empty()).then(|| PathBuf::from(v));
         }
         s.validate()?;
         Ok(s)
@@ -132,6 +132,7 @@ fn init_logging(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         b.json().try_init()
@@ -316,8 +317,13 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
         tx,
     ) {
         Ok(()) => {
-            println!("health: event registration ok; listening 2s");
-            std::thread::sleep(Duration::from_secs(2));
+            let listen = if backend.name() == "nvml" {
+                Duration::from_secs(2)
+            } else {
+                Duration::from_millis(50)
+            };
+            println!("health: event registration ok; listening {listen:?}");
+            std::thread::sleep(listen);
             while let Ok(ev) = rx.try_recv() {
                 println!("health event: {ev:?}");
             }
