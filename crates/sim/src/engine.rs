@@ -34,8 +34,8 @@ impl Hooks for NoHooks {}
 
 /// How many simulator errors are kept verbatim in the result.
 const MAX_ERRORS: usize = 50;
-/// Buckets of the time series and heat map.
-const BUCKETS: usize = 120;
+/// At most this many buckets in the time series and heat map.
+const BUCKETS: u64 = 150;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
@@ -1035,15 +1035,13 @@ impl<'a> Sim<'a> {
         let end = self.now.max(1);
         let r4 = metrics::r4;
         // series
+        let bucket_ms = metrics::nice_bucket(end, BUCKETS);
         let mut cols: Vec<Vec<f64>> = Vec::new();
-        let mut bucket_ms = 0;
         for c in 0..6 {
             let steps: Vec<(u64, f64)> = self.series.iter().map(|(t, r)| (*t, r[c])).collect();
-            let (w, v) = metrics::bucketize(&steps, end, BUCKETS);
-            bucket_ms = w;
-            cols.push(v);
+            cols.push(metrics::bucketize_w(&steps, end, bucket_ms));
         }
-        let t_ms: Vec<u64> = (0..BUCKETS as u64).map(|k| k * bucket_ms).collect();
+        let t_ms: Vec<u64> = (0..cols[0].len() as u64).map(|k| k * bucket_ms).collect();
         let series = Series {
             bucket_ms,
             t_ms,
@@ -1062,8 +1060,8 @@ impl<'a> Sim<'a> {
                 .iter()
                 .map(|&(t, v)| (t, if v < 0.0 { 1.0 } else { 0.0 }))
                 .collect();
-            let (_, u) = metrics::bucketize(&used, end, BUCKETS);
-            let (_, d) = metrics::bucketize(&down, end, BUCKETS);
+            let u = metrics::bucketize_w(&used, end, bucket_ms);
+            let d = metrics::bucketize_w(&down, end, bucket_ms);
             cells.push(
                 u.iter()
                     .zip(&d)

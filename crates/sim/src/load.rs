@@ -94,19 +94,28 @@ impl LoadError {
             message = message[i + 2..].to_string();
         }
         message = message.lines().next().unwrap_or("").trim().to_string();
+        if let Some(i) = message.rfind(" at line ") {
+            message.truncate(i);
+        }
         let named = between(&message, "field `", "`");
         let tree = serde_saphyr::from_str::<Spanned<Tree>>(text).ok();
-        let path = tree.as_ref().and_then(|t| {
+        let mut line = line;
+        let mut column = column;
+        let found = tree.as_ref().and_then(|t| {
             let mut best = None;
-            t.value.deepest_at(line, String::new(), &mut best);
+            t.value.find(line, column, String::new(), &mut best);
             best
         });
-        let field = match (named, path) {
-            (Some(n), Some(p)) if message.starts_with("missing field") => {
-                let parent = p.rsplit_once('.').map(|x| x.0).unwrap_or("");
-                join(parent, &n)
+        let field = match (named, found) {
+            (Some(n), Some(hit)) if message.starts_with("missing field") => {
+                // point at the mapping that lacks the field
+                if let Some((l, c)) = hit.container_at {
+                    line = l;
+                    column = c;
+                }
+                join(&hit.container, &n)
             }
-            (_, Some(p)) => p,
+            (_, Some(hit)) => hit.path,
             (Some(n), None) => n,
             (None, None) => key_on_line(text, line).unwrap_or_default(),
         };
@@ -150,7 +159,7 @@ fn key_on_line(text: &str, line: u64) -> Option<String> {
 /// a field path after typed parsing succeeded.
 #[derive(Debug)]
 enum Tree {
-    Map(Vec<(String, Spanned<Tree>)>),
+    Map(Vec<(Spanned<String>, Spanned<Tree>)>),
     Seq(Vec<Spanned<Tree>>),
     Leaf,
 }
@@ -193,7 +202,7 @@ impl<'de> Deserialize<'de> for Tree {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Tree, A::Error> {
                 let mut v = Vec::new();
-                while let Some((k, x)) = a.next_entry::<String, Spanned<Tree>>()? {
+                while let Some((k, x)) = a.next_entry::<Spanned<String>, Spanned<Tree>>()? {
                     v.push((k, x));
                 }
                 Ok(Tree::Map(v))
@@ -203,24 +212,49 @@ impl<'de> Deserialize<'de> for Tree {
     }
 }
 
+/// Where an error position falls in a [`Tree`].
+struct Hit {
+    /// Path of the entry whose key or value is at the position.
+    path: String,
+    /// Path of the mapping holding that entry, and its first key's place.
+    container: String,
+    container_at: Option<(u64, u64)>,
+    /// Whether the key or value starts exactly at the position.
+    exact: bool,
+}
+
 impl Tree {
-    /// The deepest path whose value starts on `line`.
-    fn deepest_at(&self, line: u64, path: String, best: &mut Option<String>) {
-        let mut visit = |p: String, t: &Spanned<Tree>| {
-            if t.referenced.line() == line {
-                *best = Some(p.clone());
-            }
-            t.value.deepest_at(line, p, best);
-        };
+    /// The deepest entry whose key or value starts at `(line, col)`; when
+    /// none does, the deepest whose value starts on `line`.
+    fn find(&self, line: u64, col: u64, path: String, best: &mut Option<Hit>) {
         match self {
             Tree::Map(m) => {
+                let first = m
+                    .first()
+                    .map(|(k, _)| (k.referenced.line(), k.referenced.column()));
                 for (k, v) in m {
-                    visit(join(&path, k), v);
+                    let p = join(&path, &k.value);
+                    let exact = (k.referenced.line() == line && k.referenced.column() == col)
+                        || (v.referenced.line() == line && v.referenced.column() == col);
+                    let on_line = k.referenced.line() == line || v.referenced.line() == line;
+                    let take = match best.as_ref() {
+                        None => exact || on_line,
+                        Some(h) => exact || (on_line && !h.exact),
+                    };
+                    if take {
+                        *best = Some(Hit {
+                            path: p.clone(),
+                            container: path.clone(),
+                            container_at: first,
+                            exact,
+                        });
+                    }
+                    v.value.find(line, col, p, best);
                 }
             }
             Tree::Seq(s) => {
                 for (i, v) in s.iter().enumerate() {
-                    visit(format!("{path}[{i}]"), v);
+                    v.value.find(line, col, format!("{path}[{i}]"), best);
                 }
             }
             Tree::Leaf => {}
@@ -231,7 +265,7 @@ impl Tree {
     fn line_of(&self, segs: &[Seg]) -> Option<(u64, u64)> {
         let (first, rest) = segs.split_first()?;
         let child = match (self, first) {
-            (Tree::Map(m), Seg::Key(k)) => m.iter().find(|(x, _)| x == k).map(|x| &x.1),
+            (Tree::Map(m), Seg::Key(k)) => m.iter().find(|(x, _)| &x.value == k).map(|x| &x.1),
             (Tree::Seq(s), Seg::Index(i)) => s.get(*i),
             _ => None,
         }?;
@@ -269,18 +303,24 @@ pub fn parse_cluster(file: &str, text: &str) -> Result<Vec<Node>, LoadError> {
     if spec.nodes.is_empty() {
         return Err(LoadError::file(file, "field `nodes`: no node groups"));
     }
-    spec.nodes().map_err(|e| {
-        let path = format!("nodes[{}].{}", e.index, e.field);
+    let located = |path: String, why: String| {
         let (line, column) = serde_saphyr::from_str::<Spanned<Tree>>(text)
             .ok()
             .and_then(|t| t.value.line_of(&parse_path(&path)))
             .unwrap_or((0, 0));
-        LoadError::at(
-            file,
-            text,
-            line,
-            column,
-            path,
+        LoadError::at(file, text, line, column, path, why)
+    };
+    for (i, g) in spec.nodes.iter().enumerate() {
+        if g.count == 0 {
+            return Err(located(
+                format!("nodes[{i}].count"),
+                format!("node group {:?}: must be at least 1", g.name),
+            ));
+        }
+    }
+    spec.nodes().map_err(|e| {
+        located(
+            format!("nodes[{}].{}", e.index, e.field),
             format!("node group {:?}: {}", e.group, e.why),
         )
     })

@@ -185,6 +185,27 @@ pub fn mean_s(v: &[u64]) -> f64 {
 pub fn bucketize(steps: &[(u64, f64)], end: u64, n: usize) -> (u64, Vec<f64>) {
     let n = n.max(1);
     let w = end.div_ceil(n as u64).max(1);
+    (w, bucketize_w(steps, end, w))
+}
+
+/// A round bucket width (1 s … 1 d) giving at most `max_n` buckets.
+pub fn nice_bucket(end: u64, max_n: u64) -> u64 {
+    const W: [u64; 16] = [
+        1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000, 600_000, 900_000, 1_800_000,
+        3_600_000, 7_200_000, 10_800_000, 21_600_000, 43_200_000, 86_400_000,
+    ];
+    let max_n = max_n.max(1);
+    W.iter()
+        .copied()
+        .find(|w| end.div_ceil(*w) <= max_n)
+        .unwrap_or_else(|| end.div_ceil(max_n).max(1))
+}
+
+/// Like [`bucketize`] with a given bucket width `w` (the last bucket may
+/// be partial; its average is over its covered part).
+pub fn bucketize_w(steps: &[(u64, f64)], end: u64, w: u64) -> Vec<f64> {
+    let w = w.max(1);
+    let n = end.div_ceil(w).max(1) as usize;
     let mut out = vec![0.0; n];
     for (i, &(t, v)) in steps.iter().enumerate() {
         let t1 = steps.get(i + 1).map(|s| s.0).unwrap_or(end).min(end);
@@ -204,7 +225,7 @@ pub fn bucketize(steps: &[(u64, f64)], end: u64, n: usize) -> (u64, Vec<f64>) {
         let span = hi.saturating_sub(lo);
         *o = if span > 0 { r4(*o / span as f64) } else { 0.0 };
     }
-    (w, out)
+    out
 }
 
 /// GPU guarantee of a queue in milli (plain + per-model).

@@ -81,15 +81,20 @@ fn time_label(ms: u64) -> String {
 }
 
 fn time_axis(s: &mut String, f: &Frame, end: u64, label: bool) {
+    time_axis_g(s, f, end, label, true)
+}
+
+fn time_axis_g(s: &mut String, f: &Frame, end: u64, label: bool, grid: bool) {
     let step = time_step(end, 12);
     let mut t = 0;
     while t <= end {
         let x = f.x(t as f64 / end as f64);
         let _ = write!(
             s,
-            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" class="grid"/><text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
-            f.top,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" class="{}"/><text x="{x:.1}" y="{:.1}" class="tick" text-anchor="middle">{}</text>"##,
+            if grid { f.top } else { f.top + f.ph() },
             f.top + f.ph() + 4.0,
+            if grid { "grid" } else { "tickline" },
             f.top + f.ph() + 17.0,
             time_label(t)
         );
@@ -131,6 +136,10 @@ fn y_axis(
         r##"<text x="14" y="{cy:.1}" class="axis" text-anchor="middle" transform="rotate(-90 14 {cy:.1})">{}</text>"##,
         esc(title)
     );
+}
+
+fn is_bad(what: &str) -> bool {
+    what.contains("failure") || what == "drain"
 }
 
 fn polyline(points: &[(f64, f64)]) -> String {
@@ -183,10 +192,10 @@ fn stairs(f: &Frame, t: &[u64], bucket: u64, end: u64, v: &[f64], max: f64) -> V
 fn alloc_chart(r: &SimResult) -> String {
     let f = Frame {
         w: 1100.0,
-        h: 330.0,
+        h: 350.0,
         left: 58.0,
         right: 20.0,
-        top: 36.0,
+        top: 54.0,
         bottom: 40.0,
     };
     let end = r.end_ms.max(1);
@@ -204,14 +213,16 @@ fn alloc_chart(r: &SimResult) -> String {
         "% of schedulable GPUs",
     );
     time_axis(&mut s, &f, end, true);
-    // incidents
+    // incidents: dashed lines; failures and drains numbered as in the
+    // incidents table
+    let mut num = 0;
     for inc in &r.incidents {
         let x = f.x(inc.t_ms as f64 / end as f64);
-        let bad = inc.what.contains("failure") || inc.what == "drain";
+        let bad = is_bad(&inc.what);
         let _ = write!(
             s,
             r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" class="{}"><title>{} {} at {}: {} pods stopped</title></line>"##,
-            f.top,
+            if bad { f.top - 10.0 } else { f.top },
             f.top + f.ph(),
             if bad { "incident" } else { "recovery" },
             esc(&inc.what),
@@ -220,15 +231,15 @@ fn alloc_chart(r: &SimResult) -> String {
             inc.pods_stopped
         );
         if bad {
+            num += 1;
             let _ = write!(
                 s,
-                r##"<text x="{:.1}" y="{:.1}" class="mark" transform="rotate(-90 {:.1} {:.1})" text-anchor="end">{} · {}</text>"##,
-                x - 3.0,
-                f.top + 4.0,
-                x - 3.0,
-                f.top + 4.0,
+                r##"<circle cx="{x:.1}" cy="{:.1}" r="8" fill="#e45756"><title>{} {} at {}</title></circle><text x="{x:.1}" y="{:.1}" class="badge" text-anchor="middle">{num}</text>"##,
+                f.top - 12.0,
                 esc(&inc.what),
-                esc(&inc.node)
+                esc(&inc.node),
+                fmt_duration(inc.t_ms),
+                f.top - 8.5
             );
         }
     }
@@ -267,7 +278,12 @@ fn alloc_chart(r: &SimResult) -> String {
             ("#4c78a8", "GPU allocation".into(), false),
             ("#f58518", "fragmentation".into(), false),
             ("#555", "schedulable capacity (% of installed)".into(), true),
-            ("#e45756", "failure / drain".into(), true),
+            (
+                "#e45756",
+                "failure / drain (numbered as in Incidents)".into(),
+                true,
+            ),
+            ("#54a24b", "recovery".into(), true),
         ],
     );
     s.push_str("</svg>");
@@ -593,7 +609,7 @@ fn heatmap(r: &SimResult) -> String {
             k = j;
         }
     }
-    time_axis(&mut s, &Frame { ..f }, end, true);
+    time_axis_g(&mut s, &f, end, true, false);
     // colour legend
     let lx = f.left;
     for k in 0..=20 {
@@ -651,12 +667,14 @@ svg text{font-family:inherit}
 .legend{font-size:12px;fill:#33393f}
 .rowlabel{font-size:12px;fill:#33393f}.rowlabel.small{font-size:10.5px}
 .dim{fill:#9aa2ab}
-.mark{font-size:10.5px;fill:#b03a2e}
+.mark{font-size:10.5px;fill:#b03a2e;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
+.badge{font-size:10px;font-weight:700;fill:#fff}
+.tickline{stroke:#9aa2ab;stroke-width:1}
 .incident{stroke:#e45756;stroke-width:1.3;stroke-dasharray:4 3}
 .recovery{stroke:#54a24b;stroke-width:1;stroke-dasharray:2 4}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
-th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
-th{font-size:12px;color:var(--dim);font-weight:600;text-transform:uppercase;letter-spacing:.03em}
+th,td{padding:6px 7px;font-size:13px;border-bottom:1px solid var(--line);text-align:right;white-space:nowrap}
+th{font-size:11px;color:var(--dim);font-weight:600;text-transform:uppercase;letter-spacing:.03em}
 th:first-child,td:first-child{text-align:left}
 tr:last-child td{border-bottom:none}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:7px;vertical-align:baseline}
@@ -839,11 +857,18 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
     }
     h.push_str("</section>");
     if !r.incidents.is_empty() {
-        h.push_str(r#"<section class="card"><h2>Incidents</h2><table><tr><th>time</th><th>event</th><th>node</th><th>pods stopped</th></tr>"#);
+        h.push_str(r#"<section class="card"><h2>Incidents</h2><table><tr><th>#</th><th>time</th><th>event</th><th>node</th><th>pods stopped</th></tr>"#);
+        let mut num = 0;
         for i in &r.incidents {
+            let n = if is_bad(&i.what) {
+                num += 1;
+                num.to_string()
+            } else {
+                String::new()
+            };
             let _ = write!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 fmt_duration(i.t_ms),
                 esc(&i.what),
                 esc(&i.node),

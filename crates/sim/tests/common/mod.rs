@@ -1,0 +1,63 @@
+//! Shared helpers of the simulator's integration tests.
+#![allow(dead_code)]
+
+use gpusched_core::{Scheduler, SchedulerOptions};
+use gpusched_sim::{NoHooks, Scenario, SimResult, Source};
+
+/// Text of a file under `fixtures/`.
+pub fn fixture(rel: &str) -> String {
+    let p = format!("{}/../../fixtures/{rel}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+/// A scenario from a cluster and a workload fixture.
+pub fn scenario(cluster: &str, workload: &str, seed: u64) -> Scenario {
+    let c = fixture(&format!("clusters/{cluster}"));
+    let w = fixture(&format!("workloads/{workload}"));
+    gpusched_sim::scenario(
+        Some(Source {
+            name: cluster,
+            text: &c,
+        }),
+        Some(Source {
+            name: workload,
+            text: &w,
+        }),
+        seed,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The scheduler the simulator runs by default.
+// TODO: switch to gpusched_plugins::build(&SchedulerConfig::default()) once it exists.
+pub fn scheduler() -> Scheduler {
+    gpusched_sim::sched::builtin(SchedulerOptions::default(), None).expect("builtin policy")
+}
+
+/// Runs with conservation checks after every cycle and event.
+pub fn run_verified(mut sc: Scenario, seed: u64) -> SimResult {
+    sc.settings.verify = true;
+    gpusched_sim::run(&sc, &mut scheduler(), seed, &mut NoHooks)
+}
+
+/// Fails with the simulator's own error list when it refused anything.
+pub fn assert_clean(r: &SimResult) {
+    assert_eq!(
+        r.totals.sim_errors, 0,
+        "simulator errors (refused decisions / conservation): {:#?}",
+        r.errors
+    );
+    assert_eq!(
+        r.totals.gangs_started_partially, 0,
+        "a gang started partially"
+    );
+}
+
+/// Every cluster/workload fixture pair.
+pub const PAIRS: &[(&str, &str)] = &[
+    ("mixed.yaml", "mixed.yaml"),
+    ("dgx-h100.yaml", "gang-failure.yaml"),
+    ("dgx-h100.yaml", "preemption.yaml"),
+    ("tiny.yaml", "retry-limit.yaml"),
+    ("pcie-l40s.yaml", "notebooks.yaml"),
+];
