@@ -93,6 +93,8 @@ struct GroupRt {
 }
 
 struct JobRt {
+    /// Pod ids `first_pod .. first_pod + pods` (contiguous).
+    first_pod: u32,
     arrival: u64,
     duration: u64,
     left: u32,
@@ -151,6 +153,18 @@ struct Sim<'a> {
     cycles: u64,
     errors: Vec<String>,
     queue_used: Vec<u64>,
+    /// GPU milli held per node.
+    node_used: Vec<u64>,
+    /// Running pods per node.
+    node_pods: Vec<BTreeSet<u32>>,
+    /// Node maps of the snapshot (snapshot → sim, sim → snapshot), rebuilt
+    /// when a node changed; `cached_nodes` holds the snapshot's nodes
+    /// between cycles (lent to each snapshot and given back).
+    node_cache: Option<(Vec<u32>, Vec<Option<u32>>)>,
+    cached_nodes: Vec<Node>,
+    /// Pod states of the last snapshot and their sim ids, reused.
+    snap_pods: Vec<PodState>,
+    snap_ids: Vec<u32>,
     queue_preempted: Vec<u64>,
     waits: Vec<Vec<u64>>,
     series: Vec<(u64, [f64; 6])>,
@@ -194,6 +208,7 @@ impl<'a> Sim<'a> {
         let mut req_count: BTreeMap<(u8, u64), (u64, u32)> = BTreeMap::new();
         for (ji, j) in sc.jobs.iter().enumerate() {
             let queue = qidx.get(j.queue.as_str()).copied().unwrap_or(0);
+            let first_pod = pods.len() as u32;
             let gid = j.group.as_ref().map(|g| {
                 let id = groups.len() as u32;
                 group_idx.insert(g.name.clone(), id);
@@ -230,6 +245,7 @@ impl<'a> Sim<'a> {
                 });
             }
             jobs.push(JobRt {
+                first_pod,
                 arrival: j.arrival_ms,
                 duration: j.duration_ms,
                 left: j.pods,
@@ -278,6 +294,12 @@ impl<'a> Sim<'a> {
             cycles: 0,
             errors: Vec::new(),
             queue_used: vec![0; nq],
+            node_used: vec![0; nn],
+            node_pods: vec![BTreeSet::new(); nn],
+            node_cache: None,
+            cached_nodes: Vec::new(),
+            snap_pods: Vec::new(),
+            snap_ids: Vec::new(),
             queue_preempted: vec![0; nq],
             waits: vec![Vec::new(); nq],
             series: Vec::new(),
@@ -401,16 +423,14 @@ impl<'a> Sim<'a> {
     }
 
     fn arrive(&mut self, j: u32) {
-        let ids: Vec<u32> = self
-            .pods
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.job == j && p.phase == Ph::NotArrived)
-            .map(|(i, _)| i as u32)
-            .collect();
-        for id in ids {
-            self.pods[id as usize].phase = Ph::Pending { nominated: None };
-            self.active.insert(id);
+        let first = self.jobs[j as usize].first_pod;
+        let n = self.sc.jobs[j as usize].pods;
+        for id in first..first + n {
+            let p = &mut self.pods[id as usize];
+            if p.phase == Ph::NotArrived {
+                p.phase = Ph::Pending { nominated: None };
+                self.active.insert(id);
+            }
         }
     }
 
@@ -440,6 +460,8 @@ impl<'a> Sim<'a> {
         p.epoch += 1;
         self.active.remove(&pod);
         self.queue_used[p.queue] = self.queue_used[p.queue].saturating_sub(gpus.milli());
+        self.node_used[node as usize] = self.node_used[node as usize].saturating_sub(gpus.milli());
+        self.node_pods[node as usize].remove(&pod);
         if let Some(g) = p.group {
             let g = &mut self.groups[g as usize];
             g.running = g.running.saturating_sub(1);
@@ -548,13 +570,8 @@ impl<'a> Sim<'a> {
             self.error(format!("event on unknown node {:?}", e.node));
             return;
         };
-        let on_node = |s: &Self| -> Vec<u32> {
-            s.active
-                .iter()
-                .copied()
-                .filter(|&p| matches!(&s.pods[p as usize].phase, Ph::Running { node, .. } if *node == n))
-                .collect()
-        };
+        let on_node = |s: &Self| -> Vec<u32> { s.node_pods[n as usize].iter().copied().collect() };
+        self.node_cache = None;
         let mut stopped = 0u32;
         let what;
         match e.kind {
@@ -634,19 +651,115 @@ impl<'a> Sim<'a> {
 
     /// Builds the snapshot of the live cluster: nodes that are up, pods
     /// pending or running. Returns it with the maps snapshot id → sim id.
-    fn snapshot(&self) -> (Snapshot, Vec<u32>, Vec<u32>, Vec<Option<u32>>) {
-        let mut node_map = Vec::new();
+    fn snapshot(&mut self) -> (Snapshot, Vec<u32>, Vec<u32>, Vec<Option<u32>>) {
+        if self.node_cache.is_none() {
+            let mut node_map = Vec::new();
+            let mut rev = vec![None; self.nodes.len()];
+            let mut nodes = Vec::new();
+            for (i, n) in self.nodes.iter().enumerate() {
+                if n.up {
+                    rev[i] = Some(nodes.len() as u32);
+                    node_map.push(i as u32);
+                    nodes.push(n.node.clone());
+                }
+            }
+            self.cached_nodes = nodes;
+            self.node_cache = Some((node_map, rev));
+        }
+        let (node_map, rev) = self.node_cache.clone().unwrap_or_default();
+        let nodes = std::mem::take(&mut self.cached_nodes);
+        let mut pod_map = Vec::with_capacity(self.active.len());
+        let mut pods = Vec::with_capacity(self.active.len());
+        let mut groups_in: BTreeSet<u32> = BTreeSet::new();
+        // Reuse last snapshot's pod states (same id order): only new pods
+        // are cloned, only changed phases rebuilt.
+        let old_ids = std::mem::take(&mut self.snap_ids);
+        let old_pods = std::mem::take(&mut self.snap_pods);
+        let mut old = old_ids.into_iter().zip(old_pods).peekable();
+        for &id in &self.active {
+            let p = &self.pods[id as usize];
+            let same = |ph: &PodPhase| match (&p.phase, ph) {
+                (Ph::Pending { nominated }, PodPhase::Pending { nominated: sn }) => {
+                    nominated.and_then(|n| rev[n as usize]) == *sn
+                }
+                (
+                    Ph::Running { node, gpus, since },
+                    PodPhase::Running {
+                        node: sn,
+                        gpus: sg,
+                        since_ms,
+                    },
+                ) => rev[*node as usize] == Some(*sn) && gpus == sg && since == since_ms,
+                _ => false,
+            };
+            let phase = || match &p.phase {
+                Ph::Pending { nominated } => Some(PodPhase::Pending {
+                    nominated: nominated.and_then(|n| rev[n as usize]),
+                }),
+                Ph::Running { node, gpus, since } => {
+                    rev[*node as usize].map(|sn| PodPhase::Running {
+                        node: sn,
+                        gpus: gpus.clone(),
+                        since_ms: *since,
+                    })
+                }
+                _ => None,
+            };
+            while old.peek().is_some_and(|(o, _)| *o < id) {
+                old.next();
+            }
+            let reused = match old.peek() {
+                Some((o, _)) if *o == id => old.next().map(|x| x.1),
+                _ => None,
+            };
+            let ps = match reused {
+                Some(ps) if same(&ps.phase) => ps,
+                Some(mut ps) => match phase() {
+                    Some(ph) => {
+                        ps.phase = ph;
+                        ps
+                    }
+                    None => continue,
+                },
+                None => match phase() {
+                    Some(ph) => PodState {
+                        pod: p.pod.clone(),
+                        phase: ph,
+                    },
+                    None => continue, // backoff etc. are not in `active`
+                },
+            };
+            if let Some(g) = p.group {
+                groups_in.insert(g);
+            }
+            pod_map.push(id);
+            pods.push(ps);
+        }
+        let snap = Snapshot {
+            nodes,
+            queues: self.sc.queues.clone(),
+            groups: groups_in
+                .iter()
+                .map(|&g| self.groups[g as usize].pg.clone())
+                .collect(),
+            pods,
+        };
+        (snap, pod_map, node_map, rev)
+    }
+
+    /// The snapshot built from scratch, without the caches of
+    /// [`Sim::snapshot`]; verify mode checks that both agree.
+    fn snapshot_uncached(&self) -> (Snapshot, Vec<u32>) {
         let mut rev = vec![None; self.nodes.len()];
         let mut nodes = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.up {
                 rev[i] = Some(nodes.len() as u32);
-                node_map.push(i as u32);
                 nodes.push(n.node.clone());
             }
         }
-        let mut pod_map = Vec::with_capacity(self.active.len());
-        let mut pods = Vec::with_capacity(self.active.len());
+        let mut pod_map = Vec::new();
+        let mut pods = Vec::new();
         let mut groups_in: BTreeSet<u32> = BTreeSet::new();
         for &id in &self.active {
             let p = &self.pods[id as usize];
@@ -660,7 +773,7 @@ impl<'a> Sim<'a> {
                         gpus: gpus.clone(),
                         since_ms: *since,
                     },
-                    None => continue, // cannot happen: failures stop pods
+                    None => continue,
                 },
                 _ => continue,
             };
@@ -682,13 +795,28 @@ impl<'a> Sim<'a> {
                 .collect(),
             pods,
         };
-        (snap, pod_map, node_map, rev)
+        (snap, pod_map)
+    }
+
+    /// Takes back the nodes and pod states lent to a snapshot.
+    fn give_back(&mut self, snap: Snapshot, pod_map: Vec<u32>) {
+        if self.node_cache.is_some() {
+            self.cached_nodes = snap.nodes;
+        }
+        self.snap_pods = snap.pods;
+        self.snap_ids = pod_map;
     }
 
     fn cycle(&mut self, sched: &mut Scheduler, hooks: &mut dyn Hooks) {
         self.last_cycle = Some(self.now);
         self.cycles += 1;
         let (snap, pod_map, node_map, _) = self.snapshot();
+        if self.sc.settings.verify {
+            let (fresh, fresh_map) = self.snapshot_uncached();
+            if fresh != snap || fresh_map != pod_map {
+                self.error("incremental snapshot differs from a fresh one".into());
+            }
+        }
         let cycle_seed = self
             .seed
             .wrapping_add(self.cycles.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -803,6 +931,8 @@ impl<'a> Sim<'a> {
             self.last_change = self.now;
         }
         self.sample(&cs);
+        drop(cs);
+        self.give_back(snap, pod_map);
         if self.sc.settings.verify {
             self.verify("after cycle");
         }
@@ -889,6 +1019,8 @@ impl<'a> Sim<'a> {
             self.groups[g as usize].running += 1;
         }
         self.queue_used[q] += gpus.milli();
+        self.node_used[sn as usize] += gpus.milli();
+        self.node_pods[sn as usize].insert(sp);
         self.t.binds += 1;
         let dur = self.jobs[job].duration;
         self.push(now + dur, Ev::Complete { pod: sp, epoch });
@@ -920,7 +1052,7 @@ impl<'a> Sim<'a> {
     /// Rebuilds the cluster state from scratch and checks that nothing is
     /// overcommitted and no gang runs below `minMember` at its start.
     fn verify(&mut self, when: &str) {
-        let (snap, _, _, _) = self.snapshot();
+        let (snap, pod_map, _, _) = self.snapshot();
         let (_, errs) = ClusterState::from_snapshot(&snap);
         for (i, e) in errs {
             self.error(format!(
@@ -928,6 +1060,7 @@ impl<'a> Sim<'a> {
                 snap.pods[i].pod.name
             ));
         }
+        self.give_back(snap, pod_map);
     }
 
     fn sample(&mut self, cs: &ClusterState<'_>) {
@@ -987,14 +1120,7 @@ impl<'a> Sim<'a> {
                 -1.0
             } else {
                 let total = n.node.gpus.len().max(1) as f64 * GPU_MILLI as f64;
-                let u: u64 = self
-                    .active
-                    .iter()
-                    .filter_map(|&p| match &self.pods[p as usize].phase {
-                        Ph::Running { node, gpus, .. } if *node as usize == i => Some(gpus.milli()),
-                        _ => None,
-                    })
-                    .sum();
+                let u = self.node_used[i];
                 u as f64 / total
             };
             let steps = &mut self.node_steps[i];
