@@ -852,7 +852,7 @@ impl<'a> Sim<'a> {
                 self.error(format!("evict of pod {name} that is not running"));
                 continue;
             }
-            let key = reason.split(':').next().unwrap_or("").trim().to_string();
+            let key = reason_kind(reason);
             *self.t.evictions_by_reason.entry(key).or_insert(0) += 1;
             if reason.to_lowercase().contains("reclaim") {
                 self.t.reclaims += 1;
@@ -1352,5 +1352,43 @@ impl<'a> Sim<'a> {
             incidents: self.incidents,
             errors: self.errors,
         }
+    }
+}
+
+/// The kind of an eviction reason: the text before the first `:`, without
+/// quoted names and parenthesised details (`preempted by higher-priority
+/// "x" (priority 300)` → `preempted by higher-priority`).
+pub fn reason_kind(reason: &str) -> String {
+    let head = reason.split(':').next().unwrap_or("");
+    let mut out = String::new();
+    let mut quote = false;
+    let mut depth = 0u32;
+    for c in head.chars() {
+        match c {
+            '"' => quote = !quote,
+            '(' if !quote => depth += 1,
+            ')' if !quote => depth = depth.saturating_sub(1),
+            _ if quote || depth > 0 => {}
+            _ => out.push(c),
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reason_kind;
+
+    #[test]
+    fn reason_kinds() {
+        assert_eq!(
+            reason_kind("preempted by higher-priority \"llm-64\" (priority 300)"),
+            "preempted by higher-priority"
+        );
+        assert_eq!(
+            reason_kind("reclaimed for queue \"batch\" (below its deserved share): x"),
+            "reclaimed for queue"
+        );
+        assert_eq!(reason_kind("plain"), "plain");
     }
 }

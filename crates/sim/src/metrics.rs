@@ -48,7 +48,8 @@ pub struct Totals {
     pub preemptions: u64,
     /// Pods evicted by the scheduler with a reason mentioning reclaim.
     pub reclaims: u64,
-    /// Evictions by the scheduler, by reason (text before the first `:`).
+    /// Evictions by the scheduler, by kind of reason (text before the first
+    /// `:`, quoted names and parenthesised details removed).
     pub evictions_by_reason: BTreeMap<String, u64>,
     /// Pods put back in the queue at once (preempted, drained, or restarted
     /// with their gang after a preemption).

@@ -677,6 +677,8 @@ th,td{padding:6px 7px;font-size:13px;border-bottom:1px solid var(--line);text-al
 th{font-size:11px;color:var(--dim);font-weight:600;text-transform:uppercase;letter-spacing:.03em}
 th:first-child,td:first-child{text-align:left}
 tr:last-child td{border-bottom:none}
+table.left th,table.left td{text-align:left}
+table.left th:last-child,table.left td:last-child{text-align:right}
 .swatch{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:7px;vertical-align:baseline}
 dl.tot{display:grid;grid-template-columns:repeat(3,1fr);gap:6px 28px;margin:6px 0 0}
 dl.tot div{display:flex;justify-content:space-between;border-bottom:1px dotted var(--line);padding:3px 0}
@@ -778,7 +780,7 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
     );
 
     // queue table
-    h.push_str(r#"<section class="card"><h2>Queues</h2><table><tr><th>queue</th><th>weight</th><th>guarantee</th><th>jobs</th><th>done</th><th>wait p50</th><th>p95</th><th>p99</th><th>JCT p50</th><th>p95</th><th>GPUs held</th><th>fair</th><th>entitled</th><th>held/fair</th><th>preempted</th></tr>"#);
+    h.push_str(r#"<section class="card"><h2>Queues</h2><table><tr><th>queue</th><th>weight</th><th>guarantee</th><th>jobs</th><th>done</th><th>wait p50</th><th>wait p95</th><th>wait p99</th><th>JCT p50</th><th>JCT p95</th><th>GPUs held</th><th>fair</th><th>entitled</th><th>held/fair</th><th>preempted</th></tr>"#);
     for (i, q) in r.queues.iter().enumerate() {
         let _ = write!(
             h,
@@ -857,7 +859,7 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
     }
     h.push_str("</section>");
     if !r.incidents.is_empty() {
-        h.push_str(r#"<section class="card"><h2>Incidents</h2><table><tr><th>#</th><th>time</th><th>event</th><th>node</th><th>pods stopped</th></tr>"#);
+        h.push_str(r#"<section class="card"><h2>Incidents</h2><table class="left"><tr><th>#</th><th>time</th><th>event</th><th>node</th><th>pods stopped</th></tr>"#);
         let mut num = 0;
         for i in &r.incidents {
             let n = if is_bad(&i.what) {
