@@ -134,7 +134,11 @@ fn main() {
         let ids: Vec<String> = plan.devices.iter().map(|d| d.id.clone()).collect();
         let healthy = vec![true; plan.units.len()];
         for k in sizes {
-            let iters = if inv.gpus.len() > 8 { n_pref / 5 } else { n_pref };
+            let iters = if inv.gpus.len() > 8 {
+                n_pref / 5
+            } else {
+                n_pref
+            };
             let mut v = Vec::with_capacity(iters);
             for _ in 0..iters {
                 let t = Instant::now();
@@ -144,7 +148,7 @@ fn main() {
             }
             let max = *v.iter().max().unwrap();
             line(format!(
-                "| GetPreferredAllocation (pure) {} GPUs, size {k} | {} | {} | {} | < 1 ms |",
+                "| GetPreferredAllocation (pure) {node}, {} GPUs, size {k} | {} | {} | {} | < 1 ms |",
                 inv.gpus.len(),
                 fmt(pct(&mut v, 0.5)),
                 fmt(pct(&mut v, 0.99)),

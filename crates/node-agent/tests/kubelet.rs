@@ -463,3 +463,106 @@ async fn time_slicing_replicas() {
     );
     agent.shutdown().await.unwrap();
 }
+
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, out)
+}
+
+#[tokio::test]
+async fn metrics_probes_and_feature_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let control = dir.path().join("control");
+    std::fs::write(&control, "").unwrap();
+    let features = dir.path().join("features.d/gpusched");
+    let mut st = settings(dir.path(), "dgx-h100.yaml");
+    st.metrics_address = Some(addr.clone());
+    st.feature_file = Some(features.clone());
+    st.control_file = Some(control.clone());
+    // No kubelet yet: alive but not ready.
+    let agent = start_agent(st);
+    let mut code = 0;
+    for _ in 0..50 {
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            code = http_get(&addr, "/readyz").await.0;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(code, 503);
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    let k = FakeKubelet::start(dir.path()).await;
+    let (_, reg) = k.next_registration(Duration::from_secs(5)).await;
+    let mut ready = false;
+    for _ in 0..50 {
+        if http_get(&addr, "/readyz").await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ready);
+
+    // An XID and an allocation show up in /metrics.
+    let ids = uuids("dgx-h100.yaml");
+    let mut c = k.client(&reg.endpoint).await;
+    c.allocate(api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest {
+            devices_ids: vec![ids[0].clone()],
+        }],
+    })
+    .await
+    .unwrap();
+    let mut s = c.list_and_watch(api::Empty {}).await.unwrap().into_inner();
+    next_list(&mut s, Duration::from_secs(2)).await.unwrap();
+    std::fs::write(&control, "xid 1 48\n").unwrap();
+    next_list(&mut s, Duration::from_secs(2)).await.unwrap();
+    let (code, body) = http_get(&addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let line = |name: &str, gpu: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name) && l.contains(gpu))
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("{name} for {gpu} missing in\n{body}"))
+    };
+    assert_eq!(line("gpusched_agent_gpu_healthy{", &ids[1]), "0");
+    assert_eq!(line("gpusched_agent_gpu_healthy{", &ids[0]), "1");
+    assert_eq!(line("gpusched_agent_gpu_xid_errors_total{", &ids[1]), "1");
+    assert_eq!(line("gpusched_agent_gpu_allocated{", &ids[0]), "1");
+    assert_eq!(line("gpusched_agent_gpu_allocated{", &ids[2]), "0");
+    assert!(body.contains("gpusched_agent_gpu_memory_total_bytes{"));
+    assert!(body.contains("gpusched_agent_registrations_total{resource=\"nvidia.com/gpu\"} 1"));
+
+    let labels = std::fs::read_to_string(&features).unwrap();
+    for want in [
+        "nvidia.com/gpu.count=8",
+        "nvidia.com/gpu.product=H100-SXM5-80GB",
+        "nvidia.com/gpu.memory=81920",
+        "nvidia.com/gpu.replicas=1",
+        "nvidia.com/gpu.sharing-strategy=none",
+        "nvidia.com/mig.capable=true",
+        "gpusched.io/gpu.interconnect=nvswitch",
+        "gpusched.io/gpu.numa-nodes=2",
+    ] {
+        assert!(labels.contains(want), "{want} missing in\n{labels}");
+    }
+    assert_eq!(http_get(&addr, "/nope").await.0, 404);
+    agent.shutdown().await.unwrap();
+}
