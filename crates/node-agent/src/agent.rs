@@ -51,9 +51,9 @@ impl Agent {
     pub fn new(
         settings: Settings,
         backend: Arc<dyn DeviceBackend>,
-        initially_unhealthy: &[String],
     ) -> Result<Arc<Agent>, AgentError> {
         let inventory = backend.discover()?;
+        let initially_unhealthy = &backend.initial_faults();
         let plans = build_plans(&inventory, &settings)?;
         let uuids: Vec<String> = inventory.gpus.iter().map(|g| g.uuid.clone()).collect();
         let tracker = HealthTracker::new(

@@ -194,7 +194,7 @@ pub async fn serve(
     backend: Arc<dyn DeviceBackend>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let agent = Agent::new(settings, backend, &[])?;
+    let agent = Agent::new(settings, backend)?;
     for g in &agent.inventory.gpus {
         tracing::info!(index = g.index, uuid = %g.uuid, model = %g.model, topo = ?g.topo, mig = g.mig.len(), "gpu");
     }

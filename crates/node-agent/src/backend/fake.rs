@@ -30,6 +30,8 @@ pub const CONTROL_POLL: Duration = Duration::from_millis(20);
 pub struct FakeBackend {
     inventory: Inventory,
     control: Option<PathBuf>,
+    /// GPUs marked `healthy: false` in the node file.
+    unhealthy: Vec<String>,
 }
 
 fn mig_memory_mib(profile: &str) -> u64 {
@@ -83,9 +85,17 @@ impl FakeBackend {
         let (Some(b), Some(a)) = (built.first(), all.first()) else {
             return Err(err("field `nodes`: no node".into()));
         };
+        let unhealthy = a
+            .node
+            .gpus
+            .iter()
+            .filter(|g| !g.is_healthy())
+            .map(|g| g.uuid.clone())
+            .collect();
         Ok(FakeBackend {
             inventory: Self::inventory(b, a),
             control: None,
+            unhealthy,
         })
     }
 
@@ -269,6 +279,10 @@ impl DeviceBackend for FakeBackend {
         Ok(())
     }
 
+    fn initial_faults(&self) -> Vec<String> {
+        self.unhealthy.clone()
+    }
+
     fn sample(&self) -> Vec<GpuSample> {
         self.inventory
             .gpus
@@ -300,6 +314,16 @@ mod tests {
         assert_eq!(inv.gpus[1].mig.len(), 2);
         assert_eq!(inv.gpus[1].mig[0].memory_mib, 40 * 1024);
         assert_eq!(inv.gpus[0].nvlink_peers, vec![1, 2, 3]);
+        assert!(b.initial_faults().is_empty());
+        let sick = NODE.replace(
+            "        - index: 1\n",
+            "        - index: 2\n          healthy: false\n        - index: 1\n",
+        );
+        let b = FakeBackend::from_yaml(&sick, "n.yaml").unwrap();
+        assert_eq!(
+            b.initial_faults(),
+            vec![b.inventory_ref().gpus[2].uuid.clone()]
+        );
     }
 
     #[test]

@@ -124,4 +124,9 @@ pub trait DeviceBackend: Send + Sync + 'static {
         events: UnboundedSender<HealthEvent>,
     ) -> Result<(), BackendError>;
     fn sample(&self) -> Vec<GpuSample>;
+    /// UUIDs of GPUs known to be unhealthy before monitoring starts (held
+    /// unhealthy until released).
+    fn initial_faults(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

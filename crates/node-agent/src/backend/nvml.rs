@@ -363,6 +363,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_library_is_a_clear_error() {
+        // On a GPU machine this succeeds; everywhere else it must explain.
+        if let Err(e) = NvmlBackend::new() {
+            let m = e.to_string();
+            assert!(m.contains("nvml is not available"), "{m}");
+            assert!(m.contains("libnvidia-ml.so.1"), "{m}");
+        }
+    }
+
+    #[test]
     fn names() {
         assert_eq!(
             mig_profile_from_name("NVIDIA A100-SXM4-40GB MIG 1g.5gb").as_deref(),
