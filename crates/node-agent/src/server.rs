@@ -24,6 +24,8 @@ use tonic::{Request, Response, Status};
 pub const API_VERSION: &str = "v1beta1";
 /// How often sockets are checked for a kubelet restart.
 pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
+/// Longest wait between failed registrations.
+pub const MAX_BACKOFF: Duration = Duration::from_millis(400);
 
 /// Serving or registering failed.
 #[derive(Debug, thiserror::Error)]
@@ -286,6 +288,7 @@ pub async fn run_resource(
         tracing::info!(resource = %name, socket = %path.display(), "serving device plugin");
         let mut registered_with: Option<(u64, u64)> = None;
         let mut backoff = Duration::from_millis(50);
+        let mut failures = 0u64;
         loop {
             if stop.has_changed().is_err() || *stop.borrow() {
                 let _ = inner_tx.send(true);
@@ -323,6 +326,7 @@ pub async fn run_resource(
                         tracing::info!(resource = %name, "registered with kubelet");
                         registered_with = k;
                         backoff = Duration::from_millis(50);
+                        failures = 0;
                         agent.set_registered(res, true);
                         agent
                             .metrics
@@ -333,12 +337,19 @@ pub async fn run_resource(
                             .inc();
                     }
                     Err(e) => {
-                        tracing::warn!(resource = %name, "registration failed: {e}; retrying in {backoff:?}");
+                        failures += 1;
+                        if failures == 1 || failures % 100 == 0 {
+                            tracing::warn!(resource = %name, failures, "registration failed: {e}; retrying every {MAX_BACKOFF:?} at most");
+                        } else {
+                            tracing::debug!(resource = %name, "registration failed: {e}");
+                        }
                         tokio::select! {
                             _ = tokio::time::sleep(backoff) => {}
                             _ = stop.changed() => {}
                         }
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                        // Capped low: a kubelet coming back must see us within a second,
+                        // and a refused connect on a stale socket costs nothing.
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
                         continue;
                     }
                 }

@@ -367,6 +367,27 @@ async fn kubelet_restart_reregisters_within_a_second() {
 }
 
 #[tokio::test]
+async fn kubelet_down_for_a_while_then_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut k = FakeKubelet::start(dir.path()).await;
+    let agent = start_agent(settings(dir.path(), "pcie-l40s.yaml"));
+    let _ = k.next_registration(Duration::from_secs(5)).await;
+    // The kubelet dies, leaving a stale kubelet.sock; registration attempts
+    // fail for a while (the agent must keep its retry interval short).
+    k.crash();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    std::fs::remove_file(dir.path().join(SOCK)).unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t = k.restart().await;
+    let (at, reg) = k.next_registration(Duration::from_secs(3)).await;
+    let took = at.duration_since(t);
+    eprintln!("kubelet back after an outage: re-registered after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(reg.endpoint, SOCK);
+    agent.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn mixed_mig_serves_one_socket_per_resource() {
     let dir = tempfile::tempdir().unwrap();
     let k = FakeKubelet::start(dir.path()).await;

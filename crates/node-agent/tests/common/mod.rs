@@ -99,6 +99,13 @@ impl FakeKubelet {
         t
     }
 
+    /// A kubelet that died: its server stops but kubelet.sock stays behind.
+    pub fn crash(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
     /// Next registration, or panic after `timeout`.
     pub async fn next_registration(&self, timeout: Duration) -> (Instant, api::RegisterRequest) {
         let mut rx = self.registrations.lock().await;
