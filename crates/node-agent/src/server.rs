@@ -338,7 +338,7 @@ pub async fn run_resource(
                     }
                     Err(e) => {
                         failures += 1;
-                        if failures == 1 || failures % 100 == 0 {
+                        if failures == 1 || failures.is_multiple_of(100) {
                             tracing::warn!(resource = %name, failures, "registration failed: {e}; retrying every {MAX_BACKOFF:?} at most");
                         } else {
                             tracing::debug!(resource = %name, "registration failed: {e}");
