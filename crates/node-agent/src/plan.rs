@@ -22,6 +22,8 @@ pub struct Unit {
     pub index_id: String,
     pub topo: GpuTopo,
     pub minor: u32,
+    /// MIG capability device nodes (empty for whole GPUs).
+    pub caps: Vec<String>,
 }
 
 /// One id advertised to the kubelet.
@@ -246,6 +248,11 @@ impl ResourcePlan {
             for m in minors {
                 resp.devices.push(spec(format!("/dev/nvidia{m}")));
             }
+            for &u in &units {
+                for c in &self.units[u].caps {
+                    resp.devices.push(spec(c.clone()));
+                }
+            }
         }
         if s.cdi_enabled {
             for &u in &units {
@@ -367,6 +374,7 @@ fn whole(inv: &Inventory, gi: usize) -> Unit {
         index_id: g.index.to_string(),
         topo: g.topo,
         minor: g.minor,
+        caps: Vec::new(),
     }
 }
 
@@ -379,6 +387,7 @@ fn mig_unit(inv: &Inventory, gi: usize, mi: usize) -> Unit {
         index_id: format!("{}:{mi}", g.index),
         topo: g.topo,
         minor: g.minor,
+        caps: g.mig[mi].caps.clone(),
     }
 }
 
@@ -588,6 +597,29 @@ mod tests {
             build_plans(&i, &single),
             Err(PlanError::MixedMig(_))
         ));
+        // Without the NVIDIA runtime, MIG devices need their capability nodes.
+        let mut i2 = i.clone();
+        i2.gpus[0].mig[1].caps = vec!["/dev/nvidia-caps/nvidia-cap21".into()];
+        let specs = Settings {
+            mig_strategy: MigStrategy::Mixed,
+            pass_device_specs: true,
+            ..Default::default()
+        };
+        let plans = build_plans(&i2, &specs).unwrap();
+        let p = plans
+            .iter()
+            .find(|p| p.name == "nvidia.com/mig-1g.10gb")
+            .unwrap();
+        let r = p
+            .allocate(&[p.devices[0].id.clone()], &[true], &specs, &i2)
+            .unwrap();
+        let paths: Vec<&str> = r.devices.iter().map(|d| d.host_path.as_str()).collect();
+        assert!(paths.contains(&"/dev/nvidia0"), "{paths:?}");
+        assert!(
+            paths.contains(&"/dev/nvidia-caps/nvidia-cap21"),
+            "{paths:?}"
+        );
+        assert_eq!(r.envs["NVIDIA_VISIBLE_DEVICES"], i2.gpus[0].mig[1].uuid);
         let none = build_plans(&i, &Settings::default()).unwrap();
         assert_eq!(none.len(), 1);
         assert_eq!(none[0].devices.len(), 2);

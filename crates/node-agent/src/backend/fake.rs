@@ -136,6 +136,7 @@ impl FakeBackend {
                     uuid: uuid.clone(),
                     profile: profile.clone(),
                     memory_mib: mig_memory_mib(profile),
+                    caps: Vec::new(),
                 });
             }
         }

@@ -16,6 +16,9 @@ pub struct MigInfo {
     /// Profile name, e.g. `1g.10gb`.
     pub profile: String,
     pub memory_mib: u64,
+    /// Capability device nodes (`/dev/nvidia-caps/nvidia-capN`) a container
+    /// needs to use this MIG device without the NVIDIA runtime.
+    pub caps: Vec<String>,
 }
 
 /// One physical GPU.

@@ -39,6 +39,47 @@ pub fn mig_profile_from_name(name: &str) -> Option<String> {
     (!p.is_empty()).then(|| p.to_string())
 }
 
+/// GPU-instance and compute-instance ids of a MIG device handle, when the
+/// driver exports the calls.
+fn mig_instance_ids(nvml: &Nvml, md: &nvml_wrapper::Device) -> Option<(u32, u32)> {
+    let lib = nvml.lib();
+    if lib.nvmlDeviceGetGpuInstanceId.is_err() || lib.nvmlDeviceGetComputeInstanceId.is_err() {
+        return None;
+    }
+    let (mut gi, mut ci) = (0u32, 0u32);
+    // SAFETY: both symbols are present (checked above); `md` is a live MIG
+    // device handle from this NVML instance, and the out-pointers point at
+    // local integers. Read-only queries.
+    let (a, b) = unsafe {
+        (
+            lib.nvmlDeviceGetGpuInstanceId(md.handle(), &mut gi),
+            lib.nvmlDeviceGetComputeInstanceId(md.handle(), &mut ci),
+        )
+    };
+    (a == 0 && b == 0).then_some((gi, ci))
+}
+
+/// Capability device paths of MIG device `gi`/`ci` of the GPU with minor
+/// `gpu_minor`, from the text of `/proc/driver/nvidia-caps/mig-minors`
+/// (`gpu0/gi1/access 12`, `gpu0/gi1/ci0/access 13`).
+pub fn mig_cap_paths(mig_minors: &str, gpu_minor: u32, gi: u32, ci: u32) -> Vec<String> {
+    let want = [
+        format!("gpu{gpu_minor}/gi{gi}/access"),
+        format!("gpu{gpu_minor}/gi{gi}/ci{ci}/access"),
+    ];
+    want.iter()
+        .filter_map(|w| {
+            mig_minors.lines().find_map(|l| {
+                let (k, v) = l.trim().split_once(char::is_whitespace)?;
+                (k == w)
+                    .then(|| v.trim().parse::<u32>().ok())
+                    .flatten()
+                    .map(|m| format!("/dev/nvidia-caps/nvidia-cap{m}"))
+            })
+        })
+        .collect()
+}
+
 /// `NVIDIA H100 80GB HBM3` → `NVIDIA-H100-80GB-HBM3` (GFD's label spelling).
 pub fn product_label(name: &str) -> String {
     name.split_whitespace().collect::<Vec<_>>().join("-")
@@ -82,6 +123,8 @@ impl DeviceBackend for NvmlBackend {
             nvml_wrapper::cuda_driver_version_major(cuda),
             nvml_wrapper::cuda_driver_version_minor(cuda)
         );
+        let mig_minors =
+            std::fs::read_to_string("/proc/driver/nvidia-caps/mig-minors").unwrap_or_default();
         let mut gpus = Vec::new();
         let mut handles = Vec::new();
         for i in 0..count {
@@ -103,10 +146,14 @@ impl DeviceBackend for NvmlBackend {
                     let (Ok(u), Ok(n)) = (md.uuid(), md.name()) else {
                         continue;
                     };
+                    let caps = mig_instance_ids(nvml, &md)
+                        .map(|(gi, ci)| mig_cap_paths(&mig_minors, minor, gi, ci))
+                        .unwrap_or_default();
                     mig.push(MigInfo {
                         uuid: u,
                         profile: mig_profile_from_name(&n).unwrap_or_else(|| "unknown".into()),
                         memory_mib: md.memory_info().map(|m| m.total >> 20).unwrap_or(0),
+                        caps,
                     });
                 }
             }
@@ -370,6 +417,19 @@ mod tests {
             assert!(m.contains("nvml is not available"), "{m}");
             assert!(m.contains("libnvidia-ml.so.1"), "{m}");
         }
+    }
+
+    #[test]
+    fn mig_caps_from_proc() {
+        let text = "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu1/gi1/access 147\ngpu1/gi1/ci0/access 148\n";
+        assert_eq!(
+            mig_cap_paths(text, 1, 1, 0),
+            vec![
+                "/dev/nvidia-caps/nvidia-cap147".to_string(),
+                "/dev/nvidia-caps/nvidia-cap148".to_string()
+            ]
+        );
+        assert!(mig_cap_paths(text, 3, 1, 0).is_empty());
     }
 
     #[test]
