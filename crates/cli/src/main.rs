@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod agent;
 mod bench;
 mod openb;
 mod simulate;
@@ -17,6 +18,8 @@ struct Cli {
 enum Cmd {
     /// Run the trace-driven simulator (default: an embedded mixed cluster and workload).
     Simulate(simulate::SimulateArgs),
+    /// Run the node agent: a kubelet device plugin for NVIDIA GPUs.
+    Agent(agent::AgentArgs),
     /// Measure scheduling throughput, gang latency and memory on synthetic clusters.
     Bench(bench::BenchArgs),
 }
@@ -26,5 +29,6 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Agent(a) => agent::run(a),
     }
 }
