@@ -91,49 +91,71 @@ pub fn choose(
     if avail.len() == count {
         return Some(avail);
     }
+    let n = avail.len();
+    // Pairwise link costs among the candidates, computed once.
+    let mut cost = vec![0u8; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            cost[i * n + j] = if i == j {
+                0
+            } else {
+                link_cost(&topos[avail[i]], &topos[avail[j]]) as u8
+            };
+        }
+    }
     // Best-fit weight: how many free GPUs share this GPU's tightest group.
-    let group_free: Vec<u64> = avail
-        .iter()
-        .map(|&a| {
-            avail
-                .iter()
-                .filter(|&&b| link_cost(&topos[a], &topos[b]) <= 11 || a == b)
-                .count() as u64
-                * 1000
-                + avail
-                    .iter()
-                    .filter(|&&b| {
-                        topos[a].pcie_switch.is_some()
-                            && topos[a].pcie_switch == topos[b].pcie_switch
-                    })
-                    .count() as u64
+    let group_free: Vec<u64> = (0..n)
+        .map(|i| {
+            let nv = (0..n).filter(|&j| i == j || cost[i * n + j] <= 11).count() as u64;
+            let sw = (0..n)
+                .filter(|&j| {
+                    topos[avail[i]].pcie_switch.is_some()
+                        && topos[avail[i]].pcie_switch == topos[avail[j]].pcie_switch
+                })
+                .count() as u64;
+            nv * 1000 + sw
         })
         .collect();
     let pos = |g: usize| avail.binary_search(&g).ok();
 
-    let mut best: Option<(u64, u64, Vec<usize>)> = None;
+    // Seeds: every candidate, but only one per (topology, best-fit weight)
+    // class — equivalent seeds grow equivalent sets.
     let seeds: Vec<Vec<usize>> = if must.is_empty() {
-        avail.iter().map(|&a| vec![a]).collect()
+        let mut seen: Vec<(GpuTopo, u64)> = Vec::new();
+        (0..n)
+            .filter(|&i| {
+                let key = (topos[avail[i]], group_free[i]);
+                if seen.contains(&key) {
+                    false
+                } else {
+                    seen.push(key);
+                    true
+                }
+            })
+            .map(|i| vec![i])
+            .collect()
     } else {
-        vec![must.clone()]
+        vec![must.iter().filter_map(|&m| pos(m)).collect()]
     };
-    let mut add_cost = vec![0u64; avail.len()];
-    let mut taken = vec![false; avail.len()];
+    let mut best: Option<(u64, u64, Vec<usize>)> = None;
+    let mut add_cost = vec![0u64; n];
+    let mut taken = vec![false; n];
     for seed in seeds {
         taken.iter_mut().for_each(|t| *t = false);
         add_cost.iter_mut().for_each(|c| *c = 0);
-        let mut set = Vec::with_capacity(count);
-        for &s in &seed {
-            let p = pos(s)?;
+        let mut set: Vec<usize> = Vec::with_capacity(count);
+        let mut total = 0u64;
+        for &p in &seed {
             taken[p] = true;
-            set.push(s);
-            for (q, &b) in avail.iter().enumerate() {
-                add_cost[q] += link_cost(&topos[s], &topos[b]) as u64;
+            total += add_cost[p];
+            set.push(p);
+            for q in 0..n {
+                add_cost[q] += cost[p * n + q] as u64;
             }
         }
         while set.len() < count {
             let mut pick: Option<usize> = None;
-            for q in 0..avail.len() {
+            for q in 0..n {
                 if taken[q] {
                     continue;
                 }
@@ -147,25 +169,21 @@ pub fn choose(
             }
             let q = pick?;
             taken[q] = true;
-            let g = avail[q];
-            set.push(g);
-            for (r, &b) in avail.iter().enumerate() {
-                add_cost[r] += link_cost(&topos[g], &topos[b]) as u64;
+            total += add_cost[q];
+            set.push(q);
+            for r in 0..n {
+                add_cost[r] += cost[q * n + r] as u64;
             }
         }
-        set.sort_unstable();
-        let cost = set_cost(topos, &set);
-        let fit: u64 = set
-            .iter()
-            .filter_map(|&g| pos(g))
-            .map(|p| group_free[p])
-            .sum();
+        let fit: u64 = set.iter().map(|&p| group_free[p]).sum();
+        let mut gpus: Vec<usize> = set.iter().map(|&p| avail[p]).collect();
+        gpus.sort_unstable();
         let better = match &best {
             None => true,
-            Some((c, f, s)) => (cost, fit, &set) < (*c, *f, s),
+            Some((c, f, s)) => (total, fit, &gpus) < (*c, *f, s),
         };
         if better {
-            best = Some((cost, fit, set));
+            best = Some((total, fit, gpus));
         }
     }
     best.map(|(_, _, s)| s)
