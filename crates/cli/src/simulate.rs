@@ -30,11 +30,14 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 
-    /// Scheduler configuration (YAML).
+    /// Scheduler configuration (YAML, `gpusched_plugins::SchedulerConfig`).
+    /// Default: the built-in configuration.
     #[arg(long, value_name = "SCHEDULER_CONFIG.yaml")]
     pub config: Option<PathBuf>,
 
-    /// Packing policy by name (overrides the configuration's).
+    /// Packing policy (overrides the configuration's `packing.policy`):
+    /// spread, binpack, random, dot-prod, gpu-clustering, gpu-packing,
+    /// best-fit, fgd, gpusched.
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
@@ -184,21 +187,21 @@ fn print_ok(text: &str) -> anyhow::Result<()> {
     }
 }
 
-/// The scheduler from `--config` and `--policy`.
-///
-/// Until the plugin registry (`gpusched_plugins::build`) lands, the config
-/// file holds the core's `SchedulerOptions` and the policy names one of the
-/// simulator's stand-in packers.
+/// The scheduler from `--config` (a `gpusched_plugins::SchedulerConfig`)
+/// and `--policy` (overrides `packing.policy`).
 fn build_scheduler(args: &SimulateArgs) -> anyhow::Result<gpusched_core::Scheduler> {
-    let opts = match &args.config {
+    let cfg = match &args.config {
         Some(p) => {
             let text = gpusched_sim::load::read(p)?;
-            gpusched_sim::sched::options_from_yaml(&p.display().to_string(), &text)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
+            Some(
+                gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
         }
-        None => gpusched_core::SchedulerOptions::default(),
+        None => None,
     };
-    gpusched_sim::sched::builtin(opts, args.policy.as_deref()).map_err(|e| anyhow::anyhow!(e))
+    gpusched_sim::sched::build(cfg.as_ref(), args.policy.as_deref())
+        .map_err(|e| anyhow::anyhow!("scheduler configuration: {e}"))
 }
 
 /// Wall-clock timing of cycles and a progress bar (stderr, TTY only, after

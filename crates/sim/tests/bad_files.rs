@@ -219,10 +219,15 @@ fn unreadable_file_is_named() {
 }
 
 #[test]
-fn scheduler_options_errors_are_located() {
-    let e = gpusched_sim::sched::options_from_yaml("s.yaml", "backfill: true\nreserve: 3\n")
-        .unwrap_err();
-    assert_eq!((e.line, e.field.as_str()), (2, "reserve"), "{e}");
+fn scheduler_config_errors_are_located() {
+    let e = gpusched_sim::sched::config_from_yaml(
+        "s.yaml",
+        "version: v1\nactions:\n  backfill: true\n  reserve: 3\n",
+    )
+    .unwrap_err();
+    assert_eq!((e.line, e.field.as_str()), (4, "actions.reserve"), "{e}");
+    let e = gpusched_sim::sched::build(None, Some("no-such-policy")).err();
+    assert!(e.is_some_and(|e| e.contains("no-such-policy")));
 }
 
 proptest! {

@@ -21,7 +21,8 @@ fn default_run_is_deterministic() {
 
 #[test]
 fn fixture_runs_are_deterministic() {
-    for (c, w) in common::PAIRS {
+    // the default scenario is covered above
+    for (c, w) in common::PAIRS.iter().filter(|p| p.1 != "mixed.yaml") {
         let run = || {
             let r = gpusched_sim::run(
                 &common::scenario(c, w, 7),

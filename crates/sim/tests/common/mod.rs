@@ -1,7 +1,7 @@
 //! Shared helpers of the simulator's integration tests.
 #![allow(dead_code)]
 
-use gpusched_core::{Scheduler, SchedulerOptions};
+use gpusched_core::Scheduler;
 use gpusched_sim::{NoHooks, Scenario, SimResult, Source};
 
 /// Text of a file under `fixtures/`.
@@ -28,10 +28,10 @@ pub fn scenario(cluster: &str, workload: &str, seed: u64) -> Scenario {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The scheduler the simulator runs by default.
-// TODO: switch to gpusched_plugins::build(&SchedulerConfig::default()) once it exists.
+/// The scheduler the simulator runs by default
+/// (`gpusched_plugins::build(&SchedulerConfig::default())`).
 pub fn scheduler() -> Scheduler {
-    gpusched_sim::sched::builtin(SchedulerOptions::default(), None).expect("builtin policy")
+    gpusched_sim::sched::default_scheduler()
 }
 
 /// Runs with conservation checks after every cycle and event.
