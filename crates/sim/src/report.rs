@@ -446,11 +446,11 @@ fn fair_chart(r: &SimResult) -> String {
     let row = 46.0;
     let f = Frame {
         w: 540.0,
-        h: 60.0 + row * r.queues.len() as f64,
+        h: 72.0 + row * r.queues.len() as f64,
         left: 96.0,
         right: 20.0,
         top: 30.0,
-        bottom: 30.0,
+        bottom: 42.0,
     };
     let max = r
         .queues
@@ -479,7 +479,7 @@ fn fair_chart(r: &SimResult) -> String {
         s,
         r##"<text x="{:.1}" y="{:.1}" class="axis" text-anchor="middle">GPUs (time-averaged)</text>"##,
         f.left + f.pw() / 2.0,
-        f.h - 2.0
+        f.h - 8.0
     );
     for (i, q) in r.queues.iter().enumerate() {
         let y0 = f.top + 8.0 + i as f64 * row;
