@@ -92,9 +92,11 @@ fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
         })
         .map(|kb| kb * 1024)
         .unwrap_or(0)
@@ -105,7 +107,11 @@ fn time_cycle(cfg: &SchedulerConfig, snap: &Snapshot, name: &str) -> anyhow::Res
     let t = Instant::now();
     let out = s.cycle(snap, 0, 42);
     let secs = t.elapsed().as_secs_f64();
-    let bound = out.decisions.iter().filter(|d| matches!(d, Decision::Bind { .. })).count() as u32;
+    let bound = out
+        .decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Bind { .. }))
+        .count() as u32;
     let pending = snap.pods.len() as u32;
     Ok(Run {
         name: name.into(),
@@ -191,7 +197,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("gpusched bench — policy {}", report.policy);
-    println!("{:<18} {:>7} {:>8} {:>8} {:>9} {:>14}", "run", "nodes", "pods", "bound", "seconds", "decisions/s");
+    println!(
+        "{:<18} {:>7} {:>8} {:>8} {:>9} {:>14}",
+        "run", "nodes", "pods", "bound", "seconds", "decisions/s"
+    );
     let mut rows = vec![&report.throughput];
     rows.extend(report.gangs.iter());
     rows.extend(report.curve.iter());
