@@ -7,7 +7,7 @@
 //! checked against a [`ClusterState`] built from the same snapshot, and a
 //! refused decision is counted and reported, never applied.
 
-use crate::frag::fragmentation_milli;
+use crate::frag::{engine_for, fragmentation_milli};
 use crate::metrics::{self, Cdf, Heatmap, Incident, QueueReport, Series, SimResult, Totals};
 use crate::workload::{EventKind, Scenario, fmt_duration};
 use gpusched_core::state::share_milli;
@@ -16,6 +16,7 @@ use gpusched_core::{
     Snapshot,
 };
 use gpusched_model::{GPU_MILLI, GpuHealth, GpuRequest, Node, Pod, PodGroup};
+use gpusched_plugins::packing::fgd::FragEngine;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -145,7 +146,8 @@ struct Sim<'a> {
     jobs: Vec<JobRt>,
     /// Pods pending or running, in id order.
     active: BTreeSet<u32>,
-    typical: Pod,
+    /// FGD fragmentation engine; rebuilt with the node cache.
+    frag: Option<FragEngine>,
     horizon: u64,
     ended_by: &'static str,
     // metrics
@@ -205,7 +207,6 @@ impl<'a> Sim<'a> {
         let mut group_idx = BTreeMap::new();
         let mut jobs = Vec::new();
         let mut horizon = 0u64;
-        let mut req_count: BTreeMap<(u8, u64), (u64, u32)> = BTreeMap::new();
         for (ji, j) in sc.jobs.iter().enumerate() {
             let queue = qidx.get(j.queue.as_str()).copied().unwrap_or(0);
             let first_pod = pods.len() as u32;
@@ -227,12 +228,6 @@ impl<'a> Sim<'a> {
                 if let Some(g) = gid {
                     groups[g as usize].members.push(id);
                 }
-                let key = match pod.gpu {
-                    GpuRequest::Whole(n) => (0u8, n as u64),
-                    GpuRequest::Share { milli, .. } => (1u8, milli as u64),
-                    GpuRequest::None => (2u8, 0),
-                };
-                req_count.entry(key).or_insert((0, id)).0 += 1;
                 pods.push(PodRt {
                     pod,
                     job: ji as u32,
@@ -261,13 +256,6 @@ impl<'a> Sim<'a> {
         if let Some(u) = sc.settings.until_ms {
             horizon = u;
         }
-        // the typical request: the most common GPU request (by pods)
-        let typical = req_count
-            .iter()
-            .filter(|(k, _)| k.0 != 2)
-            .max_by_key(|(k, (n, _))| (*n, Reverse(**k)))
-            .map(|(_, (_, id))| pods[*id as usize].pod.clone())
-            .unwrap_or_else(|| Pod::new("typical", ""));
         let nq = sc.queues.len();
         let nn = nodes.len();
         let mut sim = Sim {
@@ -287,7 +275,7 @@ impl<'a> Sim<'a> {
             group_idx,
             jobs,
             active: BTreeSet::new(),
-            typical,
+            frag: None,
             horizon: horizon.max(1),
             ended_by: "done",
             t: Totals::default(),
@@ -572,6 +560,7 @@ impl<'a> Sim<'a> {
         };
         let on_node = |s: &Self| -> Vec<u32> { s.node_pods[n as usize].iter().copied().collect() };
         self.node_cache = None;
+        self.frag = None;
         let mut stopped = 0u32;
         let what;
         match e.kind {
@@ -1074,7 +1063,14 @@ impl<'a> Sim<'a> {
                 cap += usable;
             }
         }
-        let frag = fragmentation_milli(cs, &self.typical);
+        if self.frag.is_none() {
+            self.frag = Some(engine_for(self.pods.iter().map(|p| &p.pod)));
+        }
+        let frag = self
+            .frag
+            .as_ref()
+            .map(|e| fragmentation_milli(cs, e))
+            .unwrap_or(0);
         let mut pending = 0u64;
         let mut running = 0u64;
         let nq = self.sc.queues.len();

@@ -761,7 +761,7 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
 
     let _ = write!(
         h,
-        r#"<section class="card"><h2>GPU allocation over time</h2><p class="note">Share of schedulable GPUs in use (time-weighted per bucket of {}), fragmentation (free GPU capacity the typical request cannot use), and capacity lost to failures and drains.</p>{}{}</section>"#,
+        r#"<section class="card"><h2>GPU allocation over time</h2><p class="note">Share of schedulable GPUs in use (time-weighted per bucket of {}), FGD fragmentation (free GPU capacity the workload's pods are expected not to be able to use), and capacity lost to failures and drains.</p>{}{}</section>"#,
         fmt_duration(r.series.bucket_ms),
         alloc_chart(r),
         pods_chart(r)
