@@ -29,6 +29,7 @@
 use gpusched_core::{ClusterState, NodeId, PackEnv, PodPhase, PodState, Snapshot};
 use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod};
 use gpusched_plugins::packing::fgd::FragEngine;
+use gpusched_plugins::packing::profile::TYPICAL_COVERAGE;
 use gpusched_plugins::packing::{self, PackerOptions, Profile, UnknownPolicy};
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
@@ -62,8 +63,9 @@ pub struct FgdMethod {
     /// Target total GPU request as a multiple of capacity.
     pub tune_ratio: f64,
     pub tie_break: TieBreak,
-    /// Target workload of the fragmentation-aware policies and of the
-    /// fragmentation metric; `None`: the trace's typical pods.
+    /// Target workload (pod-class distribution) of the fragmentation-aware
+    /// policies and of the fragmentation metric (which, like `fgd`, uses its
+    /// typical pods); `None`: the trace's class distribution.
     pub profile: Option<Profile>,
     /// Worker threads for the seeds (0: available parallelism).
     pub threads: usize,
@@ -291,9 +293,10 @@ pub fn run_seed(
         policy,
         &PackerOptions {
             profile: Some(profile.clone()),
+            gpusched: None,
         },
     )?;
-    let frag = FragEngine::new(profile.clone());
+    let frag = FragEngine::new(profile.typical(TYPICAL_COVERAGE));
     let mut cs = ClusterState::new(nodes);
     let (capacity, _) = cs.gpu_milli_totals();
     let order = workload(trace, capacity, method.tune_ratio, seed);

@@ -31,7 +31,7 @@
 //! that signature; a thousand nodes in a few hundred states cost a few
 //! hundred evaluations, not a thousand.
 
-use super::profile::{PodClass, Profile};
+use super::profile::{PodClass, Profile, TYPICAL_COVERAGE};
 use super::util::{FxMap, WholeChooser, for_each_share, node_model, share_on};
 use gpusched_core::state::share_milli;
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
@@ -67,14 +67,30 @@ impl Sig {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Eval {
     pub(crate) deltas: Vec<(u16, f64)>,
+    /// `⌊100 · sigmoid(Δ / scale)⌋` of each entry (scale of the engine).
+    pub(crate) squashed: Vec<i64>,
 }
 
 impl Eval {
-    pub(crate) fn delta_for(&self, left: u32) -> Option<f64> {
+    fn new(deltas: Vec<(u16, f64)>, scale: f64) -> Eval {
+        let squashed = deltas
+            .iter()
+            .map(|(_, d)| sigmoid_score(d * 1000.0 / scale))
+            .collect();
+        Eval { deltas, squashed }
+    }
+
+    /// `(Δ, squashed)` for a GPU with `left` milli free.
+    pub(crate) fn for_left(&self, left: u32) -> Option<(f64, i64)> {
         self.deltas
             .iter()
-            .find(|(l, _)| *l as u32 == left)
-            .map(|(_, d)| *d)
+            .position(|(l, _)| *l as u32 == left)
+            .map(|i| (self.deltas[i].1, self.squashed[i]))
+    }
+
+    /// `(Δ, squashed)` of a whole-GPU or CPU-only request.
+    pub(crate) fn first(&self) -> Option<(f64, i64)> {
+        self.deltas.first().map(|d| (d.1, self.squashed[0]))
     }
 }
 
@@ -94,13 +110,20 @@ struct Memo {
 /// Fragmentation of nodes against a profile, with memoised evaluation.
 pub struct FragEngine {
     profile: Profile,
+    scale: f64,
     memo: Mutex<Memo>,
 }
 
 impl FragEngine {
     pub fn new(profile: Profile) -> Self {
+        Self::with_scale(profile, 1000.0)
+    }
+
+    /// An engine whose evaluations also carry `⌊100·sigmoid(Δ/scale)⌋`.
+    pub fn with_scale(profile: Profile, scale: f64) -> Self {
         FragEngine {
             profile,
+            scale: if scale > 0.0 { scale } else { 1000.0 },
             memo: Mutex::new(Memo::default()),
         }
     }
@@ -296,7 +319,7 @@ impl FragEngine {
                 }
             }
         }
-        Eval { deltas }
+        Eval::new(deltas, self.scale)
     }
 
     /// Runs `f` on the evaluation of `pod` on `node` (memoised by state).
@@ -376,7 +399,7 @@ impl FragEngine {
                 }
             }
         }
-        Eval { deltas }
+        Eval::new(deltas, self.scale)
     }
 }
 
@@ -385,7 +408,7 @@ pub fn sigmoid_score(delta: f64) -> i64 {
     (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
 }
 
-/// Whether the profile must be derived from the snapshot.
+/// The class distribution of the snapshot's pods (pending and running).
 pub(crate) fn derive_profile(env: &PackEnv<'_, '_>) -> Profile {
     Profile::from_pods(env.snapshot.pods.iter().map(|p| &p.pod))
 }
@@ -414,11 +437,12 @@ impl FgdPacker {
         }
     }
 
-    /// FGD against an explicit target workload.
+    /// FGD against an explicit target workload; as in the reference, only
+    /// its typical pods count ([`Profile::typical`] at 95 %).
     pub fn with_profile(profile: Profile) -> Self {
         FgdPacker {
             explicit: true,
-            engine: FragEngine::new(profile),
+            engine: FragEngine::new(profile.typical(TYPICAL_COVERAGE)),
             whole: WholeChooser::new(),
         }
     }
@@ -435,7 +459,7 @@ impl Packer for FgdPacker {
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
         if !self.explicit {
-            let p = derive_profile(env);
+            let p = derive_profile(env).typical(TYPICAL_COVERAGE);
             if &p != self.engine.profile() {
                 self.engine = FragEngine::new(p);
             }
@@ -447,8 +471,9 @@ impl Packer for FgdPacker {
             GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
                 let mut best: Option<(i64, usize, u32)> = None;
                 for_each_share(state, pod, node, |g, m, free| {
-                    let Some(d) = e.delta_for(free) else { return };
-                    let s = sigmoid_score(d);
+                    let Some((_, s)) = e.for_left(free) else {
+                        return;
+                    };
                     if best.is_none_or(|(b, _, _)| s > b) {
                         best = Some((s, g, m));
                     }
@@ -460,13 +485,8 @@ impl Packer for FgdPacker {
             }),
             _ => {
                 let gpus = self.whole.assignment(state, pod, node, || None)?;
-                let d = self
-                    .engine
-                    .with_eval(pod, node, state, |e| e.deltas.first().map(|x| x.1))?;
-                Some(Placement {
-                    score: sigmoid_score(d),
-                    gpus,
-                })
+                let (_, s) = self.engine.with_eval(pod, node, state, |e| e.first())?;
+                Some(Placement { score: s, gpus })
             }
         }
     }

@@ -1,34 +1,77 @@
 //! `gpusched`: our default packing policy — fragmentation gradient descent
-//! without the reference's score quantization, with best fit as the
-//! tie-break and an optional packing term.
+//! against the *whole* class distribution of the workload, squashed more
+//! coarsely than the reference, with ties going to the smaller node.
 //!
 //! With `Δ` the change of node fragmentation of [`super::fgd`] (positive:
-//! the placement removes fragments), `L` the node's free GPU milli after
-//! placing and `λ` = [`GpuschedConfig::pack_weight`]:
+//! the placement removes fragments) computed against every pod class (the
+//! reference keeps only the classes covering 95 % of the pods, which drops
+//! all 8-GPU classes of the Alibaba trace), `L` the node's free GPU milli
+//! after placing, `λ` = [`GpuschedConfig::pack_weight`] and `s` =
+//! [`GpuschedConfig::quantize_scale`]:
 //!
 //! ```text
-//! value = Δ − λ · L                       (milli-GPU, exact, not squashed)
-//! score = ⌊1000 · value⌋ · 2²⁰ + tie     (tie: fuller GPU, then fuller CPU)
+//! v       = Δ − λ · L
+//! primary = ⌊100 · sigmoid(v / s)⌋     (quantize; else ⌊v⌋)
+//! score   = primary · 2⁴⁴ + secondary · 2²⁴ + tie
 //! ```
 //!
-//! A share goes on the GPU with the best value, then the least compute left.
+//! `secondary` is an optional bin-packing key (sum of squares over GPU fill
+//! levels, or the expected waste of the leftover); `tie` prefers nodes with
+//! fewer GPUs ([`GpuschedConfig::size_order`]) or, optionally, the fuller
+//! node. What is left equal falls to the node order (the core: lowest node
+//! id), i.e. first fit among placements of nearly equal fragmentation.
+//! Defaults (measured, see `docs/placement-benchmarks.md`): full
+//! distribution, `s = 2000`, `λ = 0`, no secondary key, smaller nodes
+//! first. A share goes on the GPU with the best score, then the least
+//! compute left.
 
-use super::fgd::{FragEngine, derive_profile};
+use super::fgd::{FragEngine, derive_profile, sigmoid_score};
 use super::profile::Profile;
 use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
-use gpusched_core::{ClusterState, GpuAssignment, NodeId, PackEnv, Packer, Placement};
+use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
 use gpusched_model::{GpuRequest, Pod};
 
 /// Knobs of [`GpuschedPacker`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpuschedConfig {
-    /// Weight of the node's free GPU milli after placing (packing pressure).
+    /// Squash the value like the reference FGD (`⌊100·sigmoid(v/1000)⌋`)
+    /// before the tie-break, instead of comparing it exactly.
+    pub quantize: bool,
+    /// Scale of the squashing (milli-GPU; the reference uses 1000): the
+    /// larger, the coarser the score and the more often ties fall to the
+    /// node order (first fit).
+    pub quantize_scale: f64,
+    /// Weight `λ` of the node's free GPU milli after placing.
     pub pack_weight: f64,
+    /// Break ties by the fuller node (GPU, then CPU); else leave them.
+    pub best_fit_tie: bool,
+    /// Second key: the sum-of-squares rule of online bin packing over the
+    /// cluster's partially used GPUs (prefer fill levels that are rare).
+    pub sum_of_squares: bool,
+    /// Second key: the expected waste of the chosen GPU's leftover under
+    /// the workload's share sizes (see [`expected_waste`]).
+    pub waste_key: bool,
+    /// Node-size preference among equal scores (when `best_fit_tie` is
+    /// off): 1 = nodes with fewer GPUs first, -1 = more GPUs first, 0 =
+    /// none (node order).
+    pub size_order: i8,
+    /// Share of the workload's pods whose classes count (1.0: all; the
+    /// reference FGD uses 0.95).
+    pub coverage: f64,
 }
 
 impl Default for GpuschedConfig {
     fn default() -> Self {
-        GpuschedConfig { pack_weight: 0.0 }
+        GpuschedConfig {
+            quantize: true,
+            quantize_scale: 2000.0,
+            pack_weight: 0.0,
+            best_fit_tie: false,
+            sum_of_squares: false,
+            waste_key: false,
+            size_order: 1,
+            coverage: 1.0,
+        }
     }
 }
 
@@ -38,6 +81,12 @@ pub struct GpuschedPacker {
     cfg: GpuschedConfig,
     engine: FragEngine,
     whole: WholeChooser,
+    /// Partially used GPUs per free milli (sum-of-squares rule).
+    levels: Vec<u32>,
+    /// Expected waste per free milli (0..=1000).
+    waste: Vec<f64>,
+    /// The target workload as given (before the coverage cut).
+    source: Profile,
 }
 
 impl Default for GpuschedPacker {
@@ -54,6 +103,9 @@ impl GpuschedPacker {
             cfg: GpuschedConfig::default(),
             engine: FragEngine::new(Profile::default()),
             whole: WholeChooser::new(),
+            levels: Vec::new(),
+            waste: Vec::new(),
+            source: Profile::default(),
         }
     }
 
@@ -61,32 +113,120 @@ impl GpuschedPacker {
     pub fn with_profile(profile: Profile) -> Self {
         GpuschedPacker {
             explicit: true,
-            cfg: GpuschedConfig::default(),
-            engine: FragEngine::new(profile),
-            whole: WholeChooser::new(),
+            ..Self::new()
         }
+        .with_engine(profile)
+    }
+
+    fn with_engine(mut self, profile: Profile) -> Self {
+        self.source = profile.clone();
+        let profile = if self.cfg.coverage < 1.0 {
+            profile.typical(self.cfg.coverage)
+        } else {
+            profile
+        };
+        self.waste = expected_waste(&profile);
+        self.engine = FragEngine::with_scale(profile, self.cfg.quantize_scale);
+        self
     }
 
     pub fn with_config(mut self, cfg: GpuschedConfig) -> Self {
         self.cfg = cfg;
-        self
+        let p = self.source.clone();
+        self.with_engine(p)
+    }
+
+    pub fn config(&self) -> &GpuschedConfig {
+        &self.cfg
     }
 
     fn score(
         &self,
-        delta: f64,
+        (delta, squashed): (f64, i64),
+        dss: i64,
         state: &ClusterState<'_>,
         pod: &Pod,
         node: NodeId,
         gpu_left: u64,
     ) -> i64 {
         let value = delta - self.cfg.pack_weight * gpu_left as f64;
-        let cap = state.node(node).allocatable.cpu_milli.max(1);
-        let cpu_used_ppm =
-            1_000_000 - (cpu_left_after(state, pod, node) as u128 * 1_000_000 / cap as u128) as i64;
-        let tie = (8000 - gpu_left.min(8000) as i64) * 100 + cpu_used_ppm / 10_000;
-        ((value * 1000.0).floor() as i64) * (1 << 20) + tie
+        let primary = if self.cfg.quantize && self.cfg.pack_weight == 0.0 {
+            squashed
+        } else if self.cfg.quantize {
+            sigmoid_score(value * 1000.0 / self.cfg.quantize_scale)
+        } else {
+            value.floor() as i64
+        };
+        let secondary = if self.cfg.sum_of_squares || self.cfg.waste_key {
+            (1 << 19) - dss.clamp(-(1 << 19), (1 << 19) - 1)
+        } else {
+            0
+        };
+        let tie = if self.cfg.best_fit_tie {
+            let cap = state.node(node).allocatable.cpu_milli.max(1);
+            let cpu_used_ppm = 1_000_000
+                - (cpu_left_after(state, pod, node) as u128 * 1_000_000 / cap as u128) as i64;
+            let gcap = state.node(node).allocatable.gpu_milli.max(1);
+            let gpu_used_ppm =
+                1_000_000 - (gpu_left.min(gcap) as u128 * 1_000_000 / gcap as u128) as i64;
+            (gpu_used_ppm / 100) * 256 + cpu_used_ppm / 4000
+        } else {
+            let g = state.node(node).gpus.len().min(255) as i64;
+            match self.cfg.size_order {
+                1 => 255 - g,
+                -1 => g,
+                _ => 0,
+            }
+        };
+        primary * (1 << 44) + secondary * (1 << 24) + tie
     }
+
+    /// Change of `Σ_h N(h)²` over partially used GPUs (N(h): GPUs with `h`
+    /// milli free, 0 < h < 1000) when one GPU goes from `free` to `left`.
+    fn dss(&self, free: u32, left: u32) -> i64 {
+        if self.cfg.waste_key {
+            let w = |h: u32| self.waste.get(h as usize).copied().unwrap_or(h as f64);
+            return (w(left) - w(free)).round() as i64;
+        }
+        if !self.cfg.sum_of_squares {
+            return 0;
+        }
+        let n = |h: u32| self.levels.get(h as usize).copied().unwrap_or(0) as i64;
+        let mut d = 0;
+        if left > 0 && left < 1000 {
+            d += 2 * n(left) + 1;
+        }
+        if free > 0 && free < 1000 {
+            d += -2 * n(free) + 1;
+        }
+        d
+    }
+}
+
+/// Expected final free milli `W(h)` of a GPU with `h` milli free if future
+/// pods keep landing on it, each class that fits with probability
+/// proportional to its weight, until none fits: `W(h) = h` when no class
+/// fits, else `Σ_c p_c·W(h − m_c) / Σ_c p_c` over the classes that fit
+/// (whole-GPU classes fit only `h = 1000`, CPU-only classes never count).
+pub fn expected_waste(profile: &Profile) -> Vec<f64> {
+    let sizes: Vec<(u32, f64)> = profile
+        .classes()
+        .iter()
+        .filter(|(c, _)| c.gpu_count == 1 && c.gpu_milli > 0)
+        .map(|(c, w)| (c.gpu_milli.min(1000), *w))
+        .collect();
+    let mut w = vec![0.0f64; 1001];
+    for h in 1..=1000u32 {
+        let (mut num, mut den) = (0.0, 0.0);
+        for &(m, p) in &sizes {
+            if m <= h {
+                num += p * w[(h - m) as usize];
+                den += p;
+            }
+        }
+        w[h as usize] = if den > 0.0 { num / den } else { h as f64 };
+    }
+    w
 }
 
 impl Packer for GpuschedPacker {
@@ -97,8 +237,22 @@ impl Packer for GpuschedPacker {
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
         if !self.explicit {
             let p = derive_profile(env);
-            if &p != self.engine.profile() {
-                self.engine = FragEngine::new(p);
+            if p != self.source {
+                let cfg = self.cfg;
+                let this = std::mem::take(self);
+                *self = this.with_engine(p);
+                self.cfg = cfg;
+            }
+        }
+        if self.cfg.sum_of_squares {
+            self.levels.clear();
+            self.levels.resize(1001, 0);
+            for st in &env.state.state {
+                for (g, &f) in st.gpu_free_milli.iter().enumerate() {
+                    if st.gpu_usable[g] && f > 0 && f < 1000 {
+                        self.levels[f as usize] += 1;
+                    }
+                }
             }
         }
     }
@@ -107,28 +261,33 @@ impl Packer for GpuschedPacker {
         let node_free = state.get(node).free.gpu_milli;
         match pod.gpu {
             GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
-                let mut best: Option<(f64, u32, usize, u32)> = None;
+                let mut best: Option<(i64, u32, usize, u32)> = None;
                 for_each_share(state, pod, node, |g, m, free| {
-                    let Some(d) = e.delta_for(free) else { return };
+                    let Some(d) = e.for_left(free) else { return };
                     let left = free - m;
-                    if best.is_none_or(|(bd, bl, _, _)| d > bd || (d == bd && left < bl)) {
-                        best = Some((d, left, g, m));
+                    let sc = self.score(
+                        d,
+                        self.dss(free, left),
+                        state,
+                        pod,
+                        node,
+                        node_free - m as u64,
+                    );
+                    if best.is_none_or(|(bs, bl, _, _)| sc > bs || (sc == bs && left < bl)) {
+                        best = Some((sc, left, g, m));
                     }
                 });
-                best.map(|(d, _, g, m)| Placement {
-                    score: self.score(d, state, pod, node, node_free - m as u64),
+                best.map(|(score, _, g, m)| Placement {
+                    score,
                     gpus: share_on(pod, g, m),
                 })
             }),
             _ => {
                 let gpus = self.whole.assignment(state, pod, node, || None)?;
-                let d = self
-                    .engine
-                    .with_eval(pod, node, state, |e| e.deltas.first().map(|x| x.1))?;
+                let d = self.engine.with_eval(pod, node, state, |e| e.first())?;
                 let left = node_free.saturating_sub(gpus.milli());
-                let _ = GpuAssignment::None;
                 Some(Placement {
-                    score: self.score(d, state, pod, node, left),
+                    score: self.score(d, 0, state, pod, node, left),
                     gpus,
                 })
             }
@@ -141,23 +300,68 @@ mod tests {
     use super::*;
     use crate::packing::profile::PodClass;
     use crate::packing::testutil::*;
+    use gpusched_core::{GpuAssignment, Snapshot};
 
-    #[test]
-    fn exact_fragmentation_then_best_fit() {
-        let c = PodClass {
+    fn profile() -> Profile {
+        let c = |milli, count| PodClass {
             cpu_milli: 1000,
-            gpu_milli: 500,
-            gpu_count: 1,
+            gpu_milli: milli,
+            gpu_count: count,
             gpu_mem_mib: 0,
             gpu_models: vec![],
         };
-        let prof = Profile::new([(c, 1.0)]);
+        Profile::new([(c(500, 1), 0.9), (c(1000, 8), 0.1)])
+    }
+
+    #[test]
+    fn avoids_fragments_and_keeps_rare_classes() {
+        // node a: 8 GPUs, empty; node b: 8 GPUs, one half-used GPU
+        let nodes = vec![node("a", 8, 96_000, "G2"), node("b", 8, 96_000, "G2")];
+        let mut cs = ClusterState::new(&nodes);
+        take(&mut cs, 1, 3, 500, 0);
+        let p = GpuschedPacker::with_profile(profile());
+        // a 0.5 share completes b's GPU 3 and keeps node a whole for the
+        // 8-GPU class (which the reference's 95 % cut would drop)
+        let (n, pl) = pick(&p, &pod(1000, share(500)), &cs).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(
+            pl.gpus,
+            GpuAssignment::Share {
+                gpu: 3,
+                milli: 500,
+                memory_mib: 0
+            }
+        );
+        // an 8-GPU pod only fits on a
+        let (n, _) = pick(&p, &pod(1000, GpuRequest::Whole(8)), &cs).unwrap();
+        assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn secondary_keys() {
         let nodes = vec![node("a", 2, 32_000, "T4"), node("b", 2, 32_000, "T4")];
         let mut cs = ClusterState::new(&nodes);
         take(&mut cs, 1, 0, 1000, 0);
-        let p = GpuschedPacker::with_profile(prof);
-        // a 0.5 share removes no fragment anywhere (Δ = 0); best fit picks
-        // the fuller node b.
+        let cfg = GpuschedConfig {
+            quantize: false,
+            best_fit_tie: true,
+            sum_of_squares: true,
+            ..Default::default()
+        };
+        let prof = Profile::new([(
+            PodClass {
+                cpu_milli: 1000,
+                gpu_milli: 500,
+                gpu_count: 1,
+                gpu_mem_mib: 0,
+                gpu_models: vec![],
+            },
+            1.0,
+        )]);
+        let mut p = GpuschedPacker::with_profile(prof).with_config(cfg);
+        prepare(&mut p, &Snapshot::default(), &cs, 0);
+        assert_eq!(p.config().quantize_scale, 2000.0);
+        // Δ = 0 everywhere; best fit picks the fuller node b
         let (n, pl) = pick(&p, &pod(1000, share(500)), &cs).unwrap();
         assert_eq!(n, 1);
         assert!(matches!(pl.gpus, GpuAssignment::Share { gpu: 1, .. }));

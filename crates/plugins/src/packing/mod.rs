@@ -70,6 +70,8 @@ pub struct PackerOptions {
     /// Target workload of the fragmentation-aware policies (`fgd`,
     /// `gpusched`). `None`: derived in `prepare` from the snapshot's pods.
     pub profile: Option<Profile>,
+    /// Knobs of `gpusched` (`None`: its defaults).
+    pub gpusched: Option<gpusched::GpuschedConfig>,
 }
 
 /// Builds the policy called `name` (one of [`POLICY_NAMES`]).
@@ -86,10 +88,13 @@ pub fn by_name(name: &str, opts: &PackerOptions) -> Result<Box<dyn Packer>, Unkn
             Some(p) => fgd::FgdPacker::with_profile(p.clone()),
             None => fgd::FgdPacker::new(),
         }),
-        "gpusched" => Box::new(match &opts.profile {
-            Some(p) => gpusched::GpuschedPacker::with_profile(p.clone()),
-            None => gpusched::GpuschedPacker::new(),
-        }),
+        "gpusched" => Box::new(
+            match &opts.profile {
+                Some(p) => gpusched::GpuschedPacker::with_profile(p.clone()),
+                None => gpusched::GpuschedPacker::new(),
+            }
+            .with_config(opts.gpusched.unwrap_or_default()),
+        ),
         _ => {
             return Err(UnknownPolicy {
                 name: name.to_string(),

@@ -1,11 +1,12 @@
 //! The target workload of the fragmentation-aware policies: a distribution
 //! over pod classes (CPU, GPU shape, allowed GPU models).
 //!
-//! [`Profile::from_pods`] follows the FGD reference ("typical pods"): count
-//! the pods of each class, sort by count (descending; equal counts by class,
-//! descending), keep the most popular classes until they cover at least
-//! 95 % of the pods (CPU-only pods included), and renormalise their weights
-//! to sum to 1. Memory is not part of a class, as in the reference.
+//! [`Profile::from_pods`] is the exact class distribution of a pod list
+//! (CPU-only pods included). [`Profile::typical`] is the FGD reference's cut
+//! ("typical pods"): sort classes by popularity (descending; equal weights
+//! by class, descending), keep the most popular ones until they cover at
+//! least 95 % of the pods, and renormalise. Memory is not part of a class,
+//! as in the reference.
 
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 use serde::{Deserialize, Serialize};
@@ -69,11 +70,14 @@ pub struct ProfileOptions {
 impl Default for ProfileOptions {
     fn default() -> Self {
         ProfileOptions {
-            coverage: 0.95,
+            coverage: 1.0,
             include_cpu_pods: true,
         }
     }
 }
+
+/// Coverage of the FGD reference's typical pods.
+pub const TYPICAL_COVERAGE: f64 = 0.95;
 
 /// A distribution over pod classes; weights are positive and sum to 1.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -98,7 +102,7 @@ impl Profile {
         Profile { classes }
     }
 
-    /// The reference's "typical pods" of a pod list (see the module docs).
+    /// The class distribution of a pod list (every class).
     pub fn from_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Profile {
         Self::from_pods_with(pods, ProfileOptions::default())
     }
@@ -130,6 +134,28 @@ impl Profile {
             }
         }
         Self::new(keep)
+    }
+
+    /// The most popular classes covering at least `coverage` of the weight,
+    /// renormalised (the reference's typical pods for 0.95).
+    pub fn typical(&self, coverage: f64) -> Profile {
+        let mut cum = 0.0;
+        let mut keep = Vec::new();
+        for (c, w) in &self.classes {
+            if keep.is_empty() || cum < coverage - 1e-12 {
+                cum += w;
+                keep.push((c.clone(), *w));
+            } else {
+                break;
+            }
+        }
+        Profile::new(keep)
+    }
+
+    /// The same classes with each weight multiplied by `f(class)` (then
+    /// renormalised).
+    pub fn reweighted(&self, f: impl Fn(&PodClass) -> f64) -> Profile {
+        Profile::new(self.classes.iter().map(|(c, w)| (c.clone(), w * f(c))))
     }
 
     pub fn classes(&self) -> &[(PodClass, f64)] {
@@ -171,17 +197,19 @@ mod tests {
         for _ in 0..5 {
             pods.push(pod(1000, GpuRequest::None));
         }
-        let p = Profile::from_pods(&pods);
+        let p = Profile::from_pods(&pods).typical(TYPICAL_COVERAGE);
         assert_eq!(p.classes().len(), 2);
-        assert!((p.classes()[0].1 - 60.0 / 95.0).abs() < 1e-12);
-        assert_eq!(p.classes()[1].0.gpu_milli, 500);
-        let all = Profile::from_pods_with(
+        let q = Profile::from_pods_with(
             &pods,
             ProfileOptions {
-                coverage: 1.0,
+                coverage: 0.95,
                 include_cpu_pods: true,
             },
         );
+        assert_eq!(p, q);
+        assert!((p.classes()[0].1 - 60.0 / 95.0).abs() < 1e-12);
+        assert_eq!(p.classes()[1].0.gpu_milli, 500);
+        let all = Profile::from_pods(&pods);
         assert_eq!(all.classes().len(), 3);
         let s: f64 = all.classes().iter().map(|c| c.1).sum();
         assert!((s - 1.0).abs() < 1e-12);

@@ -99,8 +99,9 @@ pub fn for_each_share(
     };
     let st = state.get(node);
     let n = state.node(node);
+    let any_gpu = unconstrained(pod);
     for g in 0..st.gpu_free_milli.len() {
-        if !st.gpu_usable[g] || !state.gpu_allowed(pod, node, g) {
+        if !st.gpu_usable[g] || !(any_gpu || state.gpu_allowed(pod, node, g)) {
             continue;
         }
         let m = share_milli(milli, memory_mib, n.gpus[g].memory_mib);
@@ -109,6 +110,12 @@ pub fn for_each_share(
             f(g, m, free);
         }
     }
+}
+
+/// Whether every GPU is allowed for `pod` (no model or memory constraint).
+#[inline]
+pub fn unconstrained(pod: &Pod) -> bool {
+    pod.gpu_models.is_empty() && pod.min_gpu_memory_mib == 0
 }
 
 /// A share assignment on `gpu`.
@@ -176,8 +183,11 @@ impl WholeChooser {
         let mut mask = 0u64;
         let mut free = Vec::new();
         let mut count = 0u32;
+        let any_gpu = unconstrained(pod);
         for g in 0..len {
-            if st.gpu_free_milli[g] as u64 == GPU_MILLI && state.gpu_allowed(pod, node, g) {
+            if st.gpu_free_milli[g] as u64 == GPU_MILLI
+                && (any_gpu || state.gpu_allowed(pod, node, g))
+            {
                 count += 1;
                 if len <= 64 {
                     mask |= 1 << g;
@@ -192,14 +202,16 @@ impl WholeChooser {
         if k == 0 {
             return Some(Vec::new());
         }
-        let topos = n.topos();
+        if count == k && len <= 64 {
+            return Some((0..len as u32).filter(|g| mask & (1 << g) != 0).collect());
+        }
         if len > 64 {
-            let set = gpusched_model::topology::choose(&topos, &free, &[], k as usize)?;
+            let set = gpusched_model::topology::choose(&n.topos(), &free, &[], k as usize)?;
             return Some(set.into_iter().map(|g| g as u32).collect());
         }
         let mut h = FxHasher::default();
         h.write_usize(len);
-        for t in &topos {
+        for t in n.gpus.iter().map(|g| &g.topo) {
             h.write_u32(t.nvlink.map_or(u32::MAX, |v| v));
             h.write_u32(t.pcie_switch.map_or(u32::MAX, |v| v));
             h.write_u32(t.numa.map_or(u32::MAX, |v| v));
@@ -212,7 +224,7 @@ impl WholeChooser {
             return Some(v.clone());
         }
         let free: Vec<usize> = (0..len).filter(|g| mask & (1 << g) != 0).collect();
-        let set: Vec<u32> = gpusched_model::topology::choose(&topos, &free, &[], k as usize)?
+        let set: Vec<u32> = gpusched_model::topology::choose(&n.topos(), &free, &[], k as usize)?
             .into_iter()
             .map(|g| g as u32)
             .collect();
