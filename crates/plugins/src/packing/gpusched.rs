@@ -338,6 +338,27 @@ mod tests {
     }
 
     #[test]
+    fn expected_waste_table() {
+        let c = |milli| PodClass {
+            cpu_milli: 1000,
+            gpu_milli: milli,
+            gpu_count: 1,
+            gpu_mem_mib: 0,
+            gpu_models: vec![],
+        };
+        // only half-GPU shares: 1000 -> 500 -> 0, 700 -> 200 left for good
+        let w = expected_waste(&Profile::new([(c(500), 1.0)]));
+        assert_eq!(w[1000], 0.0);
+        assert_eq!(w[700], 200.0);
+        assert_eq!(w[499], 499.0);
+        // 0.8 and 0.2 shares, equally likely: 1000 ends at 0 either way;
+        let w = expected_waste(&Profile::new([(c(800), 1.0), (c(200), 1.0)]));
+        assert_eq!(w[1000], 0.0);
+        // 900 always ends at 100 (800 fits once, or 200s down to 100)
+        assert!((w[900] - 100.0).abs() < 1e-9, "{}", w[900]);
+    }
+
+    #[test]
     fn secondary_keys() {
         let nodes = vec![node("a", 2, 32_000, "T4"), node("b", 2, 32_000, "T4")];
         let mut cs = ClusterState::new(&nodes);
