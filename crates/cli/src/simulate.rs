@@ -98,30 +98,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.openb.is_requested() {
         return crate::openb::run(&args.openb);
     }
-    let cluster_text = args
-        .cluster
-        .as_deref()
-        .map(gpusched_sim::load::read)
-        .transpose()?;
-    let workload_text = args
-        .workload
-        .as_deref()
-        .map(gpusched_sim::load::read)
-        .transpose()?;
-    let cluster_name = args.cluster.as_ref().map(|p| p.display().to_string());
-    let workload_name = args.workload.as_ref().map(|p| p.display().to_string());
-    fn src<'a>(n: &'a Option<String>, t: &'a Option<String>) -> Option<gpusched_sim::Source<'a>> {
-        match (n, t) {
-            (Some(n), Some(t)) => Some(gpusched_sim::Source {
-                name: n.as_str(),
-                text: t.as_str(),
-            }),
-            _ => None,
-        }
-    }
-    let mut scenario = gpusched_sim::scenario(
-        src(&cluster_name, &cluster_text),
-        src(&workload_name, &workload_text),
+    let mut scenario = gpusched_sim::load::scenario_files(
+        args.cluster.as_deref(),
+        args.workload.as_deref(),
         args.seed,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -383,3 +383,37 @@ pub fn default_scenario(seed: u64) -> Scenario {
         Err(e) => panic!("embedded default scenario is invalid: {e}"),
     }
 }
+
+/// The repository's `fixtures/` directory (as seen from this crate's
+/// sources), for tests and benchmarks.
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
+
+/// A scenario from files (either defaults to the embedded one), errors
+/// naming the file.
+pub fn scenario_files(
+    cluster: Option<&std::path::Path>,
+    workload: Option<&std::path::Path>,
+    seed: u64,
+) -> Result<Scenario, LoadError> {
+    let c = cluster.map(|p| Ok::<_, LoadError>((p.display().to_string(), read(p)?)));
+    let c = c.transpose()?;
+    let w = workload.map(|p| Ok::<_, LoadError>((p.display().to_string(), read(p)?)));
+    let w = w.transpose()?;
+    scenario(
+        c.as_ref().map(|(n, t)| Source { name: n, text: t }),
+        w.as_ref().map(|(n, t)| Source { name: n, text: t }),
+        seed,
+    )
+}
+
+/// A scenario from `fixtures/clusters/<cluster>` and
+/// `fixtures/workloads/<workload>` (e.g. `("dgx-h100.yaml",
+/// "preemption.yaml")`).
+pub fn fixture_scenario(cluster: &str, workload: &str, seed: u64) -> Result<Scenario, LoadError> {
+    let dir = std::path::Path::new(FIXTURES);
+    scenario_files(
+        Some(&dir.join("clusters").join(cluster)),
+        Some(&dir.join("workloads").join(workload)),
+        seed,
+    )
+}

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use gpusched_core::Scheduler;
-use gpusched_sim::{NoHooks, Scenario, SimResult, Source};
+use gpusched_sim::{NoHooks, Scenario, SimResult};
 
 /// Text of a file under `fixtures/`.
 pub fn fixture(rel: &str) -> String {
@@ -12,20 +12,7 @@ pub fn fixture(rel: &str) -> String {
 
 /// A scenario from a cluster and a workload fixture.
 pub fn scenario(cluster: &str, workload: &str, seed: u64) -> Scenario {
-    let c = fixture(&format!("clusters/{cluster}"));
-    let w = fixture(&format!("workloads/{workload}"));
-    gpusched_sim::scenario(
-        Some(Source {
-            name: cluster,
-            text: &c,
-        }),
-        Some(Source {
-            name: workload,
-            text: &w,
-        }),
-        seed,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    gpusched_sim::load::fixture_scenario(cluster, workload, seed).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The scheduler the simulator runs by default
