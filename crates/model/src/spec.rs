@@ -91,7 +91,7 @@ pub enum Interconnect {
 }
 
 /// The GPUs of each node of a group.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuLayoutSpec {
     pub count: u32,
@@ -106,6 +106,22 @@ pub struct GpuLayoutSpec {
     /// Per-GPU overrides, by index.
     #[serde(default)]
     pub devices: Vec<GpuDeviceSpec>,
+}
+
+impl Default for GpuLayoutSpec {
+    /// No GPUs yet, PCIe, one switch, one NUMA node (as a file that names
+    /// neither would get).
+    fn default() -> Self {
+        GpuLayoutSpec {
+            count: 0,
+            model: String::new(),
+            memory: String::new(),
+            interconnect: Interconnect::Pcie,
+            pcie_switches: 1,
+            numa_nodes: 1,
+            devices: Vec::new(),
+        }
+    }
 }
 
 /// Overrides for one GPU.

@@ -31,8 +31,12 @@ impl Filter for NodeAffinity {
         "node-affinity"
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
-        let sel_ok = pod.node_selector.iter().all(|(k, v)| node.labels.get(k) == Some(v));
-        let aff_ok = pod.affinity.is_empty() || pod.affinity.iter().any(|t| t.matches(&node.labels));
+        let sel_ok = pod
+            .node_selector
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v));
+        let aff_ok =
+            pod.affinity.is_empty() || pod.affinity.iter().any(|t| t.matches(&node.labels));
         if sel_ok && aff_ok {
             FilterResult::Pass
         } else {
@@ -76,11 +80,18 @@ impl Filter for GpuFit {
         if node.gpus.is_empty() {
             return FilterResult::Reject("node(s) had no GPUs".into());
         }
-        let model_ok: Vec<_> = node.gpus.iter().filter(|g| pod.allows_model(&g.model)).collect();
+        let model_ok: Vec<_> = node
+            .gpus
+            .iter()
+            .filter(|g| pod.allows_model(&g.model))
+            .collect();
         if model_ok.is_empty() {
             return FilterResult::Reject("node(s) didn't have the requested GPU model".into());
         }
-        let mem_ok: Vec<_> = model_ok.iter().filter(|g| g.memory_mib >= pod.min_gpu_memory_mib).collect();
+        let mem_ok: Vec<_> = model_ok
+            .iter()
+            .filter(|g| g.memory_mib >= pod.min_gpu_memory_mib)
+            .collect();
         if mem_ok.is_empty() {
             return FilterResult::Reject("node(s) had GPUs with too little memory".into());
         }
@@ -120,6 +131,7 @@ mod tests {
         let mut n = ClusterSpec {
             nodes: vec![NodeGroupSpec {
                 name: "n".into(),
+                count: 1,
                 cpu: "8".into(),
                 memory: "32Gi".into(),
                 gpus: Some(GpuLayoutSpec {
@@ -165,12 +177,19 @@ mod tests {
             operator: op,
             values: vals.iter().map(|s| s.to_string()).collect(),
         };
-        p.affinity = vec![NodeSelectorTerm { match_expressions: vec![req(NodeSelectorOp::NotIn, &["a"])] }];
+        p.affinity = vec![NodeSelectorTerm {
+            match_expressions: vec![req(NodeSelectorOp::NotIn, &["a"])],
+        }];
         assert!(rejects(&NodeAffinity, &p, &n));
-        p.affinity.push(NodeSelectorTerm { match_expressions: vec![req(NodeSelectorOp::Exists, &[])] });
+        p.affinity.push(NodeSelectorTerm {
+            match_expressions: vec![req(NodeSelectorOp::Exists, &[])],
+        });
         assert!(!rejects(&NodeAffinity, &p, &n), "terms are ORed");
         p.affinity = vec![NodeSelectorTerm {
-            match_expressions: vec![req(NodeSelectorOp::In, &["a", "b"]), req(NodeSelectorOp::DoesNotExist, &[])],
+            match_expressions: vec![
+                req(NodeSelectorOp::In, &["a", "b"]),
+                req(NodeSelectorOp::DoesNotExist, &[]),
+            ],
         }];
         assert!(rejects(&NodeAffinity, &p, &n), "expressions are ANDed");
     }
@@ -178,8 +197,16 @@ mod tests {
     #[test]
     fn taints() {
         let mut n = node();
-        n.taints.push(Taint { key: "gpu".into(), value: "true".into(), effect: TaintEffect::NoSchedule });
-        n.taints.push(Taint { key: "soft".into(), value: String::new(), effect: TaintEffect::PreferNoSchedule });
+        n.taints.push(Taint {
+            key: "gpu".into(),
+            value: "true".into(),
+            effect: TaintEffect::NoSchedule,
+        });
+        n.taints.push(Taint {
+            key: "soft".into(),
+            value: String::new(),
+            effect: TaintEffect::PreferNoSchedule,
+        });
         let mut p = Pod::new("p", "q");
         assert!(rejects(&TaintToleration, &p, &n));
         p.tolerations.push(Toleration {
@@ -191,10 +218,18 @@ mod tests {
         assert!(rejects(&TaintToleration, &p, &n));
         p.tolerations[0].value = "true".into();
         assert!(!rejects(&TaintToleration, &p, &n));
-        p.tolerations[0] = Toleration { key: String::new(), operator: TolerationOp::Exists, value: String::new(), effect: Some(TaintEffect::NoExecute) };
+        p.tolerations[0] = Toleration {
+            key: String::new(),
+            operator: TolerationOp::Exists,
+            value: String::new(),
+            effect: Some(TaintEffect::NoExecute),
+        };
         assert!(rejects(&TaintToleration, &p, &n), "wrong effect");
         p.tolerations[0].effect = None;
-        assert!(!rejects(&TaintToleration, &p, &n), "empty key + Exists tolerates all");
+        assert!(
+            !rejects(&TaintToleration, &p, &n),
+            "empty key + Exists tolerates all"
+        );
     }
 
     #[test]
@@ -205,14 +240,26 @@ mod tests {
         p.gpu = GpuRequest::Whole(2);
         assert!(!rejects(&GpuFit, &p, &n));
         p.gpu_models = vec!["H100".into()];
-        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) didn't have the requested GPU model".into()));
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) didn't have the requested GPU model".into())
+        );
         p.gpu_models = vec!["H100".into(), "A100".into()];
         p.min_gpu_memory_mib = 80 * 1024;
-        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had GPUs with too little memory".into()));
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) had GPUs with too little memory".into())
+        );
         p.min_gpu_memory_mib = 0;
         n.gpus[1].health = GpuHealth::Unhealthy;
-        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had unhealthy GPUs".into()));
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) had unhealthy GPUs".into())
+        );
         p.gpu = GpuRequest::Whole(3);
-        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Reject("node(s) had too few GPUs of the requested kind".into()));
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) had too few GPUs of the requested kind".into())
+        );
     }
 }
