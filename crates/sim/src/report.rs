@@ -546,15 +546,64 @@ fn heat_color(v: f64) -> String {
     format!("#{:02x}{:02x}{:02x}", c[0], c[1], c[2])
 }
 
+/// Heat-map rows: one per node, or, beyond `max` nodes, one per run of
+/// consecutive nodes (GPU-weighted average; down when more than half of
+/// the run's GPUs were down or cordoned).
+fn heat_rows(hm: &crate::metrics::Heatmap, max: usize) -> Vec<(String, u32, Vec<f64>)> {
+    let n = hm.nodes.len();
+    let k = n.div_ceil(max.max(1)).max(1);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let j = (i + k).min(n);
+        let label = if j - i == 1 {
+            hm.nodes[i].clone()
+        } else {
+            format!("{} … {}", hm.nodes[i], hm.nodes[j - 1])
+        };
+        let gpus: u32 = hm.node_gpus[i..j].iter().sum();
+        let cols = hm.cells.get(i).map(|c| c.len()).unwrap_or(0);
+        let mut cells = Vec::with_capacity(cols);
+        for b in 0..cols {
+            let (mut used, mut up, mut down) = (0.0, 0.0, 0.0);
+            for m in i..j {
+                let g = hm.node_gpus[m].max(1) as f64;
+                let v = hm.cells[m].get(b).copied().unwrap_or(0.0);
+                if v < 0.0 {
+                    down += g;
+                } else {
+                    used += v * g;
+                    up += g;
+                }
+            }
+            cells.push(if down > up {
+                -1.0
+            } else if up > 0.0 {
+                crate::metrics::r4(used / up)
+            } else {
+                0.0
+            });
+        }
+        out.push((label, gpus, cells));
+        i = j;
+    }
+    out
+}
+
 fn heatmap(r: &SimResult) -> String {
     let hm = &r.heatmap;
-    let n = hm.nodes.len();
+    let rows = heat_rows(hm, 60);
+    let n = rows.len();
     let cols = hm.cells.first().map(|c| c.len()).unwrap_or(0).max(1);
-    let row = if n > 60 { 6.0 } else { 13.0 };
+    let row = 13.0;
     let f = Frame {
         w: 1100.0,
         h: 74.0 + row * n as f64,
-        left: 120.0,
+        left: if r.heatmap.nodes.len() > 60 {
+            170.0
+        } else {
+            120.0
+        },
         right: 20.0,
         top: 34.0,
         bottom: 40.0,
@@ -565,7 +614,7 @@ fn heatmap(r: &SimResult) -> String {
         r##"<svg viewBox="0 0 {} {:.0}" role="img" aria-label="per-node GPU occupancy"><defs><pattern id="down" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#eee"/><line x1="0" y1="0" x2="0" y2="6" stroke="#c44" stroke-width="2"/></pattern></defs>"##,
         f.w, f.h
     );
-    for (i, name) in hm.nodes.iter().enumerate() {
+    for (i, (name, gpus, cells)) in rows.iter().enumerate() {
         let y = f.top + i as f64 * row;
         if row >= 10.0 {
             let _ = write!(
@@ -574,10 +623,9 @@ fn heatmap(r: &SimResult) -> String {
                 f.left - 6.0,
                 y + row - 3.0,
                 esc(name),
-                hm.node_gpus.get(i).copied().unwrap_or(0)
+                gpus
             );
         }
-        let cells = &hm.cells[i];
         // merge runs of identical colour into one rect
         let mut k = 0;
         while k < cells.len() {
