@@ -29,7 +29,7 @@ use super::fgd::{FragEngine, derive_profile, sigmoid_score};
 use super::profile::Profile;
 use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
-use gpusched_model::{GpuRequest, Pod};
+use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 
 /// Knobs of [`GpuschedPacker`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,6 +58,9 @@ pub struct GpuschedConfig {
     /// Share of the workload's pods whose classes count (1.0: all; the
     /// reference FGD uses 0.95).
     pub coverage: f64,
+    /// Weight `κ` of a penalty on fully free GPUs left without the CPU a
+    /// typical whole-GPU pod needs (GPU-milli per stranded GPU).
+    pub cpu_reserve: f64,
 }
 
 impl Default for GpuschedConfig {
@@ -71,6 +74,7 @@ impl Default for GpuschedConfig {
             waste_key: false,
             size_order: 1,
             coverage: 1.0,
+            cpu_reserve: 0.0,
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct GpuschedPacker {
     waste: Vec<f64>,
     /// The target workload as given (before the coverage cut).
     source: Profile,
+    /// Mean CPU (milli) per GPU of the workload's whole-GPU classes.
+    cpu_per_gpu: f64,
 }
 
 impl Default for GpuschedPacker {
@@ -106,6 +112,7 @@ impl GpuschedPacker {
             levels: Vec::new(),
             waste: Vec::new(),
             source: Profile::default(),
+            cpu_per_gpu: 0.0,
         }
     }
 
@@ -126,6 +133,14 @@ impl GpuschedPacker {
             profile
         };
         self.waste = expected_waste(&profile);
+        let (mut num, mut den) = (0.0, 0.0);
+        for (c, w) in profile.classes() {
+            if c.gpu_milli as u64 == GPU_MILLI && c.gpu_count > 0 {
+                num += w * c.cpu_milli as f64 / c.gpu_count as f64;
+                den += w;
+            }
+        }
+        self.cpu_per_gpu = if den > 0.0 { num / den } else { 0.0 };
         self.engine = FragEngine::with_scale(profile, self.cfg.quantize_scale);
         self
     }
@@ -149,8 +164,11 @@ impl GpuschedPacker {
         node: NodeId,
         gpu_left: u64,
     ) -> i64 {
-        let value = delta - self.cfg.pack_weight * gpu_left as f64;
-        let primary = if self.cfg.quantize && self.cfg.pack_weight == 0.0 {
+        let mut value = delta - self.cfg.pack_weight * gpu_left as f64;
+        if self.cfg.cpu_reserve > 0.0 && self.cpu_per_gpu > 0.0 {
+            value -= self.cfg.cpu_reserve * self.stranded(state, pod, node, gpu_left);
+        }
+        let primary = if self.cfg.quantize && value == delta {
             squashed
         } else if self.cfg.quantize {
             sigmoid_score(value * 1000.0 / self.cfg.quantize_scale)
@@ -179,6 +197,19 @@ impl GpuschedPacker {
             }
         };
         primary * (1 << 44) + secondary * (1 << 24) + tie
+    }
+
+    /// Fully free GPUs (after placing) that the node's CPU left cannot feed
+    /// at the workload's mean CPU per GPU, in milli-GPU.
+    fn stranded(&self, state: &ClusterState<'_>, pod: &Pod, node: NodeId, _gpu_left: u64) -> f64 {
+        let mut full = state.get(node).whole_free() as f64;
+        // a share may take a free GPU too; counted conservatively as not
+        if let GpuRequest::Whole(k) = pod.gpu {
+            full -= k as f64;
+        }
+        let cpu = cpu_left_after(state, pod, node) as f64;
+        let feedable = (cpu / self.cpu_per_gpu).floor();
+        (full - feedable).max(0.0) * 1000.0
     }
 
     /// Change of `Σ_h N(h)²` over partially used GPUs (N(h): GPUs with `h`
