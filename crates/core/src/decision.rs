@@ -26,11 +26,24 @@ pub enum Decision {
         gpus: GpuAssignment,
     },
     /// Evict a running pod (preemption, reclaim).
-    Evict { pod: PodId, reason: String },
+    Evict {
+        pod: PodId,
+        kind: EvictionKind,
+        reason: String,
+    },
     /// Remember that a node is being freed for a pending pod.
     Nominate { pod: PodId, node: NodeId },
     /// A pod group changed phase.
     Group { group: String, phase: GroupPhase },
+}
+
+/// Why a pod is evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvictionKind {
+    /// For a higher-priority job of the same queue.
+    Preempt,
+    /// For a queue below its deserved share.
+    Reclaim,
 }
 
 /// Whether a pending pod may fit later.

@@ -18,7 +18,9 @@ pub mod snapshot;
 pub mod state;
 pub mod statement;
 
-pub use decision::{CycleOutput, CycleStats, Decision, Explanation, GroupPhase, Verdict};
+pub use decision::{
+    CycleOutput, CycleStats, Decision, EvictionKind, Explanation, GroupPhase, Verdict,
+};
 pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement};
 pub use scheduler::{Scheduler, SchedulerOptions};
 pub use snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};

@@ -25,7 +25,7 @@
 //! - **explain**: every pod left pending gets a message in kube-scheduler's
 //!   style plus queue, gang and reservation reasons.
 
-use crate::decision::{CycleOutput, Decision, Explanation, GroupPhase, Verdict};
+use crate::decision::{CycleOutput, Decision, EvictionKind, Explanation, GroupPhase, Verdict};
 use crate::fairshare::{QueueIdx, QueueTree};
 use crate::plugin::{Filter, FilterResult, PackEnv, Packer};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
@@ -1161,6 +1161,10 @@ impl<'s> Cycle<'s> {
             }
             self.out.decisions.push(Decision::Evict {
                 pod: v,
+                kind: match pass {
+                    Pass::Preempt => EvictionKind::Preempt,
+                    Pass::Reclaim => EvictionKind::Reclaim,
+                },
                 reason: reason.clone(),
             });
         }

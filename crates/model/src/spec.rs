@@ -205,6 +205,9 @@ impl ClusterSpec {
         let mut out = Vec::new();
         let mut names = std::collections::BTreeSet::new();
         for (gi, g) in self.nodes.iter().enumerate() {
+            if g.count == 0 {
+                return Err(g.err(gi, "count", "must be at least 1"));
+            }
             for i in 0..g.count {
                 let b = g.build_one(gi, i)?;
                 if !names.insert(b.node.name.clone()) {

@@ -12,8 +12,8 @@ use crate::metrics::{self, Cdf, Heatmap, Incident, QueueReport, Series, SimResul
 use crate::workload::{EventKind, Scenario, fmt_duration};
 use gpusched_core::state::share_milli;
 use gpusched_core::{
-    ClusterState, CycleOutput, Decision, GpuAssignment, GroupPhase, PodPhase, PodState, Scheduler,
-    Snapshot,
+    ClusterState, CycleOutput, Decision, EvictionKind, GpuAssignment, GroupPhase, PodPhase,
+    PodState, Scheduler, Snapshot,
 };
 use gpusched_model::{GPU_MILLI, GpuHealth, GpuRequest, Node, Pod, PodGroup};
 use gpusched_plugins::packing::fgd::FragEngine;
@@ -826,7 +826,7 @@ impl<'a> Sim<'a> {
         // pass 1: evictions
         let mut stopped_now: BTreeSet<u32> = BTreeSet::new();
         for d in &out.decisions {
-            let Decision::Evict { pod, reason } = d else {
+            let Decision::Evict { pod, kind, reason } = d else {
                 continue;
             };
             let Some(&sp) = pod_map.get(*pod as usize) else {
@@ -843,10 +843,9 @@ impl<'a> Sim<'a> {
             }
             let key = reason_kind(reason);
             *self.t.evictions_by_reason.entry(key).or_insert(0) += 1;
-            if reason.to_lowercase().contains("reclaim") {
-                self.t.reclaims += 1;
-            } else {
-                self.t.preemptions += 1;
+            match kind {
+                EvictionKind::Reclaim => self.t.reclaims += 1,
+                EvictionKind::Preempt => self.t.preemptions += 1,
             }
             let q = self.pods[sp as usize].queue;
             self.queue_preempted[q] += 1;

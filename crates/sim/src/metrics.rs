@@ -43,10 +43,11 @@ pub struct Totals {
     pub pods_succeeded: u64,
     pub pods_failed: u64,
     pub binds: u64,
-    /// Pods evicted by the scheduler (`Decision::Evict`) whose reason does
-    /// not mention reclaim.
+    /// Pods evicted by the scheduler for a higher-priority job of the same
+    /// queue (`Decision::Evict` with `EvictionKind::Preempt`).
     pub preemptions: u64,
-    /// Pods evicted by the scheduler with a reason mentioning reclaim.
+    /// Pods evicted by the scheduler to restore another queue's deserved
+    /// share (`EvictionKind::Reclaim`).
     pub reclaims: u64,
     /// Evictions by the scheduler, by kind of reason (text before the first
     /// `:`, quoted names and parenthesised details removed).
