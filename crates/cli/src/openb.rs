@@ -26,8 +26,9 @@ pub struct OpenbArgs {
     /// Seeds: a range `42-51` or a list `42,43`.
     #[arg(long, default_value = "42-51", requires = "openb")]
     pub seeds: String,
-    /// Print the results as JSON (per-seed curves included).
-    #[arg(long, requires = "openb")]
+    /// Print the result as JSON on stdout (with --openb: per-seed curves
+    /// included; without: the simulator's result).
+    #[arg(long)]
     pub json: bool,
     /// The FGD artifact's analysis_allo_discrete.csv (default: next to the
     /// trace directory, ../fgd-published-results/).

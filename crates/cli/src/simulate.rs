@@ -52,46 +52,6 @@ pub struct SimulateArgs {
     /// Check conservation (no GPU overcommitted) after every cycle and event.
     #[arg(long)]
     pub verify: bool,
-
-    /// Lets the shared `--json` of `OpenbArgs` be used without `--openb`
-    /// (must come after `openb`: fields are added in order).
-    #[command(flatten)]
-    shared_json: SharedJson,
-}
-
-/// Removes the `requires = "openb"` of the `--json` flag declared by
-/// [`crate::openb::OpenbArgs`], so that one flag serves both modes.
-#[derive(Debug, Clone, Default)]
-struct SharedJson;
-
-impl clap::FromArgMatches for SharedJson {
-    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        Ok(SharedJson)
-    }
-    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
-        Ok(())
-    }
-}
-
-impl clap::Args for SharedJson {
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        let has_json = cmd.get_arguments().any(|a| a.get_id() == "json");
-        if has_json {
-            cmd.mut_arg("json", |a| {
-                a.requires(clap::builder::Resettable::<clap::Id>::Reset)
-            })
-        } else {
-            cmd.arg(
-                clap::Arg::new("json")
-                    .long("json")
-                    .action(clap::ArgAction::SetTrue)
-                    .help("Print the result as JSON on stdout"),
-            )
-        }
-    }
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        Self::augment_args(cmd)
-    }
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
