@@ -867,6 +867,19 @@ impl<'a> Sim<'a> {
             .filter(|(_, f)| *f)
             .collect();
         let mut binds_by_group: BTreeMap<u32, u32> = BTreeMap::new();
+        // A nomination holds its node for the next cycle only: the core
+        // renews the ones still needed (reservations, pending preemptors).
+        let mut prev_nominated: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for (i, p) in self.pods.iter_mut().enumerate() {
+            if let Ph::Pending { nominated: Some(n) } = p.phase {
+                prev_nominated.insert((i as u32, n));
+            }
+        }
+        for p in &mut self.pods {
+            if let Ph::Pending { nominated } = &mut p.phase {
+                *nominated = None;
+            }
+        }
         for d in &out.decisions {
             match d {
                 Decision::Evict { .. } => {}
@@ -885,11 +898,11 @@ impl<'a> Sim<'a> {
                         self.error(format!("nominate with unknown ids pod {pod} node {node}"));
                         continue;
                     };
-                    if let Ph::Pending { nominated } = &mut self.pods[sp as usize].phase
-                        && *nominated != Some(sn)
-                    {
+                    if let Ph::Pending { nominated } = &mut self.pods[sp as usize].phase {
+                        if !prev_nominated.contains(&(sp, sn)) {
+                            self.t.nominations += 1;
+                        }
                         *nominated = Some(sn);
-                        self.t.nominations += 1;
                     }
                 }
                 Decision::Group { group, phase } => {
