@@ -60,7 +60,9 @@ fn default_policy() -> String {
 
 impl Default for PackingConfig {
     fn default() -> Self {
-        PackingConfig { policy: default_policy() }
+        PackingConfig {
+            policy: default_policy(),
+        }
     }
 }
 
@@ -129,7 +131,15 @@ mod tests {
     fn defaults_build() {
         let s = build(&SchedulerConfig::default()).unwrap();
         assert_eq!(s.packer_name(), "gpusched");
-        assert_eq!(s.filter_names(), vec!["node-unschedulable", "node-affinity", "taint-toleration", "gpu-fit"]);
+        assert_eq!(
+            s.filter_names(),
+            vec![
+                "node-unschedulable",
+                "node-affinity",
+                "taint-toleration",
+                "gpu-fit"
+            ]
+        );
     }
 
     #[test]
@@ -141,7 +151,10 @@ mod tests {
         c = SchedulerConfig::default();
         c.filters.push(FilterName::GpuFit);
         assert!(build(&c).is_err());
-        c = SchedulerConfig { version: "v9".into(), ..Default::default() };
+        c = SchedulerConfig {
+            version: "v9".into(),
+            ..Default::default()
+        };
         assert!(build(&c).err().unwrap().to_string().contains("v9"));
     }
 }

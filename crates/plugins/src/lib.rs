@@ -6,4 +6,4 @@ pub mod config;
 pub mod filters;
 pub mod packing;
 
-pub use config::{build, build_with, ConfigError, SchedulerConfig};
+pub use config::{ConfigError, SchedulerConfig, build, build_with};
