@@ -1,17 +1,20 @@
 //! `gpusched`: our default packing policy — fragmentation gradient descent
 //! against the *whole* class distribution of the workload, squashed more
-//! coarsely than the reference, with ties going to the smaller node.
+//! coarsely than the reference and in proportion to the pod's GPU size,
+//! with ties going to the smaller node.
 //!
 //! With `Δ` the change of node fragmentation of [`super::fgd`] (positive:
 //! the placement removes fragments) computed against every pod class (the
 //! reference keeps only the classes covering 95 % of the pods, which drops
 //! all 8-GPU classes of the Alibaba trace), `L` the node's free GPU milli
-//! after placing, `λ` = [`GpuschedConfig::pack_weight`] and `s` =
-//! [`GpuschedConfig::quantize_scale`]:
+//! after placing, `λ` = [`GpuschedConfig::pack_weight`], `s` =
+//! [`GpuschedConfig::quantize_scale`], `a` = [`GpuschedConfig::size_exponent`]
+//! and `g` the pod's GPU demand in GPUs (`k` whole GPUs, a share's
+//! fraction, at least 0.05; 1 for a CPU-only pod):
 //!
 //! ```text
 //! v       = Δ − λ · L
-//! primary = ⌊100 · sigmoid(v / s)⌋     (quantize; else ⌊v⌋)
+//! primary = ⌊100 · sigmoid(v / (s · gᵃ))⌋     (quantize; else ⌊v⌋)
 //! score   = primary · 2⁴⁴ + secondary · 2²⁴ + tie
 //! ```
 //!
@@ -21,8 +24,10 @@
 //! node. What is left equal falls to the node order (the core: lowest node
 //! id), i.e. first fit among placements of nearly equal fragmentation.
 //! Defaults (measured, see `docs/placement-benchmarks.md`): full
-//! distribution, `s = 2000`, `λ = 0`, no secondary key, smaller nodes
-//! first. A share goes on the GPU with the best score, then the least
+//! distribution, `s = 2500`, `a = 1` (the squash scales with the pod: a
+//! small share's `Δ` is small, so its near-equal placements tie and go
+//! first fit, while an 8-GPU pod's large `Δ` is still told apart), `λ = 0`,
+//! no secondary key, smaller nodes first. A share goes on the GPU with the best score, then the least
 //! compute left.
 
 use super::fgd::{FragEngine, derive_profile, sigmoid_score};
@@ -41,6 +46,9 @@ pub struct GpuschedConfig {
     /// larger, the coarser the score and the more often ties fall to the
     /// node order (first fit).
     pub quantize_scale: f64,
+    /// Exponent `a` of the pod's GPU demand `g` in the squash scale
+    /// `s · gᵃ` (0: one scale for every pod).
+    pub size_exponent: f64,
     /// Weight `λ` of the node's free GPU milli after placing.
     pub pack_weight: f64,
     /// Break ties by the fuller node (GPU, then CPU); else leave them.
@@ -67,7 +75,8 @@ impl Default for GpuschedConfig {
     fn default() -> Self {
         GpuschedConfig {
             quantize: true,
-            quantize_scale: 2000.0,
+            quantize_scale: 2500.0,
+            size_exponent: 1.0,
             pack_weight: 0.0,
             best_fit_tie: false,
             sum_of_squares: false,
@@ -168,7 +177,15 @@ impl GpuschedPacker {
         if self.cfg.cpu_reserve > 0.0 && self.cpu_per_gpu > 0.0 {
             value -= self.cfg.cpu_reserve * self.stranded(state, pod, node, gpu_left);
         }
-        let primary = if self.cfg.quantize && value == delta {
+        let primary = if self.cfg.quantize && self.cfg.size_exponent != 0.0 {
+            let g = match pod.gpu {
+                GpuRequest::Share { milli, .. } => milli as f64,
+                GpuRequest::Whole(k) if k > 0 => (k as u64 * GPU_MILLI) as f64,
+                _ => GPU_MILLI as f64,
+            };
+            let f = (g.max(50.0) / GPU_MILLI as f64).powf(self.cfg.size_exponent);
+            sigmoid_score(value * 1000.0 / (self.cfg.quantize_scale * f))
+        } else if self.cfg.quantize && value == delta {
             squashed
         } else if self.cfg.quantize {
             sigmoid_score(value * 1000.0 / self.cfg.quantize_scale)
@@ -412,7 +429,8 @@ mod tests {
         )]);
         let mut p = GpuschedPacker::with_profile(prof).with_config(cfg);
         prepare(&mut p, &Snapshot::default(), &cs, 0);
-        assert_eq!(p.config().quantize_scale, 2000.0);
+        assert_eq!(p.config().quantize_scale, 2500.0);
+        assert_eq!(p.config().size_exponent, 1.0);
         // Δ = 0 everywhere; best fit picks the fuller node b
         let (n, pl) = pick(&p, &pod(1000, share(500)), &cs).unwrap();
         assert_eq!(n, 1);
