@@ -189,6 +189,28 @@ pub fn choose(
     best.map(|(_, _, s)| s)
 }
 
+/// The lowest set cost of `k` GPUs among `available`, by trying every
+/// subset: the reference that [`choose`] is checked against in tests. It is
+/// exponential, so it answers `None` for more than 24 candidates.
+pub fn exhaustive_min_cost(topos: &[GpuTopo], available: &[usize], k: usize) -> Option<u64> {
+    let n = available.len();
+    if n > 24 || k > n {
+        return None;
+    }
+    let mut best = u64::MAX;
+    for mask in 0u32..(1 << n) {
+        if mask.count_ones() as usize != k {
+            continue;
+        }
+        let set: Vec<usize> = (0..n)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| available[i])
+            .collect();
+        best = best.min(set_cost(topos, &set));
+    }
+    Some(best)
+}
+
 /// Topology of common node shapes, for fixtures, tests and generators.
 pub mod shapes {
     use super::GpuTopo;
@@ -231,19 +253,7 @@ mod tests {
     use super::*;
 
     fn brute_min(topos: &[GpuTopo], avail: &[usize], k: usize) -> u64 {
-        let n = avail.len();
-        let mut best = u64::MAX;
-        for mask in 0u32..(1 << n) {
-            if mask.count_ones() as usize != k {
-                continue;
-            }
-            let set: Vec<usize> = (0..n)
-                .filter(|i| mask & (1 << i) != 0)
-                .map(|i| avail[i])
-                .collect();
-            best = best.min(set_cost(topos, &set));
-        }
-        best
+        exhaustive_min_cost(topos, avail, k).unwrap()
     }
 
     #[test]

@@ -42,19 +42,7 @@ fn health_of(l: &api::ListAndWatchResponse) -> HashMap<String, String> {
 }
 
 fn brute_min(t: &[GpuTopo], avail: &[usize], k: usize) -> u64 {
-    let n = avail.len();
-    let mut best = u64::MAX;
-    for mask in 0u32..(1 << n) {
-        if mask.count_ones() as usize != k {
-            continue;
-        }
-        let set: Vec<usize> = (0..n)
-            .filter(|i| mask & (1 << i) != 0)
-            .map(|i| avail[i])
-            .collect();
-        best = best.min(set_cost(t, &set));
-    }
-    best
+    gpusched_model::topology::exhaustive_min_cost(t, avail, k).expect("at most 24 candidates")
 }
 
 #[tokio::test]

@@ -1221,35 +1221,22 @@ impl<'a> Sim<'a> {
         };
         // totals
         let endf = end as f64;
+        // time integral of column `c` of the step series
+        let integral = |c: usize| -> f64 {
+            self.series
+                .iter()
+                .enumerate()
+                .map(|(i, (t, r))| {
+                    let t1 = self.series.get(i + 1).map(|x| x.0).unwrap_or(end);
+                    r[c] * (t1 - t) as f64
+                })
+                .sum()
+        };
         let alloc_mean = {
-            let used: f64 = self
-                .series
-                .iter()
-                .enumerate()
-                .map(|(i, (t, r))| {
-                    let t1 = self.series.get(i + 1).map(|x| x.0).unwrap_or(end);
-                    r[2] * (t1 - t) as f64
-                })
-                .sum();
-            let cap: f64 = self
-                .series
-                .iter()
-                .enumerate()
-                .map(|(i, (t, r))| {
-                    let t1 = self.series.get(i + 1).map(|x| x.0).unwrap_or(end);
-                    r[3] * (t1 - t) as f64
-                })
-                .sum();
+            let (used, cap) = (integral(2), integral(3));
             if cap > 0.0 { used * 100.0 / cap } else { 0.0 }
         };
-        let frag_mean = {
-            let mut s = 0.0;
-            for (i, (t, r)) in self.series.iter().enumerate() {
-                let t1 = self.series.get(i + 1).map(|x| x.0).unwrap_or(end);
-                s += r[1] * (t1 - t) as f64;
-            }
-            s / endf
-        };
+        let frag_mean = integral(1) / endf;
         self.t.alloc_mean_pct = r4(alloc_mean);
         self.t.alloc_peak_pct = r4(self.series.iter().map(|s| s.1[0]).fold(0.0, f64::max));
         self.t.frag_mean_pct = r4(frag_mean);
