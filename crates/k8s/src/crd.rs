@@ -1,0 +1,249 @@
+//! gpusched's custom resources, API group `gpusched.io/v1alpha1`:
+//! [`Queue`] (cluster-scoped) and [`PodGroup`] (namespaced). The CRD
+//! manifests are generated from these types (`gpusched crds`).
+//!
+//! Resource amounts are Kubernetes quantity strings keyed by resource name
+//! (`cpu`, `memory`, `nvidia.com/gpu`, any extended resource), exactly as in
+//! a pod's `resources`, so users write what they already know.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// API group of gpusched's resources.
+pub const GROUP: &str = "gpusched.io";
+/// API version of gpusched's resources.
+pub const VERSION: &str = "v1alpha1";
+
+/// A queue of the queue tree: who gets how much of the cluster.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "gpusched.io",
+    version = "v1alpha1",
+    kind = "Queue",
+    plural = "queues",
+    shortname = "gq",
+    status = "QueueStatus",
+    printcolumn = r#"{"name":"Parent","type":"string","jsonPath":".spec.parent"}"#,
+    printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#,
+    printcolumn = r#"{"name":"GPUs","type":"string","description":"GPUs allocated (whole + shares)","jsonPath":".status.allocatedGpus"}"#,
+    printcolumn = r#"{"name":"Fair share","type":"string","description":"GPUs deserved now","jsonPath":".status.fairShareGpus"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pendingPods"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = "!has(self.parent) || self.parent != ''")]
+#[serde(rename_all = "camelCase")]
+pub struct QueueSpec {
+    /// Parent queue; absent for a top-level queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Weight among siblings for fair share (1 or more; default 1).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub weight: u32,
+    /// Resources deserved even under contention (`cpu`, `memory`,
+    /// `nvidia.com/gpu`, extended resources).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guaranteed: BTreeMap<String, String>,
+    /// Guaranteed whole GPUs per GPU model (the `nvidia.com/gpu.product`
+    /// label value); added to the GPU guarantee.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub guaranteed_gpus_by_model: BTreeMap<String, String>,
+    /// Hard cap per resource; absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<BTreeMap<String, String>>,
+    /// May the queue use more than its guarantee while others are idle?
+    #[serde(default = "yes")]
+    pub borrow: bool,
+    /// May what it borrowed be taken back by reclaim?
+    #[serde(default = "yes")]
+    pub reclaimable: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the scheduler observed of a queue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// Resources held by the queue's running pods (its subtree's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocated: BTreeMap<String, String>,
+    /// Resources the queue deserves now (hierarchical weighted fair share).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fair_share: BTreeMap<String, String>,
+    /// GPUs allocated, as a decimal (shares count as fractions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_gpus: Option<String>,
+    /// GPUs deserved now, as a decimal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_share_gpus: Option<String>,
+    /// Pods of this queue waiting to be scheduled.
+    #[serde(default)]
+    pub pending_pods: u32,
+    /// `Valid` (False with a reason when the queue is misconfigured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Topology level a pod group must (or should) fit in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyLevel {
+    /// All members on one node.
+    Node,
+    /// All members in one NVLink domain.
+    NvlinkDomain,
+    /// All members in one rack (`gpusched.io/rack`).
+    Rack,
+    /// All members in one block (`gpusched.io/block`).
+    Block,
+}
+
+/// Whether a topology constraint may be relaxed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TopologyMode {
+    /// Never place across the level.
+    #[default]
+    Required,
+    /// Try the level first, then relax.
+    Preferred,
+}
+
+/// A pod group's topology constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpec {
+    /// The level all members must share.
+    pub level: TopologyLevel,
+    /// `Required` (default) or `Preferred`.
+    #[serde(default)]
+    pub mode: TopologyMode,
+}
+
+/// A gang: pods that start together or not at all.
+#[derive(CustomResource, KubeSchema, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "gpusched.io",
+    version = "v1alpha1",
+    kind = "PodGroup",
+    plural = "podgroups",
+    shortname = "gpg",
+    namespaced,
+    status = "PodGroupStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Min","type":"integer","jsonPath":".spec.minMember"}"#,
+    printcolumn = r#"{"name":"Scheduled","type":"integer","jsonPath":".status.scheduled"}"#,
+    printcolumn = r#"{"name":"Running","type":"integer","jsonPath":".status.running"}"#,
+    printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpec {
+    /// Members that must be placed together (1 or more).
+    #[schemars(range(min = 1))]
+    pub min_member: u32,
+    /// Queue of the group (else the members' `gpusched.io/queue` label, else
+    /// the default queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Priority of the whole group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Topology all members must (or should) share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologySpec>,
+    /// Give up after this many seconds without starting (members get a
+    /// `FailedScheduling` event and the group phase `TimedOut`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub schedule_timeout_seconds: Option<u64>,
+}
+
+/// What the scheduler observed of a pod group.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupStatus {
+    /// `Pending` (members missing), `Inqueue` (waiting for capacity),
+    /// `Running` (minMember placed), `TimedOut`, `Invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Members bound to a node.
+    #[serde(default)]
+    pub scheduled: u32,
+    /// Members running.
+    #[serde(default)]
+    pub running: u32,
+    /// `Scheduled` and `Valid` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`), accepted
+/// so clusters can migrate without rewriting their manifests. Only the spec
+/// fields gpusched uses are read.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "scheduling.x-k8s.io",
+    version = "v1alpha1",
+    kind = "PodGroup",
+    root = "SpPodGroup",
+    plural = "podgroups",
+    namespaced
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SpPodGroupSpec {
+    /// Members that must be placed together.
+    #[serde(default)]
+    pub min_member: i32,
+    /// Give up after this many seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// The CRD manifests of gpusched's resources, as one YAML stream.
+pub fn crds_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    use kube::CustomResourceExt;
+    let mut out = String::new();
+    for crd in [Queue::crd(), PodGroup::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn crds_have_printer_columns_and_validation() {
+        let q = serde_json::to_string(&Queue::crd()).unwrap();
+        assert!(q.contains("\"scope\":\"Cluster\""), "{q}");
+        assert!(q.contains("additionalPrinterColumns"));
+        assert!(q.contains("x-kubernetes-validations"));
+        let pg = serde_json::to_string(&PodGroup::crd()).unwrap();
+        assert!(pg.contains("\"scope\":\"Namespaced\""));
+        assert!(pg.contains("\"minimum\":1"), "{pg}");
+        let y = crds_yaml().unwrap();
+        assert!(y.contains("name: queues.gpusched.io"), "{y}");
+        assert!(y.contains("name: podgroups.gpusched.io"));
+    }
+
+    #[test]
+    fn queue_defaults() {
+        let q: QueueSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(q.weight, 1);
+        assert!(q.borrow && q.reclaimable);
+    }
+}

@@ -1,0 +1,13 @@
+//! gpusched on Kubernetes: the only crate that knows Kubernetes types.
+//!
+//! Watches (reflectors) feed a [`world::World`] of translated objects
+//! ([`translate`], pure and fixture-tested); each cycle builds the core's
+//! snapshot from it, runs `Scheduler::cycle`, and the executor turns the
+//! decisions into bindings, evictions, events and status updates.
+
+pub mod crd;
+pub mod decision;
+pub mod limiter;
+pub mod metrics;
+pub mod translate;
+pub mod world;

@@ -1,0 +1,810 @@
+//! Pure translation of Kubernetes objects into the core's vocabulary. No
+//! I/O: every function takes objects and returns model values or an error
+//! that names the object and the field, so the rules are fixture-tested.
+
+use crate::crd::{PodGroup, Queue, SpPodGroup, TopologyLevel as CrdLevel, TopologyMode};
+use crate::decision::{ANNOTATION_DECISION, DecisionError, GpuDecision};
+use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, LABEL_QUEUE, RESOURCE_GPU};
+use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
+use gpusched_model::topology::GpuTopo;
+use gpusched_model::validate::{ContainerResources, ResourceError, pod_resources};
+use gpusched_model::{
+    Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorOp, NodeSelectorRequirement,
+    NodeSelectorTerm, Pod as MPod, PodGroup as MGroup, Queue as MQueue, ResourceVec, Taint,
+    TaintEffect, Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
+};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Scheduler name pods use to opt in.
+pub const SCHEDULER_NAME: &str = "gpusched";
+/// Queue of pods that name none.
+pub const DEFAULT_QUEUE: &str = "default";
+/// Label of the scheduler-plugins coscheduling pod group.
+pub const LABEL_SP_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+/// Node annotation with the node's GPUs and their topology (JSON list of
+/// [`NodeGpu`]), published by the node agent.
+pub const ANNOTATION_NODE_GPUS: &str = "gpusched.io/gpus";
+/// Pod annotation: allowed GPU models, comma-separated.
+pub const ANNOTATION_GPU_MODELS: &str = "gpusched.io/gpu-models";
+/// Pod annotation: minimum memory of each GPU used (a quantity).
+pub const ANNOTATION_MIN_GPU_MEMORY: &str = "gpusched.io/min-gpu-memory";
+/// Pod annotation `"false"`: never preempted or reclaimed.
+pub const ANNOTATION_PREEMPTIBLE: &str = "gpusched.io/preemptible";
+
+/// One GPU as a node publishes it in [`ANNOTATION_NODE_GPUS`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGpu {
+    /// Index on the node (`nvidia-smi` order).
+    pub index: u32,
+    /// GPU UUID.
+    pub uuid: String,
+    /// Model (the `nvidia.com/gpu.product` vocabulary).
+    pub model: String,
+    /// Memory in MiB.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    /// NVLink domain inside the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink: Option<u32>,
+    /// PCIe switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_switch: Option<u32>,
+    /// NUMA node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<u32>,
+    /// Health as the agent sees it.
+    #[serde(default = "yes")]
+    pub healthy: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl NodeGpu {
+    /// The annotation form of a model GPU.
+    pub fn from_model(g: &Gpu) -> Self {
+        NodeGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_mib: g.memory_mib,
+            nvlink: g.topo.nvlink,
+            pcie_switch: g.topo.pcie_switch,
+            numa: g.topo.numa,
+            healthy: g.is_healthy(),
+        }
+    }
+}
+
+/// A translation error, naming the object and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TranslateError {
+    /// A resource quantity or rule was refused.
+    #[error("{object}: {source}")]
+    Resources {
+        object: String,
+        source: ResourceError,
+    },
+    /// A field has a value we cannot use.
+    #[error("{object}: {field}: {what}")]
+    Field {
+        object: String,
+        field: String,
+        what: String,
+    },
+    /// The GPU decision annotation is unusable.
+    #[error("{object}: {source}")]
+    Decision {
+        object: String,
+        source: DecisionError,
+    },
+}
+
+fn field_err(object: &str, field: &str, what: impl Into<String>) -> TranslateError {
+    TranslateError::Field {
+        object: object.to_string(),
+        field: field.to_string(),
+        what: what.into(),
+    }
+}
+
+/// What the scheduler needs of a Node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    /// The node in the core's vocabulary.
+    pub node: MNode,
+    /// Condition Ready is True.
+    pub ready: bool,
+    /// Problems found while translating (bad annotation, …): the node is
+    /// still used with what could be read.
+    pub warnings: Vec<String>,
+}
+
+fn quantity_map(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, String> {
+    m.map(|m| m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect())
+        .unwrap_or_default()
+}
+
+/// Node → the core's node. GPUs come from the agent's annotation when there
+/// is one, else from `nvidia.com/gpu` allocatable and the GFD labels. Never
+/// fails: what cannot be read is left out and reported in `warnings`, and
+/// GPUs beyond what the kubelet reports allocatable are marked unhealthy.
+pub fn node(n: &Node) -> NodeView {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    let obj = format!("node {name}");
+    let mut warnings = Vec::new();
+    let labels = n.metadata.labels.clone().unwrap_or_default();
+    let status = n.status.as_ref();
+    let alloc = quantity_map(status.and_then(|s| s.allocatable.as_ref()));
+    let mut res = ResourceVec::default();
+    let mut gpu_alloc = 0u64;
+    for (k, v) in &alloc {
+        let r = match k.as_str() {
+            "cpu" => parse_cpu_milli(v).map(|x| res.cpu_milli = x),
+            "memory" => parse_bytes(v).map(|x| res.memory = x),
+            RESOURCE_GPU => parse_integer(v).map(|x| gpu_alloc = x),
+            "pods" | "ephemeral-storage" => Ok(()),
+            k if k.starts_with("hugepages-") => Ok(()),
+            k if k.contains('/') => parse_integer(v).map(|x| {
+                res.ext.insert(k.to_string(), x);
+            }),
+            _ => Ok(()),
+        };
+        if let Err(e) = r {
+            warnings.push(format!("{obj}: status.allocatable[{k}]: {e}"));
+        }
+    }
+    let annotations = n.metadata.annotations.clone().unwrap_or_default();
+    let mut gpus: Vec<Gpu> = Vec::new();
+    if let Some(text) = annotations.get(ANNOTATION_NODE_GPUS) {
+        match serde_json::from_str::<Vec<NodeGpu>>(text) {
+            Ok(list) => {
+                gpus = list
+                    .into_iter()
+                    .map(|g| Gpu {
+                        index: g.index,
+                        uuid: g.uuid,
+                        model: g.model,
+                        memory_mib: g.memory_mib,
+                        health: if g.healthy {
+                            GpuHealth::Healthy
+                        } else {
+                            GpuHealth::Unhealthy
+                        },
+                        topo: GpuTopo {
+                            nvlink: g.nvlink,
+                            pcie_switch: g.pcie_switch,
+                            numa: g.numa,
+                        },
+                    })
+                    .collect();
+                gpus.sort_by_key(|g| g.index);
+                gpus.dedup_by_key(|g| g.index);
+            }
+            Err(e) => warnings.push(format!(
+                "{obj}: annotation {ANNOTATION_NODE_GPUS}: {e}; using nvidia.com/gpu and GFD labels"
+            )),
+        }
+    }
+    if gpus.is_empty() && gpu_alloc > 0 {
+        let model = labels.get(GFD_PRODUCT).cloned().unwrap_or_default();
+        let memory_mib = match labels.get(GFD_MEMORY) {
+            // GFD writes MiB as a plain number
+            Some(m) => m
+                .parse::<u64>()
+                .or_else(|_| parse_mib(m))
+                .unwrap_or_else(|_| {
+                    warnings.push(format!(
+                        "{obj}: label {GFD_MEMORY}: {m:?} is not a MiB count"
+                    ));
+                    0
+                }),
+            None => 0,
+        };
+        let count = gpu_alloc.min(1024) as u32;
+        gpus = (0..count)
+            .map(|i| Gpu {
+                index: i,
+                uuid: format!("{name}-gpu-{i}"),
+                model: model.clone(),
+                memory_mib,
+                health: GpuHealth::Healthy,
+                topo: GpuTopo::default(),
+            })
+            .collect();
+    }
+    // The kubelet's allocatable count is the truth of what it will hand out:
+    // mark healthy GPUs beyond it unhealthy, highest index first.
+    let mut healthy = gpus.iter().filter(|g| g.is_healthy()).count() as u64;
+    for g in gpus.iter_mut().rev() {
+        if healthy <= gpu_alloc {
+            break;
+        }
+        if g.is_healthy() {
+            g.health = GpuHealth::Unhealthy;
+            healthy -= 1;
+        }
+    }
+    let mut taints = Vec::new();
+    for t in n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let effect = match t.effect.as_str() {
+            "NoSchedule" => TaintEffect::NoSchedule,
+            "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+            "NoExecute" => TaintEffect::NoExecute,
+            other => {
+                warnings.push(format!(
+                    "{obj}: spec.taints[{}]: unknown effect {other:?}",
+                    t.key
+                ));
+                continue;
+            }
+        };
+        taints.push(Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let mut mnode = MNode::new(name, res, gpus);
+    mnode.labels = labels;
+    mnode.taints = taints;
+    mnode.unschedulable = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+        || !ready;
+    NodeView {
+        node: mnode,
+        ready,
+        warnings,
+    }
+}
+
+/// Where a pod stands for the scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodKind {
+    /// Ours, waiting for a node.
+    Pending {
+        /// The pod in the core's vocabulary.
+        pod: MPod,
+        /// `status.nominatedNodeName`.
+        nominated: Option<String>,
+    },
+    /// Ours, held back by `spec.schedulingGates`.
+    Gated {
+        /// Names of the gates still present.
+        gates: Vec<String>,
+    },
+    /// Ours, but its spec cannot be scheduled (bad GPU request, …).
+    Invalid {
+        /// What is wrong, naming the field.
+        error: String,
+    },
+    /// On a node (any scheduler's), holding resources.
+    Bound {
+        /// The pod in the core's vocabulary (queue "" for pods of other
+        /// schedulers without a queue label).
+        pod: MPod,
+        /// `spec.nodeName`.
+        node: String,
+        /// The recorded GPU decision, when gpusched placed it.
+        decision: Option<Result<GpuDecision, DecisionError>>,
+        /// Being deleted (still holds resources until gone).
+        terminating: bool,
+    },
+    /// Finished, or not ours and not on a node: holds nothing.
+    Ignored,
+}
+
+/// A pod, translated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodView {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.schedulerName` is ours.
+    pub ours: bool,
+    /// Pod group (`namespace/name`), from our label or scheduler-plugins'.
+    pub group: Option<String>,
+    /// Queue label, if any.
+    pub queue_label: Option<String>,
+    /// `spec.preemptionPolicy: Never`.
+    pub never_preempts: bool,
+    /// Milliseconds since the Unix epoch of `metadata.creationTimestamp`.
+    pub created_ms: u64,
+    /// What to do with it.
+    pub kind: PodKind,
+}
+
+fn container_resources(c: &Container) -> ContainerResources {
+    let r = c.resources.as_ref();
+    ContainerResources {
+        name: c.name.clone(),
+        requests: quantity_map(r.and_then(|r| r.requests.as_ref())),
+        limits: quantity_map(r.and_then(|r| r.limits.as_ref())),
+    }
+}
+
+fn max_into(acc: &mut ResourceVec, o: &ResourceVec) {
+    acc.cpu_milli = acc.cpu_milli.max(o.cpu_milli);
+    acc.memory = acc.memory.max(o.memory);
+    for (k, v) in &o.ext {
+        let e = acc.ext.entry(k.clone()).or_insert(0);
+        *e = (*e).max(*v);
+    }
+}
+
+/// Effective requests of a pod, the way the kubelet and kube-scheduler count
+/// them: the sum over app containers and restartable init containers
+/// (sidecars), or the largest plain init container if that is more, plus
+/// `spec.overhead`. GPU requests follow the same rule.
+pub fn effective_resources(p: &Pod) -> Result<(ResourceVec, GpuRequest), ResourceError> {
+    let spec = p.spec.as_ref();
+    let mut app: Vec<ContainerResources> = spec
+        .map(|s| s.containers.iter().map(container_resources).collect())
+        .unwrap_or_default();
+    let mut init_max = ResourceVec::default();
+    let mut init_gpu = GpuRequest::None;
+    for c in spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if c.restart_policy.as_deref() == Some("Always") {
+            app.push(container_resources(c));
+            continue;
+        }
+        let (r, g) = pod_resources(std::slice::from_ref(&container_resources(c)))?;
+        max_into(&mut init_max, &r);
+        if g.milli() > init_gpu.milli() {
+            init_gpu = g;
+        }
+    }
+    let (mut total, mut gpu) = pod_resources(&app)?;
+    max_into(&mut total, &init_max);
+    if init_gpu.milli() > gpu.milli() {
+        gpu = init_gpu;
+    }
+    if let Some(o) = spec.and_then(|s| s.overhead.as_ref()) {
+        let oc = ContainerResources {
+            name: "overhead".into(),
+            requests: quantity_map(Some(o)),
+            limits: BTreeMap::new(),
+        };
+        let (r, _) = pod_resources(&[oc])?;
+        total.cpu_milli += r.cpu_milli;
+        total.memory += r.memory;
+    }
+    Ok((total, gpu))
+}
+
+fn unix_ms(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> u64 {
+    t.map(|t| t.0.as_millisecond().max(0) as u64).unwrap_or(0)
+}
+
+fn node_terms(p: &Pod, obj: &str) -> Result<Vec<NodeSelectorTerm>, TranslateError> {
+    let Some(req) = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    else {
+        return Ok(Vec::new());
+    };
+    let mut terms = Vec::new();
+    for (i, t) in req.node_selector_terms.iter().enumerate() {
+        let mut exprs = Vec::new();
+        for (j, e) in t.match_expressions.iter().flatten().enumerate() {
+            let field = || {
+                format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions[{j}]"
+                )
+            };
+            let operator = match e.operator.as_str() {
+                "In" => NodeSelectorOp::In,
+                "NotIn" => NodeSelectorOp::NotIn,
+                "Exists" => NodeSelectorOp::Exists,
+                "DoesNotExist" => NodeSelectorOp::DoesNotExist,
+                other => {
+                    return Err(field_err(
+                        obj,
+                        &field(),
+                        format!(
+                            "operator {other:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist)"
+                        ),
+                    ));
+                }
+            };
+            exprs.push(NodeSelectorRequirement {
+                key: e.key.clone(),
+                operator,
+                values: e.values.clone().unwrap_or_default(),
+            });
+        }
+        if t.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
+            return Err(field_err(
+                obj,
+                &format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchFields"
+                ),
+                "matchFields is not supported by gpusched",
+            ));
+        }
+        terms.push(NodeSelectorTerm {
+            match_expressions: exprs,
+        });
+    }
+    Ok(terms)
+}
+
+fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
+    let mut out = Vec::new();
+    for (i, t) in p
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let operator = match t.operator.as_deref() {
+            None | Some("Equal") => TolerationOp::Equal,
+            Some("Exists") => TolerationOp::Exists,
+            Some(other) => {
+                return Err(field_err(
+                    obj,
+                    &format!("spec.tolerations[{i}].operator"),
+                    format!("unknown operator {other:?}"),
+                ));
+            }
+        };
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some("NoSchedule") => Some(TaintEffect::NoSchedule),
+            Some("PreferNoSchedule") => Some(TaintEffect::PreferNoSchedule),
+            Some("NoExecute") => Some(TaintEffect::NoExecute),
+            Some(other) => {
+                return Err(field_err(
+                    obj,
+                    &format!("spec.tolerations[{i}].effect"),
+                    format!("unknown effect {other:?}"),
+                ));
+            }
+        };
+        out.push(Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator,
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+    Ok(out)
+}
+
+/// The core's pod from a Kubernetes pod (its queue is the label's, or
+/// [`DEFAULT_QUEUE`]; the caller may replace it with its group's queue).
+pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
+    let ns = p.metadata.namespace.clone().unwrap_or_default();
+    let name = p.metadata.name.clone().unwrap_or_default();
+    let obj = format!("pod {ns}/{name}");
+    let (requests, gpu) = effective_resources(p).map_err(|source| TranslateError::Resources {
+        object: obj.clone(),
+        source,
+    })?;
+    let labels = p.metadata.labels.clone().unwrap_or_default();
+    let annotations = p.metadata.annotations.clone().unwrap_or_default();
+    let spec = p.spec.as_ref();
+    let mut pod = MPod::new(
+        format!("{ns}/{name}"),
+        labels
+            .get(LABEL_QUEUE)
+            .cloned()
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
+    );
+    pod.group = group_of(p);
+    pod.priority = spec.and_then(|s| s.priority).unwrap_or(0);
+    pod.requests = requests;
+    pod.gpu = gpu;
+    pod.node_selector = spec
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default();
+    pod.affinity = node_terms(p, &obj)?;
+    pod.tolerations = tolerations(p, &obj)?;
+    pod.arrival_ms = unix_ms(p.metadata.creation_timestamp.as_ref());
+    if let Some(m) = annotations.get(ANNOTATION_GPU_MODELS) {
+        pod.gpu_models = m
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+    }
+    if let Some(m) = annotations.get(ANNOTATION_MIN_GPU_MEMORY) {
+        pod.min_gpu_memory_mib = parse_mib(m).map_err(|e| {
+            field_err(
+                &obj,
+                &format!("metadata.annotations[{ANNOTATION_MIN_GPU_MEMORY}]"),
+                e.to_string(),
+            )
+        })?;
+    }
+    pod.preemptible = annotations.get(ANNOTATION_PREEMPTIBLE).map(String::as_str) != Some("false");
+    Ok(pod)
+}
+
+/// The pod group a pod belongs to (`namespace/name`): our label first, then
+/// the scheduler-plugins label.
+pub fn group_of(p: &Pod) -> Option<String> {
+    let labels = p.metadata.labels.as_ref()?;
+    let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+    labels
+        .get(LABEL_POD_GROUP)
+        .or_else(|| labels.get(LABEL_SP_POD_GROUP))
+        .filter(|g| !g.is_empty())
+        .map(|g| format!("{ns}/{g}"))
+}
+
+/// Pod → where it stands for the scheduler.
+pub fn pod(p: &Pod) -> PodView {
+    let meta = &p.metadata;
+    let spec = p.spec.as_ref();
+    let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(SCHEDULER_NAME);
+    let phase = p
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    let node_name = spec
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let terminating = meta.deletion_timestamp.is_some();
+    let labels = meta.labels.clone().unwrap_or_default();
+    let mut view = PodView {
+        uid: meta.uid.clone().unwrap_or_default(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        ours,
+        group: group_of(p),
+        queue_label: labels.get(LABEL_QUEUE).cloned(),
+        never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
+        created_ms: unix_ms(meta.creation_timestamp.as_ref()),
+        kind: PodKind::Ignored,
+    };
+    if phase == "Succeeded" || phase == "Failed" {
+        return view;
+    }
+    view.kind = match node_name {
+        Some(node) => {
+            let pod = match model_pod(p) {
+                Ok(pod) => pod,
+                Err(_) => {
+                    // A bound pod still holds what its containers ask; count
+                    // its native requests leniently, GPUs by nvidia.com/gpu.
+                    let mut pod = MPod::new(format!("{}/{}", view.namespace, view.name), "");
+                    pod.gpu = lenient_gpu(p);
+                    pod
+                }
+            };
+            let mut pod = pod;
+            if !ours && view.queue_label.is_none() {
+                pod.queue = String::new();
+            }
+            if !ours {
+                // gpusched never evicts pods it did not place
+                pod.preemptible = false;
+            }
+            let decision = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DECISION))
+                .map(|t| GpuDecision::parse(t));
+            PodKind::Bound {
+                pod,
+                node,
+                decision,
+                terminating,
+            }
+        }
+        None if !ours || terminating => PodKind::Ignored,
+        None => {
+            let gates: Vec<String> = spec
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .map(|g| g.iter().map(|g| g.name.clone()).collect())
+                .unwrap_or_default();
+            if !gates.is_empty() {
+                PodKind::Gated { gates }
+            } else {
+                match model_pod(p) {
+                    Ok(pod) => PodKind::Pending {
+                        pod,
+                        nominated: p
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.nominated_node_name.clone())
+                            .filter(|n| !n.is_empty()),
+                    },
+                    Err(e) => PodKind::Invalid {
+                        error: e.to_string(),
+                    },
+                }
+            }
+        }
+    };
+    view
+}
+
+/// GPUs of a bound pod whose spec we refuse (e.g. requests != limits, which
+/// the apiserver allows for pods of other schedulers): the largest integer
+/// `nvidia.com/gpu` limit or request over its containers.
+fn lenient_gpu(p: &Pod) -> GpuRequest {
+    let mut n = 0u64;
+    for c in p.spec.iter().flat_map(|s| s.containers.iter()) {
+        let r = c.resources.as_ref();
+        for m in [
+            r.and_then(|r| r.limits.as_ref()),
+            r.and_then(|r| r.requests.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(q) = m.get(RESOURCE_GPU) {
+                n += parse_integer(&q.0).unwrap_or(0);
+                break;
+            }
+        }
+    }
+    if n == 0 {
+        GpuRequest::None
+    } else {
+        GpuRequest::Whole(n.min(u32::MAX as u64) as u32)
+    }
+}
+
+fn resource_vec(
+    obj: &str,
+    field: &str,
+    m: &BTreeMap<String, String>,
+) -> Result<ResourceVec, TranslateError> {
+    let mut r = ResourceVec::default();
+    for (k, v) in m {
+        let f = || format!("{field}[{k}]");
+        let e = |e: gpusched_model::quantity::QuantityError| field_err(obj, &f(), e.to_string());
+        match k.as_str() {
+            "cpu" => r.cpu_milli = parse_cpu_milli(v).map_err(e)?,
+            "memory" => r.memory = parse_bytes(v).map_err(e)?,
+            RESOURCE_GPU => {
+                r.gpu_milli = parse_integer(v)
+                    .map_err(e)?
+                    .saturating_mul(gpusched_model::GPU_MILLI)
+            }
+            gpusched_model::validate::RESOURCE_GPU_MILLI => {
+                r.gpu_milli = parse_integer(v).map_err(e)?
+            }
+            k if k.contains('/') => {
+                r.ext.insert(k.to_string(), parse_integer(v).map_err(e)?);
+            }
+            other => {
+                return Err(field_err(
+                    obj,
+                    &f(),
+                    format!(
+                        "unknown resource {other:?} (cpu, memory, nvidia.com/gpu or an extended resource)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// Queue CRD → the core's queue.
+pub fn queue(q: &Queue) -> Result<MQueue, TranslateError> {
+    let name = q.metadata.name.clone().unwrap_or_default();
+    let obj = format!("queue {name}");
+    let mut m = MQueue::new(name);
+    m.parent = q.spec.parent.clone().filter(|p| !p.is_empty());
+    if q.spec.weight == 0 {
+        return Err(field_err(&obj, "spec.weight", "must be 1 or more"));
+    }
+    m.weight = q.spec.weight;
+    m.guarantee = resource_vec(&obj, "spec.guaranteed", &q.spec.guaranteed)?;
+    for (model, v) in &q.spec.guaranteed_gpus_by_model {
+        let n = parse_integer(v).map_err(|e| {
+            field_err(
+                &obj,
+                &format!("spec.guaranteedGpusByModel[{model}]"),
+                e.to_string(),
+            )
+        })?;
+        m.gpu_guarantee_by_model
+            .insert(model.clone(), n.saturating_mul(gpusched_model::GPU_MILLI));
+    }
+    m.limit = match &q.spec.limit {
+        Some(l) => Some(resource_vec(&obj, "spec.limit", l)?),
+        None => None,
+    };
+    m.can_borrow = q.spec.borrow;
+    m.reclaimable = q.spec.reclaimable;
+    Ok(m)
+}
+
+/// PodGroup CRD → the core's group (`priority` resolved by the caller from
+/// the PriorityClass named in the spec; `queue` defaults to
+/// [`DEFAULT_QUEUE`] and may be replaced by the members' label).
+pub fn group(g: &PodGroup, priority: i32) -> Result<MGroup, TranslateError> {
+    let ns = g.metadata.namespace.clone().unwrap_or_default();
+    let name = g.metadata.name.clone().unwrap_or_default();
+    let obj = format!("podgroup {ns}/{name}");
+    if g.spec.min_member == 0 {
+        return Err(field_err(&obj, "spec.minMember", "must be 1 or more"));
+    }
+    Ok(MGroup {
+        name: format!("{ns}/{name}"),
+        queue: g
+            .spec
+            .queue
+            .clone()
+            .unwrap_or_else(|| DEFAULT_QUEUE.to_string()),
+        min_member: g.spec.min_member,
+        priority,
+        topology: g.spec.topology.as_ref().map(|t| TopologyConstraint {
+            level: match t.level {
+                CrdLevel::Node => TopologyLevel::Node,
+                CrdLevel::NvlinkDomain => TopologyLevel::NvlinkDomain,
+                CrdLevel::Rack => TopologyLevel::Rack,
+                CrdLevel::Block => TopologyLevel::Block,
+            },
+            required: t.mode == TopologyMode::Required,
+        }),
+        schedule_timeout_ms: g
+            .spec
+            .schedule_timeout_seconds
+            .map(|s| s.saturating_mul(1000)),
+    })
+}
+
+/// scheduler-plugins PodGroup → the core's group.
+pub fn sp_group(g: &SpPodGroup) -> Result<MGroup, TranslateError> {
+    let ns = g.metadata.namespace.clone().unwrap_or_default();
+    let name = g.metadata.name.clone().unwrap_or_default();
+    let obj = format!("podgroup.scheduling.x-k8s.io {ns}/{name}");
+    let min = u32::try_from(g.spec.min_member)
+        .ok()
+        .filter(|&m| m >= 1)
+        .ok_or_else(|| field_err(&obj, "spec.minMember", "must be 1 or more"))?;
+    Ok(MGroup {
+        name: format!("{ns}/{name}"),
+        queue: DEFAULT_QUEUE.to_string(),
+        min_member: min,
+        priority: 0,
+        topology: None,
+        schedule_timeout_ms: g
+            .spec
+            .schedule_timeout_seconds
+            .filter(|&s| s > 0)
+            .map(|s| s as u64 * 1000),
+    })
+}

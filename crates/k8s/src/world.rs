@@ -1,0 +1,525 @@
+//! The scheduler's picture of the cluster: translated objects kept by key
+//! and updated one watch event at a time, plus the placements it assumed but
+//! the API has not confirmed yet. [`World::build`] assembles the core's
+//! [`Snapshot`] from it, deterministically (ordered maps, stable sorts).
+
+use crate::crd::{PodGroup, Queue, SpPodGroup};
+use crate::decision::GpuDecision;
+use crate::translate::{self, DEFAULT_QUEUE, NodeView, PodKind, PodView};
+use gpusched_core::fairshare::QueueTree;
+use gpusched_core::{GpuAssignment, NodeId, PodPhase, PodState, Snapshot};
+use gpusched_model::{GpuRequest, PodGroup as MGroup, Queue as MQueue};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A placement the scheduler made and is binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assumed {
+    /// Node it is being bound to.
+    pub node: String,
+    /// The decision written with the binding.
+    pub decision: GpuDecision,
+    /// The GPUs, as positions on the node.
+    pub gpus: GpuAssignment,
+}
+
+/// Which pod a snapshot index stands for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRef {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+/// Something wrong with an object, for an event or a status condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// A pod of ours that cannot be scheduled as written.
+    InvalidPod {
+        /// The pod.
+        pod: PodRef,
+        /// Why, naming the field.
+        error: String,
+    },
+    /// A pod gated by `spec.schedulingGates`.
+    GatedPod {
+        /// The pod.
+        pod: PodRef,
+        /// Gates present.
+        gates: Vec<String>,
+    },
+    /// A bound pod's GPU decision is unusable (its GPUs are assumed).
+    BadDecision {
+        /// The pod.
+        pod: PodRef,
+        /// Why.
+        error: String,
+    },
+    /// A Queue cannot be used.
+    InvalidQueue {
+        /// Queue name.
+        queue: String,
+        /// Why.
+        error: String,
+    },
+    /// A PodGroup cannot be used.
+    InvalidGroup {
+        /// `namespace/name`.
+        group: String,
+        /// Why.
+        error: String,
+    },
+    /// A node's objects had unreadable parts.
+    NodeWarning {
+        /// Node name.
+        node: String,
+        /// What.
+        warning: String,
+    },
+}
+
+/// What [`World::build`] produced.
+#[derive(Clone, Debug, Default)]
+pub struct Built {
+    /// The core's input.
+    pub snapshot: Snapshot,
+    /// `snapshot.pods[i]` is `pods[i]`.
+    pub pods: Vec<PodRef>,
+    /// Problems to report.
+    pub problems: Vec<Problem>,
+    /// Pods of ours that are pending (gated and invalid ones included), by queue.
+    pub pending_by_queue: BTreeMap<String, u32>,
+}
+
+/// Translated objects, by key.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    nodes: BTreeMap<String, NodeView>,
+    pods: BTreeMap<String, PodView>,
+    queues: BTreeMap<String, Result<MQueue, String>>,
+    groups: BTreeMap<String, (Result<MGroup, String>, Option<String>)>,
+    sp_groups: BTreeMap<String, Result<MGroup, String>>,
+    priority_classes: BTreeMap<String, i32>,
+    assumed: BTreeMap<String, Assumed>,
+    /// Bumped on every change; the loop runs a cycle when it moved.
+    pub generation: u64,
+}
+
+fn key(ns: Option<&String>, name: Option<&String>) -> String {
+    format!(
+        "{}/{}",
+        ns.map(String::as_str).unwrap_or_default(),
+        name.map(String::as_str).unwrap_or_default()
+    )
+}
+
+impl World {
+    /// A node was added or changed.
+    pub fn upsert_node(&mut self, n: &Node) {
+        let v = translate::node(n);
+        self.nodes.insert(v.node.name.clone(), v);
+        self.generation += 1;
+    }
+
+    /// A node is gone.
+    pub fn delete_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+        self.generation += 1;
+    }
+
+    /// A pod was added or changed. Confirms or drops its assumption once the
+    /// API shows it bound (or gone).
+    pub fn upsert_pod(&mut self, p: &Pod) {
+        let v = translate::pod(p);
+        if !matches!(v.kind, PodKind::Pending { .. }) {
+            self.assumed.remove(&v.uid);
+        }
+        self.pods.insert(v.uid.clone(), v);
+        self.generation += 1;
+    }
+
+    /// A pod is gone.
+    pub fn delete_pod(&mut self, uid: &str) {
+        self.pods.remove(uid);
+        self.assumed.remove(uid);
+        self.generation += 1;
+    }
+
+    /// Replaces all pods (a relist).
+    pub fn reset_pods(&mut self) {
+        self.pods.clear();
+        self.generation += 1;
+    }
+
+    /// A Queue was added or changed.
+    pub fn upsert_queue(&mut self, q: &Queue) {
+        let name = q.metadata.name.clone().unwrap_or_default();
+        self.queues
+            .insert(name, translate::queue(q).map_err(|e| e.to_string()));
+        self.generation += 1;
+    }
+
+    /// A Queue is gone.
+    pub fn delete_queue(&mut self, name: &str) {
+        self.queues.remove(name);
+        self.generation += 1;
+    }
+
+    /// A PodGroup was added or changed.
+    pub fn upsert_group(&mut self, g: &PodGroup) {
+        let k = key(g.metadata.namespace.as_ref(), g.metadata.name.as_ref());
+        self.groups.insert(
+            k,
+            (
+                translate::group(g, 0).map_err(|e| e.to_string()),
+                g.spec.priority_class_name.clone(),
+            ),
+        );
+        self.generation += 1;
+    }
+
+    /// A PodGroup is gone.
+    pub fn delete_group(&mut self, key: &str) {
+        self.groups.remove(key);
+        self.generation += 1;
+    }
+
+    /// A scheduler-plugins PodGroup was added or changed.
+    pub fn upsert_sp_group(&mut self, g: &SpPodGroup) {
+        let k = key(g.metadata.namespace.as_ref(), g.metadata.name.as_ref());
+        self.sp_groups
+            .insert(k, translate::sp_group(g).map_err(|e| e.to_string()));
+        self.generation += 1;
+    }
+
+    /// A scheduler-plugins PodGroup is gone.
+    pub fn delete_sp_group(&mut self, key: &str) {
+        self.sp_groups.remove(key);
+        self.generation += 1;
+    }
+
+    /// A PriorityClass was added or changed.
+    pub fn upsert_priority_class(&mut self, pc: &PriorityClass) {
+        let name = pc.metadata.name.clone().unwrap_or_default();
+        self.priority_classes.insert(name, pc.value.unwrap_or(0));
+        self.generation += 1;
+    }
+
+    /// A PriorityClass is gone.
+    pub fn delete_priority_class(&mut self, name: &str) {
+        self.priority_classes.remove(name);
+        self.generation += 1;
+    }
+
+    /// Remembers a placement being bound: it counts as held until the API
+    /// confirms or refuses it.
+    pub fn assume(&mut self, uid: &str, a: Assumed) {
+        self.assumed.insert(uid.to_string(), a);
+        self.generation += 1;
+    }
+
+    /// Drops an assumption (the binding failed): the pod is pending again.
+    pub fn forget(&mut self, uid: &str) {
+        if self.assumed.remove(uid).is_some() {
+            self.generation += 1;
+        }
+    }
+
+    /// Number of assumed placements not yet confirmed.
+    pub fn assumed_len(&self) -> usize {
+        self.assumed.len()
+    }
+
+    /// A pod by uid.
+    pub fn pod(&self, uid: &str) -> Option<&PodView> {
+        self.pods.get(uid)
+    }
+
+    /// All pods, by uid.
+    pub fn pods(&self) -> impl Iterator<Item = &PodView> {
+        self.pods.values()
+    }
+
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<&NodeView> {
+        self.nodes.get(name)
+    }
+
+    /// Number of nodes known.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The core's snapshot of the world as it is now.
+    pub fn build(&self) -> Built {
+        let mut out = Built::default();
+        let mut node_ids: BTreeMap<&str, NodeId> = BTreeMap::new();
+        for (i, (name, v)) in self.nodes.iter().enumerate() {
+            node_ids.insert(name.as_str(), i as NodeId);
+            out.snapshot.nodes.push(v.node.clone());
+            for w in &v.warnings {
+                out.problems.push(Problem::NodeWarning {
+                    node: name.clone(),
+                    warning: w.clone(),
+                });
+            }
+        }
+        // queues: the valid ones, plus an implicit default queue
+        for (name, q) in &self.queues {
+            match q {
+                Ok(q) => out.snapshot.queues.push(q.clone()),
+                Err(e) => out.problems.push(Problem::InvalidQueue {
+                    queue: name.clone(),
+                    error: e.clone(),
+                }),
+            }
+        }
+        if !self.queues.contains_key(DEFAULT_QUEUE) {
+            out.snapshot.queues.push(MQueue::new(DEFAULT_QUEUE));
+        }
+        let (_, queue_problems) = QueueTree::build(&out.snapshot.queues);
+        for p in queue_problems {
+            out.problems.push(Problem::InvalidQueue {
+                queue: String::new(),
+                error: p,
+            });
+        }
+        // the queue of a group defaults to its first member's label
+        let mut member_queue: BTreeMap<&str, &str> = BTreeMap::new();
+        for v in self.pods.values() {
+            if let (Some(g), Some(q)) = (&v.group, &v.queue_label) {
+                member_queue.entry(g.as_str()).or_insert(q.as_str());
+            }
+        }
+        let mut group_names: BTreeSet<&str> = BTreeSet::new();
+        for (k, (g, pc)) in &self.groups {
+            match g {
+                Ok(g) => {
+                    let mut g = g.clone();
+                    g.priority = pc
+                        .as_ref()
+                        .and_then(|pc| self.priority_classes.get(pc).copied())
+                        .unwrap_or(0);
+                    if let (Some(q), true) =
+                        (member_queue.get(k.as_str()), g.queue == DEFAULT_QUEUE)
+                    {
+                        g.queue = q.to_string();
+                    }
+                    group_names.insert(k.as_str());
+                    out.snapshot.groups.push(g);
+                }
+                Err(e) => out.problems.push(Problem::InvalidGroup {
+                    group: k.clone(),
+                    error: e.clone(),
+                }),
+            }
+        }
+        for (k, g) in &self.sp_groups {
+            if group_names.contains(k.as_str()) {
+                continue;
+            }
+            match g {
+                Ok(g) => {
+                    let mut g = g.clone();
+                    if let Some(q) = member_queue.get(k.as_str()) {
+                        g.queue = q.to_string();
+                    }
+                    out.snapshot.groups.push(g);
+                }
+                Err(e) => out.problems.push(Problem::InvalidGroup {
+                    group: k.clone(),
+                    error: e.clone(),
+                }),
+            }
+        }
+        out.snapshot.groups.sort_by(|a, b| a.name.cmp(&b.name));
+
+        // pods, in creation order (then name) for determinism
+        let mut views: Vec<&PodView> = self.pods.values().collect();
+        views.sort_by(|a, b| {
+            (a.created_ms, &a.namespace, &a.name).cmp(&(b.created_ms, &b.namespace, &b.name))
+        });
+        let pref = |v: &PodView| PodRef {
+            uid: v.uid.clone(),
+            namespace: v.namespace.clone(),
+            name: v.name.clone(),
+        };
+        // GPUs taken per node by pods whose GPUs are known
+        let mut taken: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); out.snapshot.nodes.len()];
+        let mut shared: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); out.snapshot.nodes.len()];
+        let mut undecided: Vec<(usize, NodeId)> = Vec::new();
+        for v in views {
+            match &v.kind {
+                PodKind::Ignored => {}
+                PodKind::Gated { gates } => {
+                    *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    out.problems.push(Problem::GatedPod {
+                        pod: pref(v),
+                        gates: gates.clone(),
+                    });
+                }
+                PodKind::Invalid { error } => {
+                    *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    out.problems.push(Problem::InvalidPod {
+                        pod: pref(v),
+                        error: error.clone(),
+                    });
+                }
+                PodKind::Pending { pod, nominated } => {
+                    let phase = match self.assumed.get(&v.uid) {
+                        Some(a) => match node_ids.get(a.node.as_str()) {
+                            Some(&n) => {
+                                mark(&mut taken[n as usize], &mut shared[n as usize], &a.gpus);
+                                PodPhase::Running {
+                                    node: n,
+                                    gpus: a.gpus.clone(),
+                                    since_ms: pod.arrival_ms,
+                                }
+                            }
+                            None => continue,
+                        },
+                        None => {
+                            *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                            PodPhase::Pending {
+                                nominated: nominated
+                                    .as_ref()
+                                    .and_then(|n| node_ids.get(n.as_str()).copied()),
+                            }
+                        }
+                    };
+                    out.pods.push(pref(v));
+                    out.snapshot.pods.push(PodState {
+                        pod: pod.clone(),
+                        phase,
+                    });
+                }
+                PodKind::Bound {
+                    pod,
+                    node,
+                    decision,
+                    terminating,
+                } => {
+                    let Some(&n) = node_ids.get(node.as_str()) else {
+                        continue;
+                    };
+                    let nv = &out.snapshot.nodes[n as usize];
+                    let gpus = match decision {
+                        Some(Ok(d)) => match d.assignment(&v.uid, nv) {
+                            Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
+                            Ok(a) => {
+                                out.problems.push(Problem::BadDecision {
+                                    pod: pref(v),
+                                    error: format!(
+                                        "the decision holds {} milli-GPU but the pod asks {}",
+                                        a.milli(),
+                                        pod.gpu.milli()
+                                    ),
+                                });
+                                None
+                            }
+                            Err(e) => {
+                                out.problems.push(Problem::BadDecision {
+                                    pod: pref(v),
+                                    error: e.to_string(),
+                                });
+                                None
+                            }
+                        },
+                        Some(Err(e)) => {
+                            out.problems.push(Problem::BadDecision {
+                                pod: pref(v),
+                                error: e.to_string(),
+                            });
+                            None
+                        }
+                        None => None,
+                    };
+                    let gpus = match gpus {
+                        Some(a) => {
+                            mark(&mut taken[n as usize], &mut shared[n as usize], &a);
+                            a
+                        }
+                        None if pod.gpu.is_none() => GpuAssignment::None,
+                        None => {
+                            undecided.push((out.snapshot.pods.len(), n));
+                            GpuAssignment::None
+                        }
+                    };
+                    let phase = if *terminating {
+                        PodPhase::Terminating { node: n, gpus }
+                    } else {
+                        PodPhase::Running {
+                            node: n,
+                            gpus,
+                            since_ms: pod.arrival_ms,
+                        }
+                    };
+                    out.pods.push(pref(v));
+                    out.snapshot.pods.push(PodState {
+                        pod: pod.clone(),
+                        phase,
+                    });
+                }
+            }
+        }
+        // Pods placed by others hold GPUs the kubelet chose; we do not know
+        // which, so they get the lowest free ones (healthy first): the count
+        // per node is what matters for the next placement.
+        for (i, n) in undecided {
+            let node = &out.snapshot.nodes[n as usize];
+            let want = out.snapshot.pods[i].pod.gpu;
+            let a = match want {
+                GpuRequest::Whole(k) => {
+                    let mut order: Vec<u32> = (0..node.gpus.len() as u32)
+                        .filter(|g| {
+                            !taken[n as usize].contains(g) && !shared[n as usize].contains_key(g)
+                        })
+                        .collect();
+                    order.sort_by_key(|&g| (!node.gpus[g as usize].is_healthy(), g));
+                    order.truncate(k as usize);
+                    GpuAssignment::Whole(order)
+                }
+                GpuRequest::Share { milli, memory_mib } => {
+                    let gpu = (0..node.gpus.len() as u32)
+                        .filter(|g| !taken[n as usize].contains(g))
+                        .min_by_key(|g| (shared[n as usize].get(g).copied().unwrap_or(0), *g));
+                    match gpu {
+                        Some(gpu) => GpuAssignment::Share {
+                            gpu,
+                            milli,
+                            memory_mib,
+                        },
+                        None => GpuAssignment::None,
+                    }
+                }
+                GpuRequest::None => GpuAssignment::None,
+            };
+            mark(&mut taken[n as usize], &mut shared[n as usize], &a);
+            match &mut out.snapshot.pods[i].phase {
+                PodPhase::Running { gpus, .. } | PodPhase::Terminating { gpus, .. } => *gpus = a,
+                PodPhase::Pending { .. } => {}
+            }
+        }
+        out
+    }
+}
+
+fn queue_of(v: &PodView) -> String {
+    v.queue_label
+        .clone()
+        .unwrap_or_else(|| DEFAULT_QUEUE.to_string())
+}
+
+fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {
+    match a {
+        GpuAssignment::None => {}
+        GpuAssignment::Whole(v) => taken.extend(v.iter().copied()),
+        GpuAssignment::Share { gpu, milli, .. } => {
+            *shared.entry(*gpu).or_default() += *milli as u64;
+        }
+    }
+}
