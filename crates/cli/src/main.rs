@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod agent;
 mod bench;
 mod openb;
+mod scheduler;
 mod simulate;
 
 #[derive(Parser)]
@@ -20,6 +21,10 @@ enum Cmd {
     Simulate(simulate::SimulateArgs),
     /// Run the node agent: a kubelet device plugin for NVIDIA GPUs.
     Agent(agent::AgentArgs),
+    /// Run the scheduler against a Kubernetes API server.
+    Scheduler(scheduler::SchedulerArgs),
+    /// Print the CustomResourceDefinitions (Queue, PodGroup) as YAML.
+    Crds,
     /// Measure scheduling throughput, gang latency and memory on synthetic clusters.
     Bench(bench::BenchArgs),
 }
@@ -30,5 +35,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Agent(a) => agent::run(a),
+        Cmd::Scheduler(a) => scheduler::run(a),
+        Cmd::Crds => scheduler::crds(),
     }
 }

@@ -5,9 +5,12 @@
 //! snapshot from it, runs `Scheduler::cycle`, and the executor turns the
 //! decisions into bindings, evictions, events and status updates.
 
+pub mod controller;
 pub mod crd;
 pub mod decision;
+pub mod exec;
 pub mod limiter;
 pub mod metrics;
 pub mod translate;
+pub mod watch;
 pub mod world;

@@ -13,6 +13,23 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The kinds of object the world keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectKind {
+    /// Pods (by uid).
+    Pod,
+    /// Nodes.
+    Node,
+    /// gpusched Queues.
+    Queue,
+    /// gpusched PodGroups.
+    PodGroup,
+    /// scheduler-plugins PodGroups.
+    SpPodGroup,
+    /// PriorityClasses.
+    PriorityClass,
+}
+
 /// A placement the scheduler made and is binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Assumed {
@@ -149,10 +166,30 @@ impl World {
         self.generation += 1;
     }
 
-    /// Replaces all pods (a relist).
-    pub fn reset_pods(&mut self) {
-        self.pods.clear();
-        self.generation += 1;
+    /// Keys of the objects of one kind (for dropping what a relist no
+    /// longer shows): pods by uid, nodes, queues, priority classes by name,
+    /// pod groups by `namespace/name`.
+    pub fn keys(&self, kind: ObjectKind) -> Vec<String> {
+        match kind {
+            ObjectKind::Pod => self.pods.keys().cloned().collect(),
+            ObjectKind::Node => self.nodes.keys().cloned().collect(),
+            ObjectKind::Queue => self.queues.keys().cloned().collect(),
+            ObjectKind::PodGroup => self.groups.keys().cloned().collect(),
+            ObjectKind::SpPodGroup => self.sp_groups.keys().cloned().collect(),
+            ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
+        }
+    }
+
+    /// Removes one object by its [`World::keys`] key.
+    pub fn remove(&mut self, kind: ObjectKind, key: &str) {
+        match kind {
+            ObjectKind::Pod => self.delete_pod(key),
+            ObjectKind::Node => self.delete_node(key),
+            ObjectKind::Queue => self.delete_queue(key),
+            ObjectKind::PodGroup => self.delete_group(key),
+            ObjectKind::SpPodGroup => self.delete_sp_group(key),
+            ObjectKind::PriorityClass => self.delete_priority_class(key),
+        }
     }
 
     /// A Queue was added or changed.

@@ -1,0 +1,97 @@
+//! `gpusched scheduler` (the scheduler on a Kubernetes API) and `gpusched
+//! crds` (the CRD manifests). The loop lives in `gpusched-k8s`; this module
+//! reads flags and the config file.
+
+use anyhow::Context;
+use clap::Args;
+use gpusched_k8s::controller::{self, Options};
+use gpusched_k8s::exec::ExecOptions;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of `gpusched scheduler`.
+#[derive(Args, Debug)]
+pub struct SchedulerArgs {
+    /// Kubeconfig file (default: in-cluster credentials, then $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Scheduler configuration (YAML, the simulator's format: actions, packing, filters).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address for /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:10259")]
+    http_addr: SocketAddr,
+    /// Elect a leader on a Lease before scheduling (for more than one replica).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "gpusched")]
+    lease_name: String,
+    /// Namespace of the Lease.
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    /// Identity in the Lease (default: $POD_NAME, else the host name and pid).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Lease duration in seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_seconds: u64,
+    /// Client-side write rate limit in requests per second (0: none).
+    /// kube-scheduler's default is 50.
+    #[arg(long, default_value_t = 0.0)]
+    kube_api_qps: f64,
+    /// Burst of the write rate limit (kube-scheduler's default: 100).
+    #[arg(long, default_value_t = 100)]
+    kube_api_burst: u32,
+    /// Bindings in flight at once.
+    #[arg(long, default_value_t = 64)]
+    bind_concurrency: usize,
+    /// Milliseconds to wait after a change before a cycle (batches arrivals).
+    #[arg(long, default_value_t = 20)]
+    debounce_ms: u64,
+}
+
+/// Runs the scheduler until SIGTERM/SIGINT.
+pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
+    let config = match &a.config {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Default::default(),
+    };
+    let identity = a.identity.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "gpusched".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let opts = Options {
+        kubeconfig: a.kubeconfig,
+        config,
+        http_addr: Some(a.http_addr),
+        lease_name: a.leader_elect.then_some(a.lease_name),
+        lease_namespace: a.lease_namespace,
+        identity: identity.clone(),
+        lease_seconds: a.lease_seconds,
+        debounce: Duration::from_millis(a.debounce_ms),
+        exec: ExecOptions {
+            bind_concurrency: a.bind_concurrency,
+            qps: a.kube_api_qps,
+            burst: a.kube_api_burst,
+            instance: identity,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    controller::run_blocking(opts)
+}
+
+/// Prints the CRD manifests.
+pub fn crds() -> anyhow::Result<()> {
+    print!("{}", gpusched_k8s::crd::crds_yaml()?);
+    Ok(())
+}

@@ -1,0 +1,409 @@
+//! `gpusched scheduler`: watches → world → cycle → executor, under a leader
+//! lease, with `/metrics`, `/healthz` and `/readyz`.
+
+use crate::crd::Queue;
+use crate::exec::{ExecOptions, Executor};
+use crate::metrics::{Metrics, QueueLabel};
+use crate::watch::{self, Shared};
+use crate::world::{Built, Problem, World};
+use anyhow::Context;
+use gpusched_core::fairshare::QueueTree;
+use gpusched_core::{Decision, Scheduler};
+use gpusched_model::{GPU_MILLI, ResourceVec};
+use gpusched_plugins::SchedulerConfig;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Notify, watch as tokio_watch};
+
+/// Everything `gpusched scheduler` can be told.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Path of a kubeconfig; `None`: in-cluster or the default kubeconfig.
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The scheduler configuration (the simulator's format).
+    pub config: SchedulerConfig,
+    /// Address of `/metrics`, `/healthz`, `/readyz` (`None`: no server).
+    pub http_addr: Option<SocketAddr>,
+    /// Run for the lease named here in `lease_namespace`; `None`: always lead.
+    pub lease_name: Option<String>,
+    /// Namespace of the lease.
+    pub lease_namespace: String,
+    /// Identity in the lease (the pod name).
+    pub identity: String,
+    /// Lease duration.
+    pub lease_seconds: u64,
+    /// Wait this long after a change before a cycle, to batch arrivals.
+    pub debounce: Duration,
+    /// A cycle at least this often (timeouts, reservations).
+    pub period: Duration,
+    /// Executor tunables.
+    pub exec: ExecOptions,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            kubeconfig: None,
+            config: SchedulerConfig::default(),
+            http_addr: None,
+            lease_name: None,
+            lease_namespace: "kube-system".into(),
+            identity: "gpusched".into(),
+            lease_seconds: 15,
+            debounce: Duration::from_millis(20),
+            period: Duration::from_secs(1),
+            exec: ExecOptions::default(),
+        }
+    }
+}
+
+/// A client from a kubeconfig file, or the environment.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("reading kubeconfig {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubeconfig {}", p.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("finding cluster credentials")?,
+    };
+    Client::try_from(config).context("building the API client")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+struct Health {
+    ready: AtomicBool,
+    leader: AtomicBool,
+}
+
+async fn serve_http(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    mut stop: tokio_watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    tracing::info!(
+        "serving /metrics, /healthz, /readyz on {}",
+        listener.local_addr()?
+    );
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                c = listener.accept() => c,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Ok((stream, _)) = conn else { continue };
+            let metrics = metrics.clone();
+            let health = health.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (code, body) = match req.uri().path() {
+                        "/metrics" => (StatusCode::OK, metrics.render()),
+                        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
+                        "/readyz" if health.ready.load(Ordering::SeqCst) => (
+                            StatusCode::OK,
+                            if health.leader.load(Ordering::SeqCst) {
+                                "ready (leader)\n"
+                            } else {
+                                "ready (standby)\n"
+                            }
+                            .to_string(),
+                        ),
+                        "/readyz" => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "watches not synced\n".to_string(),
+                        ),
+                        _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
+                    };
+                    let mut r = Response::new(Full::new(Bytes::from(body)));
+                    *r.status_mut() = code;
+                    async move { Ok::<_, std::convert::Infallible>(r) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Runs the scheduler until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let client = client(opts.kubeconfig.as_deref()).await?;
+    run_with_client(client, opts, shutdown).await
+}
+
+/// Runs the scheduler on a given client until `shutdown` resolves.
+pub async fn run_with_client(
+    client: Client,
+    opts: Options,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut scheduler = gpusched_plugins::config::build(&opts.config)
+        .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health {
+        ready: AtomicBool::new(false),
+        leader: AtomicBool::new(opts.lease_name.is_none()),
+    });
+    let (stop_tx, stop_rx) = tokio_watch::channel(false);
+    if let Some(addr) = opts.http_addr {
+        serve_http(addr, metrics.clone(), health.clone(), stop_rx.clone()).await?;
+    }
+    let shared = Shared {
+        world: Arc::new(Mutex::new(World::default())),
+        changed: Arc::new(Notify::new()),
+    };
+    let flags = watch::start(&client, &shared);
+
+    // leadership
+    let (leader_rx, lease_task) = match &opts.lease_name {
+        Some(name) => {
+            let lm = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), name)
+                .with_namespace(&opts.lease_namespace)
+                .with_identity(&opts.identity)
+                .with_duration(opts.lease_seconds)
+                .with_grace((opts.lease_seconds / 3).max(2))
+                .build()
+                .await
+                .with_context(|| format!("lease {}/{}", opts.lease_namespace, name))?;
+            let (rx, task) = lm.watch().await;
+            (rx, Some(task))
+        }
+        None => (tokio_watch::channel(true).1, None),
+    };
+
+    let mut exec = Executor::new(
+        client.clone(),
+        shared.clone(),
+        metrics.clone(),
+        opts.exec.clone(),
+    );
+    let mut last_gen = u64::MAX;
+    let mut last_cycle = Instant::now() - opts.period;
+    let mut last_status = Instant::now();
+    let mut queue_status: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut cycles: u64 = 0;
+    tokio::pin!(shutdown);
+    loop {
+        let wait = opts.period.saturating_sub(last_cycle.elapsed());
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = shared.changed.notified() => tokio::time::sleep(opts.debounce).await,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let synced = flags
+            .iter()
+            .filter(|(_, _, req)| *req)
+            .all(|(_, f, _)| f.load(Ordering::SeqCst));
+        health.ready.store(synced, Ordering::SeqCst);
+        let leading = *leader_rx.borrow();
+        health.leader.store(leading, Ordering::SeqCst);
+        metrics.leader.set(i64::from(leading));
+        if !synced || !leading {
+            continue;
+        }
+        let generation = shared.with(|w| w.generation);
+        if generation == last_gen && last_cycle.elapsed() < opts.period {
+            continue;
+        }
+        last_gen = generation;
+        last_cycle = Instant::now();
+        let t0 = Instant::now();
+        let built = shared.with(|w| w.build());
+        cycles += 1;
+        let out = scheduler.cycle(&built.snapshot, now_ms(), cycles);
+        metrics.cycle_seconds.observe(t0.elapsed().as_secs_f64());
+        metrics.nodes.set(built.snapshot.nodes.len() as i64);
+        let binds = out
+            .decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Bind { .. }))
+            .count();
+        if binds > 0 || !out.explanations.is_empty() {
+            tracing::debug!(
+                binds,
+                pending = out.explanations.len(),
+                elapsed_ms = t0.elapsed().as_millis() as u64,
+                "cycle"
+            );
+        }
+        exec.apply(&out, &built);
+        if last_status.elapsed() >= Duration::from_secs(2) {
+            last_status = Instant::now();
+            publish_queue_status(&client, &built, &metrics, &mut queue_status);
+        }
+    }
+    tracing::info!("shutting down: waiting for bindings in flight");
+    exec.drain(Duration::from_secs(10)).await;
+    let _ = stop_tx.send(true);
+    drop(leader_rx);
+    if let Some(task) = lease_task
+        && let Ok(Ok(Ok(lm))) = tokio::time::timeout(Duration::from_secs(5), task).await
+    {
+        let _ = lm.release().await;
+    }
+    Ok(())
+}
+
+fn gpus_text(milli: u64) -> String {
+    if milli % GPU_MILLI == 0 {
+        (milli / GPU_MILLI).to_string()
+    } else {
+        format!("{:.3}", milli as f64 / GPU_MILLI as f64)
+    }
+}
+
+/// Queue status: allocated, fair share and pending per queue, and the
+/// `Valid` condition; written only when it changed.
+fn publish_queue_status(
+    client: &Client,
+    built: &Built,
+    metrics: &Metrics,
+    last: &mut BTreeMap<String, serde_json::Value>,
+) {
+    let snap = &built.snapshot;
+    let (mut tree, _) = QueueTree::build(&snap.queues);
+    tree.account(snap);
+    let mut capacity = ResourceVec::default();
+    for n in &snap.nodes {
+        if !n.unschedulable {
+            capacity.add(&n.allocatable);
+        }
+    }
+    tree.compute_deserved(&capacity);
+    let mut invalid: BTreeMap<&str, &str> = BTreeMap::new();
+    for p in &built.problems {
+        if let Problem::InvalidQueue { queue, error } = p
+            && !queue.is_empty()
+        {
+            invalid.insert(queue, error);
+        }
+    }
+    let mut statuses: Vec<(String, serde_json::Value)> = Vec::new();
+    for q in &snap.queues {
+        let Some(i) = tree.idx(&q.name) else { continue };
+        let a = &tree.acct[i];
+        let pending = built.pending_by_queue.get(&q.name).copied().unwrap_or(0);
+        let label = QueueLabel {
+            queue: q.name.clone(),
+        };
+        metrics.pending.get_or_create(&label).set(pending as i64);
+        metrics
+            .queue_allocated_gpus
+            .get_or_create(&label)
+            .set(a.usage.gpu_milli as f64 / 1000.0);
+        metrics
+            .queue_fair_share_gpus
+            .get_or_create(&label)
+            .set(a.deserved.gpu_milli as f64 / 1000.0);
+        statuses.push((
+            q.name.clone(),
+            json!({
+                "allocatedGpus": gpus_text(a.usage.gpu_milli),
+                "fairShareGpus": gpus_text(a.deserved.gpu_milli),
+                "pendingPods": pending,
+                "allocated": {"cpu": format!("{}m", a.usage.cpu_milli), "memory": a.usage.memory.to_string(), "nvidia.com/gpu": gpus_text(a.usage.gpu_milli)},
+                "fairShare": {"cpu": format!("{}m", a.deserved.cpu_milli), "memory": a.deserved.memory.to_string(), "nvidia.com/gpu": gpus_text(a.deserved.gpu_milli)},
+                "conditions": [{"type": "Valid", "status": "True", "reason": "Valid", "message": "", "lastTransitionTime": "1970-01-01T00:00:00Z"}],
+            }),
+        ));
+    }
+    for (q, e) in invalid {
+        statuses.push((
+            q.to_string(),
+            json!({"conditions": [{"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": e, "lastTransitionTime": "1970-01-01T00:00:00Z"}]}),
+        ));
+    }
+    let api: Api<Queue> = Api::all(client.clone());
+    for (name, status) in statuses {
+        if last.get(&name) == Some(&status) {
+            continue;
+        }
+        last.insert(name.clone(), status.clone());
+        let api = api.clone();
+        tokio::spawn(async move {
+            let patch = json!({"status": status});
+            if let Err(e) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                tracing::debug!("queue {name} status: {e}");
+            }
+        });
+    }
+}
+
+/// The scheduler's name, for tests and tools.
+pub fn scheduler_name() -> &'static str {
+    crate::translate::SCHEDULER_NAME
+}
+
+#[allow(dead_code)]
+fn _assert_send(s: Scheduler) -> impl Send {
+    s
+}
+
+/// Runs the scheduler on its own runtime until SIGTERM or SIGINT (for the
+/// binary: sets up logging from `RUST_LOG`, default `info`).
+pub fn run_blocking(opts: Options) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        let shutdown = async {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{SignalKind, signal};
+                match signal(SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        tokio::select! {
+                            _ = term.recv() => {}
+                            _ = tokio::signal::ctrl_c() => {}
+                        }
+                    }
+                    Err(_) => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        };
+        run(opts, shutdown).await
+    })
+}

@@ -1,0 +1,172 @@
+//! Watches that feed the [`World`]: each object is translated as it
+//! arrives and dropped (no object store is kept, so memory is what the core
+//! needs, not what the API sends). A relist replaces the kind's objects.
+
+use crate::crd::{PodGroup, Queue, SpPodGroup};
+use crate::world::{ObjectKind, World};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+
+/// Shared state between the watches and the loop.
+#[derive(Clone)]
+pub struct Shared {
+    /// The world.
+    pub world: Arc<Mutex<World>>,
+    /// Woken on every change.
+    pub changed: Arc<Notify>,
+}
+
+impl Shared {
+    /// Runs `f` on the world.
+    pub fn with<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
+        let mut w = self.world.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut w)
+    }
+}
+
+fn ns_key<K: Resource>(o: &K) -> String {
+    let m = o.meta();
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn name_key<K: Resource>(o: &K) -> String {
+    o.meta().name.clone().unwrap_or_default()
+}
+
+fn uid_key<K: Resource>(o: &K) -> String {
+    o.meta().uid.clone().unwrap_or_default()
+}
+
+async fn run_watch<K>(
+    api: Api<K>,
+    kind: ObjectKind,
+    shared: Shared,
+    synced: Arc<AtomicBool>,
+    key: fn(&K) -> String,
+    apply: fn(&mut World, &K),
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let cfg = watcher::Config::default().any_semantic();
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut seen: Option<BTreeSet<String>> = None;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Apply(o)) => shared.with(|w| apply(w, &o)),
+            Ok(Event::Delete(o)) => {
+                let k = key(&o);
+                shared.with(|w| w.remove(kind, &k));
+            }
+            Ok(Event::Init) => seen = Some(BTreeSet::new()),
+            Ok(Event::InitApply(o)) => {
+                if let Some(s) = seen.as_mut() {
+                    s.insert(key(&o));
+                }
+                shared.with(|w| apply(w, &o));
+            }
+            Ok(Event::InitDone) => {
+                if let Some(s) = seen.take() {
+                    shared.with(|w| {
+                        for k in w.keys(kind) {
+                            if !s.contains(&k) {
+                                w.remove(kind, &k);
+                            }
+                        }
+                    });
+                }
+                if !synced.swap(true, Ordering::SeqCst) {
+                    tracing::info!(?kind, "watch synced");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(?kind, "watch: {e}");
+                continue;
+            }
+        }
+        shared.changed.notify_one();
+    }
+}
+
+/// Starts every watch; returns one flag per watch that becomes true once its
+/// first list is complete. `optional` kinds (CRDs that may not be installed)
+/// do not hold readiness back.
+pub fn start(client: &Client, shared: &Shared) -> Vec<(ObjectKind, Arc<AtomicBool>, bool)> {
+    let mut flags = Vec::new();
+    macro_rules! spawn {
+        ($k:ty, $kind:expr, $api:expr, $key:expr, $apply:expr, $required:expr) => {{
+            let f = Arc::new(AtomicBool::new(false));
+            flags.push(($kind, f.clone(), $required));
+            tokio::spawn(run_watch::<$k>(
+                $api,
+                $kind,
+                shared.clone(),
+                f,
+                $key,
+                $apply,
+            ));
+        }};
+    }
+    spawn!(
+        Node,
+        ObjectKind::Node,
+        Api::all(client.clone()),
+        name_key,
+        |w, o| w.upsert_node(o),
+        true
+    );
+    spawn!(
+        Pod,
+        ObjectKind::Pod,
+        Api::all(client.clone()),
+        uid_key,
+        |w, o| w.upsert_pod(o),
+        true
+    );
+    spawn!(
+        PriorityClass,
+        ObjectKind::PriorityClass,
+        Api::all(client.clone()),
+        name_key,
+        |w, o| w.upsert_priority_class(o),
+        true
+    );
+    spawn!(
+        Queue,
+        ObjectKind::Queue,
+        Api::all(client.clone()),
+        name_key,
+        |w, o| w.upsert_queue(o),
+        false
+    );
+    spawn!(
+        PodGroup,
+        ObjectKind::PodGroup,
+        Api::all(client.clone()),
+        ns_key,
+        |w, o| w.upsert_group(o),
+        false
+    );
+    spawn!(
+        SpPodGroup,
+        ObjectKind::SpPodGroup,
+        Api::all(client.clone()),
+        ns_key,
+        |w, o| w.upsert_sp_group(o),
+        false
+    );
+    flags
+}
