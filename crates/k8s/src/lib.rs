@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crd;
 pub mod decision;
 pub mod exec;
+pub mod kwok;
 pub mod limiter;
 pub mod metrics;
 pub mod translate;

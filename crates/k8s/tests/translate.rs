@@ -1,0 +1,339 @@
+//! Fixture tests of the pure translation: Kubernetes objects (as the API
+//! serves them) → the core's vocabulary, and the world → snapshot.
+
+use gpusched_core::{GpuAssignment, PodPhase};
+use gpusched_k8s::crd::{PodGroup, Queue, SpPodGroup};
+use gpusched_k8s::decision::{ANNOTATION_DECISION, GpuDecision};
+use gpusched_k8s::translate::{self, PodKind};
+use gpusched_k8s::world::{Assumed, Problem, World};
+use gpusched_model::{GpuHealth, GpuRequest};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use serde_json::{Value, json};
+
+fn pod(v: Value) -> Pod {
+    serde_json::from_value(v).unwrap()
+}
+
+fn gpu_pod(name: &str, limits: Value, requests: Value) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "creationTimestamp": "2026-12-01T10:00:00Z",
+                     "labels": {"gpusched.io/queue": "research"}},
+        "spec": {"schedulerName": "gpusched", "containers": [
+            {"name": "main", "image": "x", "resources": {"limits": limits, "requests": requests}}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+fn node(name: &str, gpus: u32, ready: bool) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "H100-SXM5-80GB", "nvidia.com/gpu.memory": "81559"}},
+        "spec": {},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+            "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]
+        }
+    })
+}
+
+#[test]
+fn pending_gpu_pod_limits_only() {
+    let v = translate::pod(&pod(gpu_pod(
+        "a",
+        json!({"nvidia.com/gpu": "2", "cpu": "4"}),
+        json!({}),
+    )));
+    let PodKind::Pending { pod, nominated } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert_eq!(pod.gpu, GpuRequest::Whole(2));
+    assert_eq!(pod.requests.cpu_milli, 4000);
+    assert_eq!(pod.queue, "research");
+    assert_eq!(pod.name, "ml/a");
+    assert_eq!(nominated, None);
+    assert_eq!(pod.arrival_ms, 1_796_119_200_000);
+}
+
+#[test]
+fn fractional_gpu_and_unequal_requests_are_refused_naming_the_field() {
+    let v = translate::pod(&pod(gpu_pod(
+        "f",
+        json!({"nvidia.com/gpu": "0.5"}),
+        json!({}),
+    )));
+    let PodKind::Invalid { error } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert!(
+        error.contains("ml/f") && error.contains("\"main\"") && error.contains("nvidia.com/gpu"),
+        "{error}"
+    );
+    let v = translate::pod(&pod(gpu_pod(
+        "u",
+        json!({"nvidia.com/gpu": "2"}),
+        json!({"nvidia.com/gpu": "1"}),
+    )));
+    let PodKind::Invalid { error } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert!(error.contains("must equal limit"), "{error}");
+}
+
+#[test]
+fn gated_pods_wait() {
+    let mut p = gpu_pod("g", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["schedulingGates"] = json!([{"name": "kueue.x-k8s.io/admission"}]);
+    let v = translate::pod(&pod(p));
+    assert_eq!(
+        v.kind,
+        PodKind::Gated {
+            gates: vec!["kueue.x-k8s.io/admission".into()]
+        }
+    );
+}
+
+#[test]
+fn pods_of_other_schedulers_count_when_bound_only() {
+    let mut p = gpu_pod("o", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["schedulerName"] = json!("default-scheduler");
+    p["metadata"]["labels"] = json!({});
+    assert_eq!(translate::pod(&pod(p.clone())).kind, PodKind::Ignored);
+    p["spec"]["nodeName"] = json!("n1");
+    p["status"]["phase"] = json!("Running");
+    let v = translate::pod(&pod(p.clone()));
+    let PodKind::Bound {
+        pod: mp,
+        node,
+        terminating,
+        decision,
+    } = v.kind
+    else {
+        panic!()
+    };
+    assert_eq!(node, "n1");
+    assert_eq!(mp.queue, "");
+    assert!(!mp.preemptible);
+    assert!(!terminating);
+    assert!(decision.is_none());
+    p["status"]["phase"] = json!("Succeeded");
+    assert_eq!(translate::pod(&pod(p)).kind, PodKind::Ignored);
+}
+
+#[test]
+fn init_containers_take_the_max_and_sidecars_add() {
+    let p = pod(json!({
+        "metadata": {"name": "i", "namespace": "ml", "uid": "u"},
+        "spec": {"schedulerName": "gpusched",
+            "initContainers": [
+                {"name": "warm", "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"cpu": "8"}}},
+                {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}}
+            ],
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "2"}}}]}
+    }));
+    let (r, g) = translate::effective_resources(&p).unwrap();
+    assert_eq!(g, GpuRequest::Whole(4));
+    assert_eq!(r.cpu_milli, 8000);
+}
+
+#[test]
+fn nodes_not_ready_are_unschedulable_and_gpus_follow_allocatable() {
+    let n: Node = serde_json::from_value(node("n1", 8, false)).unwrap();
+    let v = translate::node(&n);
+    assert!(!v.ready && v.node.unschedulable);
+    assert_eq!(v.node.gpus.len(), 8);
+    assert_eq!(v.node.gpus[0].memory_mib, 81559);
+    // the agent's annotation lists 8 GPUs, GPU 3 unhealthy; the kubelet
+    // reports 6 allocatable: one more is taken out, from the top
+    let mut raw = node("n2", 6, true);
+    let gpus: Vec<Value> = (0..8)
+        .map(|i| json!({"index": i, "uuid": format!("GPU-{i}"), "model": "H100", "memoryMiB": 81920, "nvlink": 0, "healthy": i != 3}))
+        .collect();
+    raw["metadata"]["annotations"] =
+        json!({"gpusched.io/gpus": serde_json::to_string(&gpus).unwrap()});
+    let v = translate::node(&serde_json::from_value(raw).unwrap());
+    let unhealthy: Vec<u32> = v
+        .node
+        .gpus
+        .iter()
+        .filter(|g| g.health == GpuHealth::Unhealthy)
+        .map(|g| g.index)
+        .collect();
+    assert_eq!(unhealthy, vec![3, 7]);
+    assert_eq!(v.node.allocatable.gpu_milli, 6000);
+    // a broken annotation is a warning, not a lost node
+    let mut raw = node("n3", 4, true);
+    raw["metadata"]["annotations"] = json!({"gpusched.io/gpus": "[{"});
+    let v = translate::node(&serde_json::from_value(raw).unwrap());
+    assert_eq!(v.node.gpus.len(), 4);
+    assert!(
+        v.warnings[0].contains("gpusched.io/gpus"),
+        "{:?}",
+        v.warnings
+    );
+}
+
+#[test]
+fn world_builds_a_snapshot_with_decisions_assumptions_and_others() {
+    let mut w = World::default();
+    w.upsert_node(&serde_json::from_value(node("n1", 8, true)).unwrap());
+    // a pod placed by gpusched on GPUs 6,7
+    let mut placed = gpu_pod("placed", json!({"nvidia.com/gpu": "2"}), json!({}));
+    placed["spec"]["nodeName"] = json!("n1");
+    let snap_node = translate::node(&serde_json::from_value(node("n1", 8, true)).unwrap()).node;
+    let d = GpuDecision::new(
+        "uid-placed",
+        &snap_node,
+        1,
+        &GpuAssignment::Whole(vec![6, 7]),
+    );
+    placed["metadata"]["annotations"] = json!({ANNOTATION_DECISION: d.to_annotation()});
+    w.upsert_pod(&pod(placed));
+    // a pod of another scheduler: gets the lowest free GPUs
+    let mut other = gpu_pod("other", json!({"nvidia.com/gpu": "3"}), json!({}));
+    other["spec"]["schedulerName"] = json!("default-scheduler");
+    other["spec"]["nodeName"] = json!("n1");
+    w.upsert_pod(&pod(other));
+    // a pending pod, assumed on GPU 3
+    w.upsert_pod(&pod(gpu_pod(
+        "pending",
+        json!({"nvidia.com/gpu": "1"}),
+        json!({}),
+    )));
+    w.assume(
+        "uid-pending",
+        Assumed {
+            node: "n1".into(),
+            decision: GpuDecision::new(
+                "uid-pending",
+                &snap_node,
+                2,
+                &GpuAssignment::Whole(vec![3]),
+            ),
+            gpus: GpuAssignment::Whole(vec![3]),
+        },
+    );
+    // a forged decision (another pod's uid)
+    let mut forged = gpu_pod("forged", json!({"nvidia.com/gpu": "1"}), json!({}));
+    forged["spec"]["nodeName"] = json!("n1");
+    forged["metadata"]["annotations"] = json!({ANNOTATION_DECISION: d.to_annotation()});
+    w.upsert_pod(&pod(forged));
+    let b = w.build();
+    let by_name = |n: &str| {
+        let i = b.pods.iter().position(|p| p.name == n).unwrap();
+        &b.snapshot.pods[i]
+    };
+    assert_eq!(
+        by_name("placed").phase,
+        PodPhase::Running {
+            node: 0,
+            gpus: GpuAssignment::Whole(vec![6, 7]),
+            since_ms: 1_796_119_200_000
+        }
+    );
+    assert!(
+        matches!(&by_name("pending").phase, PodPhase::Running { gpus: GpuAssignment::Whole(g), .. } if g == &vec![3])
+    );
+    let PodPhase::Running {
+        gpus: GpuAssignment::Whole(og),
+        ..
+    } = &by_name("other").phase
+    else {
+        panic!()
+    };
+    let PodPhase::Running {
+        gpus: GpuAssignment::Whole(fg),
+        ..
+    } = &by_name("forged").phase
+    else {
+        panic!()
+    };
+    let mut all: Vec<u32> = og.iter().chain(fg).copied().chain([3, 6, 7]).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 7, "no GPU counted twice: {og:?} {fg:?}");
+    assert!(b.problems.iter().any(|p| matches!(p, Problem::BadDecision { pod, error } if pod.name == "forged" && error.contains("pod uid"))), "{:?}", b.problems);
+    // the default queue exists implicitly; research does not
+    assert!(b.snapshot.queues.iter().any(|q| q.name == "default"));
+    // confirming the binding drops the assumption
+    let mut bound = gpu_pod("pending", json!({"nvidia.com/gpu": "1"}), json!({}));
+    bound["spec"]["nodeName"] = json!("n1");
+    w.upsert_pod(&pod(bound));
+    assert_eq!(w.assumed_len(), 0);
+}
+
+#[test]
+fn queues_groups_and_priorities() {
+    let mut w = World::default();
+    let q: Queue = serde_json::from_value(json!({"metadata": {"name": "research"},
+        "spec": {"weight": 2, "guaranteed": {"nvidia.com/gpu": "8", "cpu": "100"}, "limit": {"nvidia.com/gpu": "16"}}})).unwrap();
+    w.upsert_queue(&q);
+    let bad: Queue = serde_json::from_value(json!({"metadata": {"name": "bad"},
+        "spec": {"guaranteed": {"nvidia.com/gpu": "1.5"}}}))
+    .unwrap();
+    w.upsert_queue(&bad);
+    let cyc_a: Queue =
+        serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"parent": "b"}}))
+            .unwrap();
+    let cyc_b: Queue =
+        serde_json::from_value(json!({"metadata": {"name": "b"}, "spec": {"parent": "a"}}))
+            .unwrap();
+    w.upsert_queue(&cyc_a);
+    w.upsert_queue(&cyc_b);
+    let pc: PriorityClass =
+        serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000})).unwrap();
+    w.upsert_priority_class(&pc);
+    let g: PodGroup = serde_json::from_value(json!({"metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 4, "priorityClassName": "high", "topology": {"level": "nvlink-domain"}, "scheduleTimeoutSeconds": 60}})).unwrap();
+    w.upsert_group(&g);
+    let sp: SpPodGroup = serde_json::from_value(
+        json!({"metadata": {"name": "legacy", "namespace": "ml"}, "spec": {"minMember": 2}}),
+    )
+    .unwrap();
+    w.upsert_sp_group(&sp);
+    let zero: PodGroup = serde_json::from_value(
+        json!({"metadata": {"name": "zero", "namespace": "ml"}, "spec": {"minMember": 0}}),
+    )
+    .unwrap();
+    w.upsert_group(&zero);
+    let mut member = gpu_pod("m0", json!({"nvidia.com/gpu": "1"}), json!({}));
+    member["metadata"]["labels"]["gpusched.io/pod-group"] = json!("train");
+    w.upsert_pod(&pod(member));
+    let b = w.build();
+    let rq = b
+        .snapshot
+        .queues
+        .iter()
+        .find(|q| q.name == "research")
+        .unwrap();
+    assert_eq!(rq.weight, 2);
+    assert_eq!(rq.guarantee.gpu_milli, 8000);
+    assert_eq!(rq.limit.as_ref().unwrap().gpu_milli, 16000);
+    let problems = format!("{:?}", b.problems);
+    assert!(
+        problems.contains("queue bad") && problems.contains("spec.guaranteed[nvidia.com/gpu]"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("cycle") || problems.contains("\"a\""),
+        "{problems}"
+    );
+    assert!(problems.contains("spec.minMember"), "{problems}");
+    let train = b
+        .snapshot
+        .groups
+        .iter()
+        .find(|g| g.name == "ml/train")
+        .unwrap();
+    assert_eq!(train.priority, 1000);
+    assert_eq!(train.queue, "research", "the members' queue label");
+    assert_eq!(train.schedule_timeout_ms, Some(60_000));
+    assert!(train.topology.unwrap().required);
+    assert!(
+        b.snapshot
+            .groups
+            .iter()
+            .any(|g| g.name == "ml/legacy" && g.min_member == 2)
+    );
+    assert_eq!(b.pending_by_queue.get("research"), Some(&1));
+}
