@@ -64,10 +64,10 @@ component_path() {
 # component_env_key <component>: its KEY in `paths` output.
 component_env_key() {
   case "$1" in
-    etcd) echo GPUSCHED_E2E_ETCD ;;
-    kube-apiserver) echo GPUSCHED_E2E_KUBE_APISERVER ;;
-    kube-scheduler) echo GPUSCHED_E2E_KUBE_SCHEDULER ;;
-    kwok) echo GPUSCHED_E2E_KWOK ;;
+    etcd) echo GPUSCHED_E2E_ETCD_BIN ;;
+    kube-apiserver) echo GPUSCHED_E2E_KUBE_APISERVER_BIN ;;
+    kube-scheduler) echo GPUSCHED_E2E_KUBE_SCHEDULER_BIN ;;
+    kwok) echo GPUSCHED_E2E_KWOK_BIN ;;
   esac
 }
 
