@@ -1,0 +1,358 @@
+//! The e2e harness: a real control plane (etcd + kube-apiserver + kwok,
+//! started by `e2e/cluster/cluster`), fake GPU nodes from cluster files, and
+//! gpusched schedulers running in-process against it.
+
+#![allow(dead_code)]
+
+use gpusched_k8s::controller::{self, Options};
+use gpusched_k8s::crd::{PodGroup, Queue};
+use gpusched_k8s::decision::{ANNOTATION_DECISION, GpuDecision};
+use gpusched_k8s::kwok::node_object;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, CustomResourceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// A running control plane in its own directory.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub env: BTreeMap<String, String>,
+    pub client: Client,
+}
+
+fn script() -> PathBuf {
+    repo_root().join("e2e/cluster/cluster")
+}
+
+fn up_in(dir: &Path, extra: &[String]) -> BTreeMap<String, String> {
+    let out = Command::new(script())
+        .arg("up")
+        .arg(dir)
+        .args(extra)
+        .output()
+        .expect("running e2e/cluster/cluster (build the control plane first: e2e/run)");
+    assert!(
+        out.status.success(),
+        "cluster up failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub async fn client_for(kubeconfig: &str) -> Client {
+    controller::client(Some(Path::new(kubeconfig)))
+        .await
+        .unwrap()
+}
+
+impl Cluster {
+    /// Starts a fresh control plane and installs our CRDs.
+    pub async fn up() -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("gpusched-e2e-")
+            .tempdir()
+            .unwrap();
+        let env = up_in(dir.path(), &[]);
+        let client = client_for(&env["GPUSCHED_E2E_KUBECONFIG"]).await;
+        let c = Cluster { dir, env, client };
+        c.install_crds().await;
+        let ns: Api<Namespace> = Api::all(c.client.clone());
+        for n in ["ml", "other"] {
+            ns.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": n}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+        c
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        PathBuf::from(&self.env["GPUSCHED_E2E_KUBECONFIG"])
+    }
+
+    async fn install_crds(&self) {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let mut crds = vec![Queue::crd(), PodGroup::crd()];
+        crds.push(gpusched_k8s::crd::SpPodGroup::crd());
+        for crd in crds {
+            let name = crd.metadata.name.clone().unwrap();
+            api.create(&PostParams::default(), &crd).await.unwrap();
+            wait_for(Duration::from_secs(30), || async {
+                let c = api.get(&name).await.ok()?;
+                c.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            })
+            .await
+            .unwrap_or_else(|| panic!("CRD {name} not established"));
+        }
+    }
+
+    /// Stops the control plane (etcd data and certificates stay in `dir`).
+    pub fn stop(&self) {
+        let _ = Command::new(script())
+            .arg("down")
+            .arg(self.dir.path())
+            .output();
+    }
+
+    /// Starts it again on the same ports and data.
+    pub fn start_again(&self) {
+        let port = self.env["GPUSCHED_E2E_APISERVER"]
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string();
+        let etcd = self.env["GPUSCHED_E2E_ETCD"]
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string();
+        up_in(
+            self.dir.path(),
+            &["--port".into(), port, "--etcd-port".into(), etcd],
+        );
+    }
+
+    /// Creates kwok nodes for a cluster file of the simulator's vocabulary.
+    pub async fn nodes_from_yaml(&self, yaml: &str) -> Vec<String> {
+        let spec: gpusched_model::spec::ClusterSpec = serde_saphyr::from_str(yaml).unwrap();
+        let api: Api<Node> = Api::all(self.client.clone());
+        let mut names = Vec::new();
+        for b in spec.build().unwrap() {
+            api.create(&PostParams::default(), &node_object(&b.node))
+                .await
+                .unwrap();
+            names.push(b.node.name.clone());
+        }
+        // wait for kwok to mark them Ready
+        let n = names.len();
+        wait_for(Duration::from_secs(60), || async {
+            let l = api.list(&ListParams::default()).await.ok()?;
+            let ready = l
+                .items
+                .iter()
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .count();
+            (ready >= n).then_some(())
+        })
+        .await
+        .expect("kwok did not make the nodes Ready");
+        names
+    }
+
+    pub fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Starts a scheduler in-process; returns a handle that stops it.
+    pub async fn scheduler(&self, opts: Options) -> RunningScheduler {
+        let client = client_for(&self.env["GPUSCHED_E2E_KUBECONFIG"]).await;
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            controller::run_with_client(client, opts, async {
+                let _ = rx.await;
+            })
+            .await
+        });
+        RunningScheduler {
+            stop: Some(tx),
+            task,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub struct RunningScheduler {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningScheduler {
+    /// Clean shutdown.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), &mut self.task).await;
+    }
+
+    /// Kills it abruptly (a crash).
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+pub fn opts() -> Options {
+    Options {
+        debounce: Duration::from_millis(10),
+        period: Duration::from_millis(500),
+        ..Default::default()
+    }
+}
+
+/// Polls `f` until it returns Some, or gives up after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if t0.elapsed() > timeout {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pod of ours asking `gpus` whole GPUs (limits only).
+pub fn gpu_pod(name: &str, gpus: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {}},
+        "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 1, "containers": [{
+            "name": "main", "image": "cuda",
+            "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}, "requests": {"cpu": "100m"}}}]}
+    })
+}
+
+pub async fn create(api: &Api<Pod>, v: Value) -> Pod {
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap()
+}
+
+pub async fn create_obj<K>(api: &Api<K>, v: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    api.create(&PostParams::default(), &serde_json::from_value(v).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Pods of the namespace bound to a node, by name.
+pub async fn bound(api: &Api<Pod>) -> BTreeMap<String, Pod> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .map(|p| (p.metadata.name.clone().unwrap(), p))
+        .collect()
+}
+
+/// The recorded decision of a bound pod.
+pub fn decision(p: &Pod) -> GpuDecision {
+    let text = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_DECISION))
+        .unwrap_or_else(|| panic!("{:?} has no decision", p.metadata.name));
+    GpuDecision::parse(text).unwrap()
+}
+
+/// Asserts no GPU (node, index) is held by two live pods, over all namespaces.
+pub async fn assert_no_double_booking(client: &Client) {
+    let api: Api<Pod> = Api::all(client.clone());
+    let mut held: BTreeMap<(String, u32), String> = BTreeMap::new();
+    for p in api.list(&ListParams::default()).await.unwrap().items {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            continue;
+        }
+        let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            continue;
+        };
+        let Some(text) = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_DECISION))
+        else {
+            continue;
+        };
+        let d = GpuDecision::parse(text).unwrap();
+        assert_eq!(d.node, node, "decision node matches nodeName");
+        if d.share.is_some() {
+            continue;
+        }
+        for i in d.indices {
+            let name = p.metadata.name.clone().unwrap();
+            if let Some(prev) = held.insert((node.clone(), i), name.clone()) {
+                panic!("GPU {i} of {node} held by {prev} and {name}");
+            }
+        }
+    }
+}
+
+/// Events about one object, as `reason: note` lines.
+pub async fn events_for(client: &Client, ns: &str, name: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+pub async fn patch_labels(api: &Api<Pod>, name: &str, labels: Value) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+    )
+    .await
+    .unwrap();
+}
