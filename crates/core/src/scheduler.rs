@@ -992,10 +992,13 @@ impl<'s> Cycle<'s> {
                 }
             }
         }
+        let count = job.need.max(1).min(job.pods.len());
+        if self.wait_for_terminating(filters, packer, j, job, count) {
+            return;
+        }
         let mut st = Statement::new();
         let mut victims: Vec<PodId> = Vec::new();
         let mut placements: Vec<(PodId, NodeId)> = Vec::new();
-        let count = job.need.max(1).min(job.pods.len());
         for &p in &job.pods[..count] {
             if let Some((n, g)) = self.best_node(filters, packer, p, j, None)
                 && self.st_place(&mut st, p, n, g)
@@ -1185,6 +1188,71 @@ impl<'s> Cycle<'s> {
                 ),
             );
         }
+    }
+
+    /// Capacity already on its way out: pods that are terminating (evicted
+    /// in an earlier cycle, or deleted) still hold their resources until
+    /// they are gone. If the job fits once they leave, it waits for them
+    /// (nominated where it will fit) instead of evicting more; without this
+    /// a runner whose evictions take time (Kubernetes' graceful deletion)
+    /// would evict again every cycle until the victims are gone.
+    fn wait_for_terminating(
+        &mut self,
+        filters: &[Box<dyn Filter>],
+        packer: &dyn Packer,
+        j: JobId,
+        job: &Job,
+        count: usize,
+    ) -> bool {
+        let leaving: Vec<PodId> = (0..self.snap.pods.len() as PodId)
+            .filter(|&p| {
+                !self.gone[p as usize]
+                    && matches!(
+                        self.snap.pods[p as usize].phase,
+                        PodPhase::Terminating { .. }
+                    )
+            })
+            .collect();
+        if leaving.is_empty() {
+            return false;
+        }
+        let mut st = Statement::new();
+        for &v in &leaving {
+            self.st_remove(&mut st, v);
+        }
+        let mut placements: Vec<(PodId, NodeId)> = Vec::new();
+        for &p in &job.pods[..count] {
+            let Some((n, g)) = self.best_node(filters, packer, p, j, None) else {
+                break;
+            };
+            if !self.st_place(&mut st, p, n, g) {
+                break;
+            }
+            placements.push((p, n));
+        }
+        // the leaving pods still hold their resources this cycle: undo the
+        // trial and only reserve the nodes for the job
+        self.rollback(&mut st, 0);
+        if placements.len() < count {
+            return false;
+        }
+        for (p, n) in placements {
+            self.placed[p as usize] = true;
+            self.reserved[n as usize] = Some(j);
+            let d = self.pod(p).demand();
+            self.tree.add_usage(job.queue, &d);
+            self.out
+                .decisions
+                .push(Decision::Nominate { pod: p, node: n });
+            self.notes.insert(
+                p,
+                format!(
+                    "waiting for terminating pods to leave {}",
+                    self.snap.nodes[n as usize].name
+                ),
+            );
+        }
+        true
     }
 
     /// Tentatively removes a running pod (a trial: `gone` is not set).

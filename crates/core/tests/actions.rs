@@ -460,3 +460,78 @@ fn shares_pack_onto_one_gpu() {
     assert_eq!(gpu_of("s1"), gpu_of("s2"), "best fit stacks 0.5 + 0.3");
     assert_ne!(gpu_of("s1"), gpu_of("s3"));
 }
+
+/// Regression (found on a real apiserver): evicted pods stay Terminating for
+/// their grace period, still holding their GPUs. The preemptor must wait for
+/// them rather than evict a second node's worth every cycle meanwhile.
+#[test]
+fn preemption_waits_for_terminating_victims_instead_of_evicting_more() {
+    let nodes = vec![node("a").gpus(4).build(), node("b").gpus(4).build()];
+    let mut snap = snapshot(
+        nodes,
+        vec![queue("default")],
+        vec![],
+        (0..8)
+            .map(|i| pod(&format!("low-{i}")).gpus(1).priority(1).build())
+            .collect(),
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    assert_eq!(binds(&snap, &out).len(), 8);
+    apply(&mut snap, &out, 0);
+    snap.pods
+        .push(PodState::pending(pod("vip").gpus(4).priority(10).build()));
+    let out = run(&mut s, &snap, 1000);
+    let ev = evictions(&snap, &out);
+    assert_eq!(ev.len(), 4, "one node's worth: {ev:?}");
+    // the victims are now terminating (still holding), not gone
+    for d in &out.decisions {
+        if let Decision::Evict { pod, .. } = d {
+            let (node, gpus) = match &snap.pods[*pod as usize].phase {
+                PodPhase::Running { node, gpus, .. } => (*node, gpus.clone()),
+                other => panic!("{other:?}"),
+            };
+            snap.pods[*pod as usize].phase = PodPhase::Terminating { node, gpus };
+        }
+    }
+    // a second high-priority pod arrives while the victims terminate: it
+    // must neither take their GPUs (still held) nor over-evict
+    snap.pods
+        .push(PodState::pending(pod("vip2").gpus(2).priority(10).build()));
+    for cycle in 2..5 {
+        let out = run(&mut s, &snap, cycle * 1000);
+        let bad = check_invariants(&snap, &out);
+        assert!(bad.is_empty(), "cycle {cycle}: {bad:?}");
+        assert!(
+            !binds(&snap, &out).contains_key("vip2"),
+            "cycle {cycle}: nothing is free for vip2 until the victims leave"
+        );
+        assert!(
+            evictions(&snap, &out).len() <= 2,
+            "cycle {cycle}: at most vip2's own victims"
+        );
+        if cycle == 2 {
+            // vip2's victims (if any) terminate too
+            for d in &out.decisions {
+                if let Decision::Evict { pod, .. } = d
+                    && let PodPhase::Running { node, gpus, .. } =
+                        snap.pods[*pod as usize].phase.clone()
+                {
+                    snap.pods[*pod as usize].phase = PodPhase::Terminating { node, gpus };
+                }
+            }
+            continue;
+        }
+        assert!(
+            evictions(&snap, &out).is_empty(),
+            "cycle {cycle}: no further victims while the first ones terminate"
+        );
+        assert!(
+            out.decisions
+                .iter()
+                .any(|d| matches!(d, Decision::Nominate { pod: 8, .. })),
+            "the preemptor stays nominated"
+        );
+        assert!(binds(&snap, &out).is_empty());
+    }
+}

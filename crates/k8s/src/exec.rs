@@ -94,6 +94,36 @@ fn clip(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
+fn add_held(held: &mut BTreeMap<(u32, u32), u64>, node: u32, g: &gpusched_core::GpuAssignment) {
+    use gpusched_core::GpuAssignment as A;
+    match g {
+        A::None => {}
+        A::Whole(v) => {
+            for &i in v {
+                *held.entry((node, i)).or_default() += gpusched_model::GPU_MILLI;
+            }
+        }
+        A::Share { gpu, milli, .. } => *held.entry((node, *gpu)).or_default() += u64::from(*milli),
+    }
+}
+
+/// The first GPU that `g` would push past one whole GPU on `node`.
+fn overbooked(
+    held: &BTreeMap<(u32, u32), u64>,
+    node: u32,
+    g: &gpusched_core::GpuAssignment,
+) -> Option<u32> {
+    use gpusched_core::GpuAssignment as A;
+    let now = |i: u32| held.get(&(node, i)).copied().unwrap_or(0);
+    match g {
+        A::None => None,
+        A::Whole(v) => v.iter().copied().find(|&i| now(i) > 0),
+        A::Share { gpu, milli, .. } => {
+            (now(*gpu) + u64::from(*milli) > gpusched_model::GPU_MILLI).then_some(*gpu)
+        }
+    }
+}
+
 /// Kinds of binding failure, as the metrics label them.
 fn error_kind(e: &kube::Error) -> (&'static str, bool) {
     match e {
@@ -202,6 +232,14 @@ impl Executor {
     pub fn apply(&mut self, out: &CycleOutput, built: &Built) {
         let snap = &built.snapshot;
         let mut bound: BTreeSet<u32> = BTreeSet::new();
+        // Last line of defence against double booking: what every pod in the
+        // snapshot holds, per (node, GPU) in milli-GPU.
+        let mut held: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for p in &snap.pods {
+            if let Some((n, g)) = p.holding() {
+                add_held(&mut held, n, g);
+            }
+        }
         for d in &out.decisions {
             match d {
                 Decision::Bind { pod, node, gpus } => {
@@ -211,6 +249,22 @@ impl Executor {
                     ) else {
                         continue;
                     };
+                    if let Some(g) = overbooked(&held, *node, gpus) {
+                        tracing::error!(
+                            "refusing to bind {}/{}: GPU {g} of {} would be overbooked (a scheduler bug)",
+                            pr.namespace,
+                            pr.name,
+                            n.name
+                        );
+                        self.metrics
+                            .bind_errors
+                            .get_or_create(&KindLabel {
+                                kind: "overbooked".into(),
+                            })
+                            .inc();
+                        continue;
+                    }
+                    add_held(&mut held, *node, gpus);
                     bound.insert(*pod);
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
                     let decision = GpuDecision::new(&pr.uid, n, seq, gpus);
@@ -261,8 +315,11 @@ impl Executor {
                         "Preempting",
                         format!("{what} by gpusched: {reason}"),
                     );
+                    self.shared.with(|w| w.assume_evicted(&pr.uid));
                     let api: Api<Pod> = Api::namespaced(self.client.clone(), &pr.namespace);
                     let name = pr.name.clone();
+                    let uid = pr.uid.clone();
+                    let shared = self.shared.clone();
                     let dp = DeleteParams {
                         preconditions: Some(Preconditions {
                             uid: Some(pr.uid.clone()),
@@ -270,7 +327,17 @@ impl Executor {
                         }),
                         ..Default::default()
                     };
-                    self.write(async move { api.delete(&name, &dp).await.map(|_| ()) });
+                    self.write(async move {
+                        match api.delete(&name, &dp).await {
+                            Ok(_) => Ok(()),
+                            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                            Err(e) => {
+                                shared.with(|w| w.forget_eviction(&uid));
+                                shared.changed.notify_one();
+                                Err(e)
+                            }
+                        }
+                    });
                 }
                 Decision::Nominate { pod, node } => {
                     let (Some(pr), Some(n)) = (
@@ -283,6 +350,7 @@ impl Executor {
                         continue;
                     }
                     self.nominated.insert(pr.uid.clone(), n.name.clone());
+                    self.shared.with(|w| w.nominate(&pr.uid, &n.name));
                     let api: Api<Pod> = Api::namespaced(self.client.clone(), &pr.namespace);
                     let name = pr.name.clone();
                     let patch = json!({"status": {"nominatedNodeName": n.name}});

@@ -122,6 +122,8 @@ pub struct World {
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
+    nominated: BTreeMap<String, String>,
+    evicting: BTreeSet<String>,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -152,8 +154,23 @@ impl World {
     /// API shows it bound (or gone).
     pub fn upsert_pod(&mut self, p: &Pod) {
         let v = translate::pod(p);
-        if !matches!(v.kind, PodKind::Pending { .. }) {
-            self.assumed.remove(&v.uid);
+        match &v.kind {
+            PodKind::Pending { nominated, .. } => {
+                if nominated.is_some() {
+                    self.nominated.remove(&v.uid);
+                }
+            }
+            PodKind::Bound {
+                terminating: false, ..
+            } => {
+                self.assumed.remove(&v.uid);
+                self.nominated.remove(&v.uid);
+            }
+            _ => {
+                self.assumed.remove(&v.uid);
+                self.nominated.remove(&v.uid);
+                self.evicting.remove(&v.uid);
+            }
         }
         self.pods.insert(v.uid.clone(), v);
         self.generation += 1;
@@ -163,6 +180,8 @@ impl World {
     pub fn delete_pod(&mut self, uid: &str) {
         self.pods.remove(uid);
         self.assumed.remove(uid);
+        self.nominated.remove(uid);
+        self.evicting.remove(uid);
         self.generation += 1;
     }
 
@@ -257,6 +276,27 @@ impl World {
     pub fn assume(&mut self, uid: &str, a: Assumed) {
         self.assumed.insert(uid.to_string(), a);
         self.generation += 1;
+    }
+
+    /// Remembers an eviction being carried out: the pod counts as
+    /// terminating (still holding, never a victim again) until the API shows
+    /// it terminating or gone.
+    pub fn assume_evicted(&mut self, uid: &str) {
+        self.evicting.insert(uid.to_string());
+        self.generation += 1;
+    }
+
+    /// The eviction failed: the pod runs on.
+    pub fn forget_eviction(&mut self, uid: &str) {
+        if self.evicting.remove(uid) {
+            self.generation += 1;
+        }
+    }
+
+    /// Remembers a nomination until the pod's status shows it (or the pod
+    /// stops pending), so the next cycle sees it at once.
+    pub fn nominate(&mut self, uid: &str, node: &str) {
+        self.nominated.insert(uid.to_string(), node.to_string());
     }
 
     /// Drops an assumption (the binding failed): the pod is pending again.
@@ -424,6 +464,7 @@ impl World {
                             PodPhase::Pending {
                                 nominated: nominated
                                     .as_ref()
+                                    .or_else(|| self.nominated.get(&v.uid))
                                     .and_then(|n| node_ids.get(n.as_str()).copied()),
                             }
                         }
@@ -486,7 +527,7 @@ impl World {
                             GpuAssignment::None
                         }
                     };
-                    let phase = if *terminating {
+                    let phase = if *terminating || self.evicting.contains(&v.uid) {
                         PodPhase::Terminating { node: n, gpus }
                     } else {
                         PodPhase::Running {

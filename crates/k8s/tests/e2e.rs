@@ -122,3 +122,296 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
     assert!(!bound(&pods).await.contains_key("fractional"));
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn gates_models_and_pods_of_other_schedulers() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(
+        "nodes:
+  - name: h100
+    cpu: \"64\"
+    memory: 512Gi
+    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch}
+  - name: l40s
+    cpu: \"64\"
+    memory: 512Gi
+    gpus: {count: 4, model: L40S, memory: 48Gi}
+",
+    )
+    .await;
+    let pods = c.pods("ml");
+    // kube-scheduler's pod placed by hand on the L40S node: holds 3 of its 4 GPUs
+    let mut other = gpu_pod("theirs", 3);
+    other["spec"]["schedulerName"] = json!("default-scheduler");
+    other["spec"]["nodeName"] = json!("l40s");
+    create(&pods, other).await;
+    // asks for an L40S by GFD label: 2 GPUs do not fit next to theirs
+    let mut want_l40s = gpu_pod("want-l40s", 2);
+    want_l40s["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "L40S"});
+    create(&pods, want_l40s).await;
+    let mut one_l40s = gpu_pod("one-l40s", 1);
+    one_l40s["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "L40S"});
+    create(&pods, one_l40s).await;
+    let mut gated = gpu_pod("gated", 1);
+    gated["spec"]["schedulingGates"] = json!([{"name": "example.com/hold"}]);
+    create(&pods, gated).await;
+    let s = c.scheduler(opts()).await;
+    let b = wait_for(Duration::from_secs(30), || async {
+        let b = bound(&pods).await;
+        b.contains_key("one-l40s").then_some(b)
+    })
+    .await
+    .expect("one-l40s bound");
+    assert_eq!(
+        b["one-l40s"].spec.as_ref().unwrap().node_name.as_deref(),
+        Some("l40s")
+    );
+    let d = decision(&b["one-l40s"]);
+    assert_eq!(
+        d.indices,
+        vec![3],
+        "the GPU kube-scheduler's pod does not hold"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let b = bound(&pods).await;
+    assert!(!b.contains_key("want-l40s"), "no room on the L40S node");
+    assert!(!b.contains_key("gated"), "gated pods wait");
+    let ev = events_for(&c.client, "ml", "want-l40s").await;
+    assert!(
+        ev.iter()
+            .any(|e| e.starts_with("FailedScheduling: 0/2 nodes are available")),
+        "{ev:?}"
+    );
+    let g = pods.get("gated").await.unwrap();
+    let cond = g.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        cond.iter()
+            .any(|c| c.reason.as_deref() == Some("SchedulingGated")),
+        "{cond:?}"
+    );
+    // lifting the gate lets it through; freeing the L40S lets want-l40s in
+    pods.patch(
+        "gated",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    pods.delete("theirs", &Default::default()).await.unwrap();
+    wait_for(Duration::from_secs(30), || async {
+        let b = bound(&pods).await;
+        (b.contains_key("gated") && b.contains_key("want-l40s")).then_some(())
+    })
+    .await
+    .expect("gate lifted and L40S freed");
+    assert_no_double_booking(&c.client).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_gang_binds_all_or_nothing() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let pods = c.pods("ml");
+    // 4 GPUs held by a pod of another scheduler: 12 free
+    let mut blocker = gpu_pod("blocker", 4);
+    blocker["spec"]["schedulerName"] = json!("default-scheduler");
+    blocker["spec"]["nodeName"] = json!("h100-0");
+    create(&pods, blocker).await;
+    let groups: kube::Api<gpusched_k8s::crd::PodGroup> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &groups,
+        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "train"}, "spec": {"minMember": 16}}),
+    )
+    .await;
+    for i in 0..16 {
+        let mut p = gpu_pod(&format!("w{i:02}"), 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "train"});
+        create(&pods, p).await;
+    }
+    let s = c.scheduler(opts()).await;
+    let ev = wait_for(Duration::from_secs(30), || async {
+        let e = events_for(&c.client, "ml", "w00").await;
+        e.iter()
+            .any(|e| e.starts_with("FailedScheduling"))
+            .then_some(e)
+    })
+    .await
+    .expect("gang members explained");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(bound(&pods).await.len(), 1, "only the blocker: {ev:?}");
+    pods.delete("blocker", &Default::default()).await.unwrap();
+    let b = wait_for(Duration::from_secs(60), || async {
+        let b = bound(&pods).await;
+        (b.len() == 16 && !b.contains_key("blocker")).then_some(b)
+    })
+    .await
+    .expect("the whole gang bound once capacity freed");
+    assert_eq!(b.len(), 16);
+    assert_no_double_booking(&c.client).await;
+    let pg = groups.get("train").await.unwrap();
+    let phase = wait_for(Duration::from_secs(10), || async {
+        let pg = groups.get("train").await.ok()?;
+        pg.status.and_then(|s| s.phase).filter(|p| p == "Running")
+    })
+    .await;
+    assert_eq!(phase.as_deref(), Some("Running"), "{:?}", pg.status);
+    s.stop().await;
+}
+
+async fn priority_class(c: &Cluster, name: &str, value: i32) {
+    let api: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
+        kube::Api::all(c.client.clone());
+    create_obj(
+        &api,
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": name}, "value": value}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn priority_preemption_evicts_and_binds_on_the_nominated_node() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    priority_class(&c, "low", 100).await;
+    priority_class(&c, "high", 1000).await;
+    let pods = c.pods("ml");
+    for i in 0..16 {
+        let mut p = gpu_pod(&format!("low{i:02}"), 1);
+        p["spec"]["priorityClassName"] = json!("low");
+        create(&pods, p).await;
+    }
+    let s = c.scheduler(opts()).await;
+    wait_for(Duration::from_secs(60), || async {
+        (bound(&pods).await.len() == 16).then_some(())
+    })
+    .await
+    .expect("cluster full of low-priority pods");
+    let mut hi = gpu_pod("high", 8);
+    hi["spec"]["priorityClassName"] = json!("high");
+    create(&pods, hi).await;
+    let b = wait_for(Duration::from_secs(60), || async {
+        let b = bound(&pods).await;
+        b.contains_key("high").then_some(b)
+    })
+    .await
+    .expect("the preemptor is bound");
+    let node = b["high"].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let lows_left = b.keys().filter(|k| k.starts_with("low")).count();
+    assert_eq!(lows_left, 8, "exactly one node's worth of victims");
+    assert!(
+        b.values()
+            .filter(|p| p.spec.as_ref().unwrap().node_name.as_deref() == Some(&node))
+            .count()
+            == 1
+    );
+    // the victims were told
+    let all = pods.list(&Default::default()).await.unwrap().items;
+    let _ = all;
+    let mut told = 0;
+    for i in 0..16 {
+        let name = format!("low{i:02}");
+        if !b.contains_key(&name)
+            && events_for(&c.client, "ml", &name)
+                .await
+                .iter()
+                .any(|e| e.starts_with("Preempted:"))
+        {
+            told += 1;
+        }
+    }
+    assert_eq!(told, 8, "each victim has a Preempted event");
+    assert_no_double_booking(&c.client).await;
+    s.stop().await;
+}
+
+async fn queue(c: &Cluster, v: serde_json::Value) {
+    let api: kube::Api<gpusched_k8s::crd::Queue> = kube::Api::all(c.client.clone());
+    create_obj(&api, v).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn two_queues_share_fairly_and_reclaim() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "a"}, "spec": {"weight": 1}})).await;
+    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "b"}, "spec": {"weight": 1, "guaranteed": {"nvidia.com/gpu": "4"}}})).await;
+    // a Queue cycle and a bad quantity: reported, never fatal
+    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "x"}, "spec": {"parent": "y"}})).await;
+    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "y"}, "spec": {"parent": "x"}})).await;
+    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "bad"}, "spec": {"guaranteed": {"nvidia.com/gpu": "lots"}}})).await;
+    let pods = c.pods("ml");
+    for i in 0..16 {
+        let mut p = gpu_pod(&format!("a{i:02}"), 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/queue": "a"});
+        create(&pods, p).await;
+    }
+    let s = c.scheduler(opts()).await;
+    wait_for(Duration::from_secs(60), || async {
+        (bound(&pods).await.len() == 16).then_some(())
+    })
+    .await
+    .expect("queue a borrows the idle cluster");
+    for i in 0..8 {
+        let mut p = gpu_pod(&format!("b{i:02}"), 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/queue": "b"});
+        create(&pods, p).await;
+    }
+    let b = wait_for(Duration::from_secs(90), || async {
+        let b = bound(&pods).await;
+        (b.keys().filter(|k| k.starts_with('b')).count() == 8).then_some(b)
+    })
+    .await
+    .expect("queue b gets its fair share back by reclaim");
+    let dump: Vec<String> = b
+        .values()
+        .map(|p| {
+            format!(
+                "{} {:?} {:?}",
+                p.metadata.name.as_deref().unwrap_or(""),
+                p.spec.as_ref().unwrap().node_name,
+                decision(p).indices
+            )
+        })
+        .collect();
+    assert_eq!(
+        b.keys().filter(|k| k.starts_with('a')).count(),
+        8,
+        "{dump:#?}"
+    );
+    assert_no_double_booking(&c.client).await;
+    let api: kube::Api<gpusched_k8s::crd::Queue> = kube::Api::all(c.client.clone());
+    let st = wait_for(Duration::from_secs(10), || async {
+        let q = api.get("b").await.ok()?;
+        q.status
+            .filter(|s| s.allocated_gpus.as_deref() == Some("8"))
+    })
+    .await
+    .expect("queue b status shows 8 GPUs");
+    assert_eq!(st.fair_share_gpus.as_deref(), Some("8"));
+    let bad = wait_for(Duration::from_secs(10), || async {
+        api.get("bad")
+            .await
+            .ok()?
+            .status
+            .filter(|s| !s.conditions.is_empty())
+    })
+    .await
+    .expect("the bad queue has a condition");
+    assert_eq!(bad.conditions[0].status, "False");
+    assert!(
+        bad.conditions[0]
+            .message
+            .contains("spec.guaranteed[nvidia.com/gpu]"),
+        "{:?}",
+        bad.conditions
+    );
+    s.stop().await;
+}

@@ -267,7 +267,7 @@ where
         .unwrap()
 }
 
-/// Pods of the namespace bound to a node, by name.
+/// Pods of the namespace bound to a node and not terminating, by name.
 pub async fn bound(api: &Api<Pod>) -> BTreeMap<String, Pod> {
     api.list(&ListParams::default())
         .await
@@ -275,6 +275,7 @@ pub async fn bound(api: &Api<Pod>) -> BTreeMap<String, Pod> {
         .items
         .into_iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| (p.metadata.name.clone().unwrap(), p))
         .collect()
 }
