@@ -271,7 +271,7 @@ pub async fn run_with_client(
 }
 
 fn gpus_text(milli: u64) -> String {
-    if milli % GPU_MILLI == 0 {
+    if milli.is_multiple_of(GPU_MILLI) {
         (milli / GPU_MILLI).to_string()
     } else {
         format!("{:.3}", milli as f64 / GPU_MILLI as f64)
