@@ -194,6 +194,12 @@ pub async fn serve(
     backend: Arc<dyn DeviceBackend>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // One agent per plugin directory: taken before anything is served or
+    // written, held until this function returns.
+    std::fs::create_dir_all(&settings.plugin_dir)
+        .with_context(|| format!("cannot create plugin dir {}", settings.plugin_dir.display()))?;
+    let lock = crate::lock::acquire(&settings.plugin_dir)?;
+    tracing::info!(file = %lock.path().display(), "holding the plugin dir lock");
     let agent = Agent::new(settings, backend)?;
     for g in &agent.inventory.gpus {
         tracing::info!(index = g.index, uuid = %g.uuid, model = %g.model, topo = ?g.topo, mig = g.mig.len(), "gpu");
@@ -225,12 +231,6 @@ pub async fn serve(
         }
         None => None,
     };
-    std::fs::create_dir_all(&agent.settings.plugin_dir).with_context(|| {
-        format!(
-            "cannot create plugin dir {}",
-            agent.settings.plugin_dir.display()
-        )
-    })?;
     let mut servers = tokio::task::JoinSet::new();
     for r in 0..agent.plans.len() {
         servers.spawn(crate::server::run_resource(
@@ -264,6 +264,7 @@ pub async fn serve(
         let _ = h.await;
     }
     tracing::info!("agent stopped");
+    drop(lock);
     result
 }
 

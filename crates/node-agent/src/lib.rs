@@ -14,6 +14,7 @@ pub mod config;
 pub mod health;
 pub mod http;
 pub mod labels;
+pub mod lock;
 pub mod metrics;
 pub mod plan;
 pub mod server;
