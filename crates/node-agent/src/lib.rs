@@ -8,6 +8,7 @@
 //! [`server`] speaks gRPC to the kubelet over unix sockets.
 
 pub mod agent;
+pub mod authority;
 pub mod backend;
 pub mod cli;
 pub mod config;

@@ -48,3 +48,141 @@ async fn two_agents_on_one_plugin_dir_livelock() {
     assert_eq!(n, 0, "the first agent re-registered {n} times");
     first.shutdown().await.unwrap();
 }
+
+/// Raw HTTP/2 over the plugin socket, as a gRPC client that is not grpc-go
+/// speaks it: `:authority` is the socket path (C-core before 1.57, old
+/// kubelets), `unix://` + path, or the percent-encoded path (C-core since
+/// 1.57). h2 answered each such request with RST_STREAM(PROTOCOL_ERROR).
+#[tokio::test]
+async fn socket_path_authority_gets_rst_stream() {
+    use gpusched_node_agent::authority::hpack::{Decoder, write_int};
+    use prost::Message;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let l = payload.len();
+        let mut f = vec![(l >> 16) as u8, (l >> 8) as u8, l as u8, ty, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+    fn literal(b: &mut Vec<u8>, flags: u8, prefix: u8, name_index: usize, value: &[u8]) {
+        write_int(b, flags, prefix, name_index);
+        write_int(b, 0, 7, value.len());
+        b.extend_from_slice(value);
+    }
+    /// A request block; `authority` None: by dynamic index 62.
+    fn request(authority: Option<&[u8]>) -> Vec<u8> {
+        let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
+        literal(
+            &mut b,
+            0x00,
+            4,
+            4,
+            b"/v1beta1.DevicePlugin/GetDevicePluginOptions",
+        );
+        match authority {
+            // literal with incremental indexing, name :authority
+            Some(a) => literal(&mut b, 0x40, 6, 1, a),
+            None => b.push(0xbe),
+        }
+        literal(&mut b, 0x00, 4, 31, b"application/grpc"); // content-type
+        b.push(0x00);
+        write_int(&mut b, 0, 7, 2);
+        b.extend_from_slice(b"te");
+        write_int(&mut b, 0, 7, 8);
+        b.extend_from_slice(b"trailers");
+        b
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKubelet::start(dir.path()).await;
+    let agent = start_agent(settings(dir.path(), "dgx-h100.yaml"));
+    let (_, reg) = k.next_registration(Duration::from_secs(5)).await;
+    let sock = dir.path().join(&reg.endpoint);
+    let path = sock.display().to_string();
+    let encoded: String = path.replace('/', "%2F");
+    let authorities = [path.clone(), format!("unix://{path}"), encoded];
+
+    let mut c = tokio::net::UnixStream::connect(&sock).await.unwrap();
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    wire.extend(frame(0x4, 0, 0, &[]));
+    let mut streams = Vec::new();
+    for (i, a) in authorities
+        .iter()
+        .map(|a| Some(a.as_bytes()))
+        .chain([None])
+        .enumerate()
+    {
+        let id = 1 + 2 * i as u32;
+        streams.push(id);
+        wire.extend(frame(0x1, 0x4, id, &request(a)));
+        wire.extend(frame(0x0, 0x1, id, &[0, 0, 0, 0, 0])); // empty message
+    }
+    c.write_all(&wire).await.unwrap();
+
+    let mut dec = Decoder::new(4096, 1 << 20);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut answered = std::collections::BTreeMap::new();
+    let mut closed = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        while buf.len() >= 9 {
+            let len =
+                (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+            if buf.len() < 9 + len {
+                break;
+            }
+            let (ty, flags) = (buf[3], buf[4]);
+            let id = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) & 0x7fff_ffff;
+            let p: Vec<u8> = buf[9..9 + len].to_vec();
+            buf.drain(..9 + len);
+            match ty {
+                0x0 => {
+                    let m = api_options(&p);
+                    answered.insert(id, m);
+                }
+                0x1 => {
+                    let h = dec.decode(&p).unwrap();
+                    if flags & 0x1 != 0 {
+                        let status = h.iter().find(|f| f.name == b"grpc-status");
+                        assert_eq!(
+                            status.map(|f| f.value.as_slice()),
+                            Some(&b"0"[..]),
+                            "stream {id}: {h:?}"
+                        );
+                        closed.insert(id);
+                    }
+                }
+                0x3 => panic!(
+                    "stream {id} (:authority {:?}) reset with code {:?}",
+                    authorities.get(((id - 1) / 2) as usize),
+                    &p
+                ),
+                0x4 if flags & 0x1 == 0 => c.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap(),
+                0x7 => panic!("GOAWAY {p:?}"),
+                _ => {}
+            }
+        }
+        if closed.len() == streams.len() {
+            break;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = tokio::time::timeout_at(deadline.into(), c.read(&mut chunk))
+            .await
+            .expect("answers in time")
+            .unwrap();
+        assert!(n > 0, "connection closed; answered {answered:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(answered.len(), streams.len());
+    for (id, m) in &answered {
+        assert!(m.get_preferred_allocation_available, "stream {id}");
+    }
+    fn api_options(p: &[u8]) -> gpusched_node_agent::api::DevicePluginOptions {
+        assert_eq!(p[0], 0, "uncompressed");
+        let n = u32::from_be_bytes([p[1], p[2], p[3], p[4]]) as usize;
+        gpusched_node_agent::api::DevicePluginOptions::decode(&p[5..5 + n]).unwrap()
+    }
+    agent.shutdown().await.unwrap();
+}
