@@ -299,13 +299,19 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
             );
         }
     }
+    // What would stop `serve` also fails this run (after printing it all),
+    // so a preflight check never passes a config that cannot serve.
+    let mut problems: Vec<String> = Vec::new();
     match crate::plan::build_plans(&inv, s) {
         Ok(plans) => {
             for p in plans {
                 println!("resource {} devices={}", p.name, p.devices.len());
             }
         }
-        Err(e) => println!("resources: error: {e}"),
+        Err(e) => {
+            println!("resources: error: {e}");
+            problems.push(format!("resources: {e}"));
+        }
     }
     for (k, v) in crate::labels::node_labels(&inv, s) {
         println!("label {k}={v}");
@@ -329,9 +335,21 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
                 println!("health event: {ev:?}");
             }
         }
-        Err(e) => println!("health: registration failed: {e}"),
+        Err(e) => {
+            println!("health: registration failed: {e}");
+            if !s.health_disabled {
+                problems.push(format!("health: {e}"));
+            }
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "--discover-only: this node cannot be served: {}",
+            problems.join("; ")
+        )
+    }
 }
 
 fn fmt_opt(v: Option<u32>) -> String {

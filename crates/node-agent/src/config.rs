@@ -361,6 +361,18 @@ impl ConfigFile {
                         "must be at least 1",
                     ));
                 }
+                let max = crate::plan::MAX_DEVICES_PER_RESOURCE;
+                if r.replicas as usize > max {
+                    return Err(value_err(
+                        origin,
+                        &format!("{field}.replicas"),
+                        format!(
+                            "{} is more than {max}, the most devices one resource may advertise \
+                             (a kubelet refuses device lists over 4 MiB)",
+                            r.replicas
+                        ),
+                    ));
+                }
                 let advertised = match &r.rename {
                     Some(n) if !valid_resource(n) => {
                         return Err(value_err(

@@ -57,7 +57,24 @@ pub enum PlanError {
     MixedMig(String),
     #[error("two resources would be advertised as {0:?}")]
     DuplicateResource(String),
+    #[error(
+        "field `{field}`: {replicas} replicas × {units} devices = {devices} devices for {resource}; \
+         at most {max} per resource (a kubelet refuses device lists over 4 MiB)"
+    )]
+    TooManyDevices {
+        field: String,
+        resource: String,
+        replicas: u32,
+        units: usize,
+        devices: u64,
+        max: usize,
+    },
 }
+
+/// Most device ids one resource may advertise. A `ListAndWatch` message of
+/// this many devices with the longest ids (MIG UUIDs with a replica suffix)
+/// encodes to about 1.2 MB, well under the 4 MiB a kubelet accepts.
+pub const MAX_DEVICES_PER_RESOURCE: usize = 16_384;
 
 /// A request the kubelet (or anyone) should not have made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -459,6 +476,24 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
     }
     let mut plans: Vec<ResourcePlan> = Vec::new();
     for (name, units) in groups {
+        if let Some((i, r)) = s
+            .replication
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.name == name || r.advertised == name)
+        {
+            let devices = u64::from(r.replicas) * units.len() as u64;
+            if devices > MAX_DEVICES_PER_RESOURCE as u64 {
+                return Err(PlanError::TooManyDevices {
+                    field: format!("sharing.timeSlicing.resources[{i}].replicas"),
+                    resource: name,
+                    replicas: r.replicas,
+                    units: units.len(),
+                    devices,
+                    max: MAX_DEVICES_PER_RESOURCE,
+                });
+            }
+        }
         let p = ResourcePlan::new(name, units, s);
         if plans.iter().any(|q| q.name == p.name) {
             return Err(PlanError::DuplicateResource(p.name));

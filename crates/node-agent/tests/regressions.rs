@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use gpusched_node_agent::backend::fake::FakeBackend;
 use std::time::{Duration, Instant};
 
 /// Two agents on one plugin directory took the socket from each other
@@ -185,4 +186,78 @@ async fn socket_path_authority_gets_rst_stream() {
         gpusched_node_agent::api::DevicePluginOptions::decode(&p[5..5 + n]).unwrap()
     }
     agent.shutdown().await.unwrap();
+}
+
+/// `replicas: 10000` on 8 GPUs made the first ListAndWatch message 5.1 MB,
+/// over the 4 MiB a kubelet accepts; `100000` was accepted too.
+#[test]
+fn time_slicing_replicas_unbounded() {
+    use gpusched_node_agent::api;
+    use gpusched_node_agent::config::{ConfigFile, Settings};
+    use gpusched_node_agent::plan::{MAX_DEVICES_PER_RESOURCE, build_plans};
+    use prost::Message;
+
+    let inv = FakeBackend::from_file(&fixture("dgx-h100.yaml"), None)
+        .unwrap()
+        .inventory_ref()
+        .clone();
+    let cfg = |n: u64| {
+        format!(
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: {n}\n"
+        )
+    };
+    let settings = |n: u64| -> Result<Settings, String> {
+        let f = ConfigFile::parse(&cfg(n), std::path::Path::new("ts.yaml"))
+            .map_err(|e| e.to_string())?;
+        let mut s = Settings::default();
+        f.apply(&mut s, "ts.yaml").map_err(|e| e.to_string())?;
+        Ok(s)
+    };
+    // Refused at parse time: more than any node may advertise.
+    let e = settings(100_000).unwrap_err();
+    assert!(
+        e.contains("ts.yaml") && e.contains("sharing.timeSlicing.resources[0].replicas"),
+        "{e}"
+    );
+    // Refused once the GPU count is known: 10000 × 8 = 80000 devices.
+    let e = build_plans(&inv, &settings(10_000).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sharing.timeSlicing.resources[0].replicas") && e.contains("80000"),
+        "{e}"
+    );
+    // The largest accepted list still fits a kubelet's 4 MiB, unhealthy
+    // (the longer health string) included.
+    let n = (MAX_DEVICES_PER_RESOURCE / inv.gpus.len()) as u64;
+    let plans = build_plans(&inv, &settings(n).unwrap()).unwrap();
+    let devices = plans[0].device_list(&vec![false; inv.gpus.len()]);
+    assert_eq!(devices.len(), MAX_DEVICES_PER_RESOURCE);
+    let size = api::ListAndWatchResponse { devices }.encoded_len();
+    eprintln!("{MAX_DEVICES_PER_RESOURCE} devices: ListAndWatch message {size} bytes");
+    assert!(size < 4 * 1024 * 1024, "{size}");
+}
+
+/// `--discover-only` printed a resource error and exited 0, while serving
+/// the same config exits 1.
+#[test]
+fn discover_only_exits_zero_after_resource_error() {
+    use gpusched_node_agent::cli::{AgentArgs, run};
+    use gpusched_node_agent::config::{BackendKind, MigStrategy};
+    let args = |mig| AgentArgs {
+        backend: Some(BackendKind::Fake),
+        node_file: Some(fixture("mig-a100.yaml")),
+        mig_strategy: Some(mig),
+        feature_file: Some(String::new()),
+        metrics_address: Some(String::new()),
+        discover_only: true,
+        log_format: "text".into(),
+        ..Default::default()
+    };
+    let e = format!("{:#}", run(args(MigStrategy::Single)).unwrap_err());
+    assert!(
+        e.contains("mig strategy single") && e.contains("GPU 2"),
+        "{e}"
+    );
+    run(args(MigStrategy::Mixed)).unwrap();
 }
