@@ -19,6 +19,7 @@ pub mod lock;
 pub mod metrics;
 pub mod plan;
 pub mod server;
+pub mod text;
 
 /// Generated code for the kubelet device plugin API (package `v1beta1`).
 #[allow(clippy::all, missing_docs)]

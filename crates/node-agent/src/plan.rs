@@ -5,6 +5,7 @@
 use crate::api;
 use crate::backend::Inventory;
 use crate::config::{DeviceIdStrategy, MigStrategy, Settings};
+use crate::text::shown;
 use gpusched_model::labels::{RESOURCE_GPU, RESOURCE_MIG_PREFIX};
 use gpusched_model::topology::{GpuTopo, choose};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -187,13 +188,15 @@ impl ResourcePlan {
         for id in ids {
             let Some(&d) = self.by_id.get(id) else {
                 return Err(RequestError::Invalid(format!(
-                    "{what}: unknown device id {id:?} for resource {}",
+                    "{what}: unknown device id {} for resource {}",
+                    shown(id),
                     self.name
                 )));
             };
             if !seen.insert(d) {
                 return Err(RequestError::Invalid(format!(
-                    "{what}: device id {id:?} listed twice"
+                    "{what}: device id {} listed twice",
+                    shown(id)
                 )));
             }
             out.push(d);

@@ -261,3 +261,46 @@ fn discover_only_exits_zero_after_resource_error() {
     );
     run(args(MigStrategy::Mixed)).unwrap();
 }
+
+/// Errors echoed request ids whole: a 1 MB id made the status message
+/// exceed gRPC metadata limits (RESOURCE_EXHAUSTED instead of
+/// INVALID_ARGUMENT) and wrote a 1 MB log line.
+#[tokio::test]
+async fn huge_device_id_echoed_whole_in_error() {
+    use gpusched_node_agent::api;
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKubelet::start(dir.path()).await;
+    let agent = start_agent(settings(dir.path(), "dgx-h100.yaml"));
+    let (_, reg) = k.next_registration(Duration::from_secs(5)).await;
+    let mut c = k.client(&reg.endpoint).await;
+    let huge = "G".repeat(1 << 20);
+    let e = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest {
+                devices_ids: vec![huge.clone()],
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        e.message().len()
+    );
+    assert!(e.message().len() < 300, "{} bytes", e.message().len());
+    assert!(e.message().contains("(1048576 bytes)"), "{}", e.message());
+    let e = c
+        .get_preferred_allocation(api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: vec![huge.clone(), huge],
+                must_include_device_i_ds: vec![],
+                allocation_size: 1,
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().len() < 300, "{} bytes", e.message().len());
+    agent.shutdown().await.unwrap();
+}

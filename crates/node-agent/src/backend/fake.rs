@@ -159,23 +159,24 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
+    let quoted = crate::text::shown(line);
     let mut parts = line.split_whitespace();
     let cmd = parts.next().unwrap_or_default();
     let who = parts
         .next()
-        .ok_or_else(|| format!("{line:?}: missing GPU (uuid or index)"))?;
+        .ok_or_else(|| format!("{quoted}: missing GPU (uuid or index)"))?;
     let gpu = inv
         .gpus
         .iter()
         .find(|g| g.uuid == who || who.parse::<u32>().ok() == Some(g.index))
         .map(|g| g.uuid.clone())
-        .ok_or_else(|| format!("{line:?}: unknown GPU {who:?}"))?;
+        .ok_or_else(|| format!("{quoted}: unknown GPU {}", crate::text::shown(who)))?;
     let rest = parts.collect::<Vec<_>>().join(" ");
     let ev = match cmd {
         "xid" => {
             let xid = rest
                 .parse::<u64>()
-                .map_err(|_| format!("{line:?}: xid needs a number"))?;
+                .map_err(|_| format!("{quoted}: xid needs a number"))?;
             HealthEvent::Xid { gpu, xid }
         }
         "fail" => HealthEvent::CheckFailed {
@@ -197,7 +198,8 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
         "healthy" => HealthEvent::Release { gpu },
         other => {
             return Err(format!(
-                "{line:?}: unknown command {other:?} (xid, fail, unhealthy, healthy)"
+                "{quoted}: unknown command {} (xid, fail, unhealthy, healthy)",
+                crate::text::shown(other)
             ));
         }
     };
