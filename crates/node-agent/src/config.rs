@@ -22,6 +22,12 @@ pub enum ConfigError {
     },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    #[error("config file {path}: field `{field}`: {message}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error("{origin}: field `{field}`: {why}")]
     Value {
         origin: String,
@@ -69,11 +75,45 @@ pub enum MigStrategy {
     Mixed,
 }
 
+/// A YAML document that could not be read into its type: `field` is the
+/// path of the offending value in the document's spelling
+/// (`sharing.timeSlicing.resources[0].replicas`), absent for syntax errors.
+#[derive(Debug)]
+pub struct YamlError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// Parses YAML into `T`, tracking the path of the value being read so that
+/// type errors, unknown keys and missing fields name their field.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, YamlError> {
+    let mut field = None;
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+            let p = e.path().to_string();
+            // "." is the document itself, "?" an unknown place (syntax).
+            if p != "." && p != "?" {
+                field = Some(p);
+            }
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let m = e.to_string();
+        YamlError {
+            field,
+            message: m.strip_prefix("error: ").unwrap_or(&m).to_string(),
+        }
+    })
+}
+
 /// The file, as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConfigFile {
-    pub version: String,
+    /// Required; `Option` so that a missing version is reported like a
+    /// wrong one.
+    pub version: Option<String>,
     #[serde(default)]
     pub plugin: PluginSection,
     #[serde(default)]
@@ -261,16 +301,33 @@ impl ConfigFile {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        let f: ConfigFile = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        let f: ConfigFile = parse_yaml(text).map_err(|e| match e.field {
+            Some(field) => ConfigError::Field {
+                path: path.to_path_buf(),
+                field,
+                message: e.message,
+            },
+            None => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.message,
+            },
         })?;
-        if f.version != "v1" {
-            return Err(value_err(
-                &path.display().to_string(),
-                "version",
-                format!("unsupported version {:?} (expected \"v1\")", f.version),
-            ));
+        match f.version.as_deref() {
+            Some("v1") => {}
+            Some(v) => {
+                return Err(value_err(
+                    &path.display().to_string(),
+                    "version",
+                    format!("unsupported version {v:?} (expected \"v1\")"),
+                ));
+            }
+            None => {
+                return Err(value_err(
+                    &path.display().to_string(),
+                    "version",
+                    "missing (expected \"v1\")",
+                ));
+            }
         }
         Ok(f)
     }

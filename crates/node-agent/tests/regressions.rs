@@ -304,3 +304,54 @@ async fn huge_device_id_echoed_whole_in_error() {
     assert!(e.message().len() < 300, "{} bytes", e.message().len());
     agent.shutdown().await.unwrap();
 }
+
+/// Config type errors did not name the field (`replicas: -2` → `line 6
+/// column 19: invalid u32`; `ignoredXids: "13,31"` → `expected sequence
+/// start`; unknown keys without their path), while value checks did.
+#[test]
+fn config_type_errors_do_not_name_the_field() {
+    use gpusched_node_agent::config::ConfigFile;
+    let err = |t: &str| {
+        ConfigFile::parse(t, std::path::Path::new("agent.yaml"))
+            .unwrap_err()
+            .to_string()
+    };
+    for (text, field) in [
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: -2\n",
+            "sharing.timeSlicing.resources[0].replicas",
+        ),
+        (
+            "version: v1\nhealth:\n  ignoredXids: \"13,31\"\n",
+            "health.ignoredXids",
+        ),
+        (
+            "version: v1\nhealth: {ignoredXids: [13, x]}\n",
+            "health.ignoredXids[1]",
+        ),
+        (
+            "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n        colour: red\n",
+            "sharing.timeSlicing.resources[0].colour",
+        ),
+        (
+            "version: v1\nplugin:\n  passDeviceSpecs: maybe\n",
+            "plugin.passDeviceSpecs",
+        ),
+        (
+            "version: v1\nplugin:\n  migStrategy: sometimes\n",
+            "plugin.migStrategy",
+        ),
+        ("version: v1\nplugin: [1]\n", "plugin"),
+        ("version: v1\nmetrics:\n  adress: x\n", "metrics.adress"),
+        ("plugin: {}\n", "version"),
+    ] {
+        let e = err(text);
+        assert!(
+            e.contains("agent.yaml") && e.contains(&format!("field `{field}`")),
+            "{field}: {e}"
+        );
+    }
+    // Syntax errors have no field, but keep the file and the line.
+    let e = err("version: v1\n  bad: indent\n x");
+    assert!(e.contains("agent.yaml") && e.contains("line 2"), "{e}");
+}

@@ -63,7 +63,12 @@ impl FakeBackend {
             path: origin.to_string(),
             message,
         };
-        let spec: ClusterSpec = serde_saphyr::from_str(text).map_err(|e| err(e.to_string()))?;
+        let spec: ClusterSpec = crate::config::parse_yaml(text).map_err(|e| {
+            err(match e.field {
+                Some(f) => format!("field `{f}`: {}", e.message),
+                None => e.message,
+            })
+        })?;
         let node_count: u64 = spec.nodes.iter().map(|g| g.count as u64).sum();
         if node_count != 1 {
             return Err(err(format!(
