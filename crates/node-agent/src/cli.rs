@@ -105,6 +105,12 @@ impl AgentArgs {
         if let Some(v) = &self.quiet_period {
             s.quiet_period =
                 parse_duration(v).map_err(|w| anyhow::anyhow!("flag --quiet-period: {w}"))?;
+            if s.quiet_period < crate::config::MIN_QUIET_PERIOD {
+                anyhow::bail!(
+                    "flag --quiet-period (or GPUSCHED_AGENT_QUIET_PERIOD): {}",
+                    crate::config::quiet_period_too_short(v)
+                );
+            }
         }
         if let Some(v) = self.recover {
             s.recover = v;
@@ -207,6 +213,9 @@ pub async fn serve(
     for p in &agent.plans {
         tracing::info!(resource = %p.name, devices = p.devices.len(), "resource");
     }
+    for w in crate::plan::unused_replication(&agent.plans, &agent.settings) {
+        tracing::warn!("{w}");
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let events = agent.start_health()?;
     let health = tokio::spawn(agent.clone().run_health(events, stop_rx.clone()));
@@ -304,8 +313,11 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
     let mut problems: Vec<String> = Vec::new();
     match crate::plan::build_plans(&inv, s) {
         Ok(plans) => {
-            for p in plans {
+            for p in &plans {
                 println!("resource {} devices={}", p.name, p.devices.len());
+            }
+            for w in crate::plan::unused_replication(&plans, s) {
+                println!("warning: {w}");
             }
         }
         Err(e) => {

@@ -9,6 +9,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Shortest recovery quiet period: a shorter one lets a fault come and go
+/// (in about a millisecond at 0s) before the kubelet reads the device list
+/// that shows it.
+pub const MIN_QUIET_PERIOD: Duration = Duration::from_secs(1);
+
 /// Application XIDs: errors caused by the workload, not the GPU.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
@@ -276,6 +281,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Why a quiet period under [`MIN_QUIET_PERIOD`] is refused.
+pub fn quiet_period_too_short(given: &str) -> String {
+    format!(
+        "{given:?} is under the minimum of 1s: a shorter quiet period lets a fault \
+         come and go before the kubelet reads the device list that shows it"
+    )
+}
+
 /// Checks that a resource name is one this agent may advertise.
 fn valid_resource(name: &str) -> bool {
     let Some((domain, rest)) = name.split_once('/') else {
@@ -373,6 +386,13 @@ impl ConfigFile {
         if let Some(q) = &h.quiet_period {
             s.quiet_period =
                 parse_duration(q).map_err(|w| value_err(origin, "health.quietPeriod", w))?;
+            if s.quiet_period < MIN_QUIET_PERIOD {
+                return Err(value_err(
+                    origin,
+                    "health.quietPeriod",
+                    quiet_period_too_short(q),
+                ));
+            }
         }
         if let Some(q) = &h.check_interval {
             let d = parse_duration(q).map_err(|w| value_err(origin, "health.checkInterval", w))?;
@@ -489,10 +509,6 @@ impl Settings {
                 "plugin.kubeletSocket (--kubelet-socket)",
                 "must be a file name inside the plugin directory",
             ));
-        }
-        if self.quiet_period.is_zero() && self.recover {
-            // A zero quiet period is allowed: the GPU is offered again as soon
-            // as its fault is over (useful in tests).
         }
         Ok(())
     }

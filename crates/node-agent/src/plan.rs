@@ -315,8 +315,11 @@ impl ResourcePlan {
                 must.len()
             )));
         }
-        // Unhealthy devices are never preferred (must_include ones are kept:
-        // the kubelet already holds them).
+        // Unhealthy devices are never added to the set. must_include ones
+        // are returned as given, healthy or not: the kubelet has already
+        // chosen them (its available list holds only devices it saw healthy,
+        // so an unhealthy one here turned unhealthy since), and `Allocate`
+        // refuses an unhealthy device with FailedPrecondition.
         let healthy = |d: &usize| {
             unit_healthy
                 .get(self.devices[*d].unit)
@@ -409,6 +412,31 @@ fn mig_unit(inv: &Inventory, gi: usize, mi: usize) -> Unit {
         minor: g.minor,
         caps: g.mig[mi].caps.clone(),
     }
+}
+
+/// Time-slicing entries that match no resource the node offers (a MIG
+/// profile under `migStrategy: none`, a profile the node does not have …),
+/// as warnings naming the entry: they are ignored, but not silently.
+pub fn unused_replication(plans: &[ResourcePlan], s: &Settings) -> Vec<String> {
+    let strategy = match s.mig_strategy {
+        MigStrategy::None => "none",
+        MigStrategy::Single => "single",
+        MigStrategy::Mixed => "mixed",
+    };
+    let offered: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    s.replication
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !offered.contains(&r.advertised.as_str()))
+        .map(|(i, r)| {
+            format!(
+                "sharing.timeSlicing.resources[{i}] ({}) is ignored: this node offers no such \
+                 resource with migStrategy {strategy} (it offers {})",
+                r.name,
+                offered.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Builds the resources the node offers.
@@ -604,6 +632,28 @@ mod tests {
         assert!(p.preferred(&all, &[], 4, &h).is_err());
         assert!(p.preferred(&all, &[], 0, &h).is_err());
         assert!(p.preferred(&all[..2], &[id(3)], 1, &h).is_err());
+    }
+
+    /// The docs said unhealthy devices are never preferred, yet one in
+    /// must_include was returned. Decided: must_include is returned as
+    /// given (documented), and only healthy devices are added to it.
+    #[test]
+    fn must_include_unhealthy_device_is_returned() {
+        let i = inv(PCIE4);
+        let s = Settings::default();
+        let p = &build_plans(&i, &s).unwrap()[0];
+        let h = vec![true, false, true, true];
+        let id = |k: usize| i.gpus[k].uuid.clone();
+        let all: Vec<String> = (0..4).map(id).collect();
+        let got = p.preferred(&all, &[id(1)], 2, &h).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.contains(&id(1)), "{got:?}");
+        assert!(got.iter().filter(|g| **g != id(1)).all(|g| g != &id(1)));
+        // Allocate then refuses it.
+        assert!(matches!(
+            p.allocate(&[id(1)], &h, &s, &i),
+            Err(RequestError::Precondition(_))
+        ));
     }
 
     #[test]

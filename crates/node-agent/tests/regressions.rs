@@ -355,3 +355,127 @@ fn config_type_errors_do_not_name_the_field() {
     let e = err("version: v1\n  bad: indent\n x");
     assert!(e.contains("agent.yaml") && e.contains("line 2"), "{e}");
 }
+
+/// XID and health-transition counters had no series until their first
+/// event, so `increase()` missed the first one.
+#[test]
+fn counters_have_no_series_until_first_event() {
+    use gpusched_node_agent::agent::Agent;
+    use gpusched_node_agent::backend::HealthEvent;
+    let s = settings(std::path::Path::new("/nonexistent"), "pcie-l40s.yaml");
+    let b = FakeBackend::from_file(&fixture("pcie-l40s.yaml"), None).unwrap();
+    let uuid = b.inventory_ref().gpus[3].uuid.clone();
+    let agent = Agent::new(s, std::sync::Arc::new(b)).unwrap();
+    let text = agent.render_metrics();
+    let zeros = |name: &str, t: &str| {
+        t.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.ends_with(" 0"))
+            .count()
+    };
+    assert_eq!(
+        zeros("gpusched_agent_gpu_xid_errors_total", &text),
+        8,
+        "{text}"
+    );
+    assert_eq!(
+        zeros("gpusched_agent_gpu_health_transitions_total", &text),
+        8,
+        "{text}"
+    );
+    assert_eq!(
+        zeros("gpusched_agent_registrations_total", &text),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        zeros("gpusched_agent_device_list_updates_total", &text),
+        1,
+        "{text}"
+    );
+    agent.on_event(
+        HealthEvent::Xid {
+            gpu: uuid.clone(),
+            xid: 79,
+        },
+        Instant::now(),
+    );
+    let text = agent.render_metrics();
+    assert_eq!(
+        zeros("gpusched_agent_gpu_xid_errors_total", &text),
+        7,
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gpusched_agent_gpu_xid_errors_total{")
+                && l.contains(&uuid)
+                && l.ends_with(" 1")),
+        "{text}"
+    );
+}
+
+/// `quietPeriod: 0s` let a fault vanish in about a millisecond, before the
+/// kubelet could see it.
+#[test]
+fn quiet_period_zero_lets_fault_vanish() {
+    use gpusched_node_agent::cli::AgentArgs;
+    use gpusched_node_agent::config::{BackendKind, ConfigFile, Settings};
+    let f = ConfigFile::parse(
+        "version: v1\nhealth:\n  quietPeriod: 0s\n",
+        std::path::Path::new("q.yaml"),
+    )
+    .unwrap();
+    let e = f
+        .apply(&mut Settings::default(), "q.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("health.quietPeriod") && e.contains("1s"), "{e}");
+    let e = AgentArgs {
+        backend: Some(BackendKind::Fake),
+        node_file: Some(fixture("pcie-l40s.yaml")),
+        quiet_period: Some("999ms".into()),
+        ..Default::default()
+    }
+    .settings()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--quiet-period"), "{e}");
+    let ok = AgentArgs {
+        backend: Some(BackendKind::Fake),
+        node_file: Some(fixture("pcie-l40s.yaml")),
+        quiet_period: Some("1s".into()),
+        ..Default::default()
+    };
+    assert_eq!(ok.settings().unwrap().quiet_period, Duration::from_secs(1));
+}
+
+/// A time-slicing entry for a MIG resource under `migStrategy: none` was
+/// ignored without a warning.
+#[test]
+fn time_slicing_entry_for_absent_resource_ignored_silently() {
+    use gpusched_node_agent::config::{ConfigFile, Settings};
+    use gpusched_node_agent::plan::{build_plans, unused_replication};
+    let inv = FakeBackend::from_file(&fixture("mig-a100.yaml"), None)
+        .unwrap()
+        .inventory_ref()
+        .clone();
+    let f = ConfigFile::parse(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n      - name: nvidia.com/gpu\n        replicas: 2\n      - name: nvidia.com/mig-1g.10gb\n        replicas: 4\n",
+        std::path::Path::new("t.yaml"),
+    )
+    .unwrap();
+    let mut s = Settings::default();
+    f.apply(&mut s, "t.yaml").unwrap();
+    let plans = build_plans(&inv, &s).unwrap();
+    let w = unused_replication(&plans, &s);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("sharing.timeSlicing.resources[1]")
+            && w[0].contains("nvidia.com/mig-1g.10gb")
+            && w[0].contains("migStrategy none"),
+        "{w:?}"
+    );
+    s.mig_strategy = gpusched_node_agent::config::MigStrategy::Mixed;
+    let plans = build_plans(&inv, &s).unwrap();
+    assert!(unused_replication(&plans, &s).is_empty());
+}

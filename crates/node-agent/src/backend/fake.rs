@@ -3,7 +3,8 @@
 //! control file.
 //!
 //! The control file is an append-only list of commands, one a line, read
-//! whenever it changes (a file that shrinks is read again from the top):
+//! whenever it changes (a file that shrinks, or a new file renamed over it,
+//! is read again from the top):
 //!
 //! ```text
 //! xid <gpu> <code>           # an XID error (ignored XIDs are ignored)
@@ -179,9 +180,9 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
     let rest = parts.collect::<Vec<_>>().join(" ");
     let ev = match cmd {
         "xid" => {
-            let xid = rest
-                .parse::<u64>()
-                .map_err(|_| format!("{quoted}: xid needs a number"))?;
+            let xid = rest.parse::<u64>().ok().filter(|&x| x > 0).ok_or_else(|| {
+                format!("{quoted}: xid needs a positive number (0 is not an XID)")
+            })?;
             HealthEvent::Xid { gpu, xid }
         }
         "fail" => HealthEvent::CheckFailed {
@@ -212,17 +213,21 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
 }
 
 fn control_loop(path: PathBuf, inv: Inventory, tx: UnboundedSender<HealthEvent>) {
+    use std::os::unix::fs::MetadataExt;
     let mut seen_lines = 0usize;
-    let mut last: Option<(u64, Option<SystemTime>)> = None;
+    // (device, inode, length, mtime): a file renamed over the old one is a
+    // new file, read from the top whatever its length.
+    type Stamp = (u64, u64, u64, Option<SystemTime>);
+    let mut last: Option<Stamp> = None;
     loop {
         if tx.is_closed() {
             return;
         }
         if let Ok(meta) = std::fs::metadata(&path) {
-            let stamp = (meta.len(), meta.modified().ok());
+            let stamp: Stamp = (meta.dev(), meta.ino(), meta.len(), meta.modified().ok());
             if last != Some(stamp) {
-                if let Some((old_len, _)) = last
-                    && stamp.0 < old_len
+                if let Some((dev, ino, old_len, _)) = last
+                    && (stamp.2 < old_len || (dev, ino) != (stamp.0, stamp.1))
                 {
                     seen_lines = 0;
                 }
@@ -374,6 +379,65 @@ mod tests {
         );
         assert_eq!(parse_control_line("# c", inv).unwrap(), None);
         assert!(parse_control_line("xid 9 79", inv).is_err());
+        // XID 0 is no XID (it used to count as a fault).
+        assert!(parse_control_line("xid 0 0", inv).is_err());
         assert!(parse_control_line("explode 0", inv).is_err());
+    }
+
+    /// A control file replaced by a rename (editors, `mv`) kept its old
+    /// line count, so its first lines were skipped.
+    #[test]
+    fn replaced_control_file_is_ignored() {
+        let b = {
+            let d = tempfile::tempdir().unwrap();
+            let path = d.path().join("control");
+            std::fs::write(&path, "xid 0 79\n").unwrap();
+            let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
+            let b = FakeBackend {
+                control: Some(path.clone()),
+                ..b
+            };
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            b.watch_health(
+                HealthWatch {
+                    check_interval: Duration::from_secs(1),
+                },
+                tx,
+            )
+            .unwrap();
+            let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<HealthEvent>| {
+                let t0 = std::time::Instant::now();
+                loop {
+                    if let Ok(ev) = rx.try_recv() {
+                        return Some(ev);
+                    }
+                    if t0.elapsed() > Duration::from_secs(2) {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            };
+            let inv = b.inventory_ref();
+            assert_eq!(
+                next(&mut rx),
+                Some(HealthEvent::Xid {
+                    gpu: inv.gpus[0].uuid.clone(),
+                    xid: 79
+                })
+            );
+            // Same length, one line: only the inode tells it is new.
+            let tmp = d.path().join("control.new");
+            std::fs::write(&tmp, "xid 2 48\n").unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+            assert_eq!(
+                next(&mut rx),
+                Some(HealthEvent::Xid {
+                    gpu: inv.gpus[2].uuid.clone(),
+                    xid: 48
+                })
+            );
+            b
+        };
+        drop(b);
     }
 }
