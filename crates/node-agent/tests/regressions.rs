@@ -479,3 +479,87 @@ fn time_slicing_entry_for_absent_resource_ignored_silently() {
     let plans = build_plans(&inv, &s).unwrap();
     assert!(unused_replication(&plans, &s).is_empty());
 }
+
+/// Labels were not GFD-equivalent: with `migStrategy: single` on an all-MIG
+/// node the agent wrote the full GPU's count/memory/product; `mixed` had no
+/// `nvidia.com/mig-<profile>.*`; `gpu.family`, `gpu.compute.*` and
+/// `gpu.machine` were missing; time-slicing had no `-SHARED` product.
+#[test]
+fn labels_not_gfd_equivalent_for_mig_and_sharing() {
+    use gpusched_node_agent::config::{MigStrategy, Replication, Settings};
+    use gpusched_node_agent::labels::node_labels;
+    let all_mig = "nodes:\n  - name: n\n    cpu: \"8\"\n    memory: 64Gi\n    gpus:\n      count: 2\n      model: A100-SXM4-40GB\n      memory: 40Gi\n      devices:\n        - index: 0\n          mig: [{profile: 1g.5gb}, {profile: 1g.5gb}, {profile: 1g.5gb}]\n        - index: 1\n          mig: [{profile: 1g.5gb}, {profile: 1g.5gb}, {profile: 1g.5gb}]\n";
+    let inv = FakeBackend::from_yaml(all_mig, "all-mig.yaml")
+        .unwrap()
+        .inventory_ref()
+        .clone();
+    let single = Settings {
+        mig_strategy: MigStrategy::Single,
+        ..Default::default()
+    };
+    let m = node_labels(&inv, &single);
+    let want = [
+        ("nvidia.com/mig.strategy", "single"),
+        ("nvidia.com/gpu.product", "A100-SXM4-40GB-MIG-1g.5gb"),
+        ("nvidia.com/gpu.count", "6"),
+        ("nvidia.com/gpu.memory", "5120"),
+        ("nvidia.com/gpu.slices.gi", "1"),
+        ("nvidia.com/gpu.slices.ci", "1"),
+        ("nvidia.com/gpu.family", "ampere"),
+        ("nvidia.com/gpu.compute.major", "8"),
+        ("nvidia.com/gpu.compute.minor", "0"),
+        ("nvidia.com/gpu.machine", "unknown"),
+    ];
+    for (k, v) in want {
+        assert_eq!(m.get(k).map(String::as_str), Some(v), "{k}: {m:?}");
+    }
+
+    let inv = FakeBackend::from_file(&fixture("mig-a100.yaml"), None)
+        .unwrap()
+        .inventory_ref()
+        .clone();
+    let mixed = Settings {
+        mig_strategy: MigStrategy::Mixed,
+        ..Default::default()
+    };
+    let m = node_labels(&inv, &mixed);
+    let want = [
+        ("nvidia.com/gpu.count", "6"),
+        ("nvidia.com/gpu.product", "A100-SXM4-80GB"),
+        ("nvidia.com/mig-1g.10gb.count", "7"),
+        ("nvidia.com/mig-1g.10gb.memory", "10240"),
+        (
+            "nvidia.com/mig-1g.10gb.product",
+            "A100-SXM4-80GB-MIG-1g.10gb",
+        ),
+        ("nvidia.com/mig-3g.40gb.count", "2"),
+        ("nvidia.com/mig-3g.40gb.memory", "40960"),
+        ("nvidia.com/mig-3g.40gb.slices.gi", "3"),
+    ];
+    for (k, v) in want {
+        assert_eq!(m.get(k).map(String::as_str), Some(v), "{k}: {m:?}");
+    }
+
+    let inv = FakeBackend::from_file(&fixture("dgx-h100.yaml"), None)
+        .unwrap()
+        .inventory_ref()
+        .clone();
+    let shared = |advertised: &str| Settings {
+        replication: vec![Replication {
+            name: "nvidia.com/gpu".into(),
+            replicas: 4,
+            advertised: advertised.into(),
+        }],
+        ..Default::default()
+    };
+    let m = node_labels(&inv, &shared("nvidia.com/gpu"));
+    assert_eq!(m["nvidia.com/gpu.product"], "H100-SXM5-80GB-SHARED");
+    assert_eq!(m["nvidia.com/gpu.replicas"], "4");
+    assert_eq!(m["nvidia.com/gpu.sharing-strategy"], "time-slicing");
+    assert_eq!(m["nvidia.com/gpu.count"], "8");
+    assert_eq!(m["nvidia.com/gpu.family"], "hopper");
+    // Renamed to nvidia.com/gpu.shared: GFD keeps the product as is.
+    let m = node_labels(&inv, &shared("nvidia.com/gpu.shared"));
+    assert_eq!(m["nvidia.com/gpu.product"], "H100-SXM5-80GB");
+    assert_eq!(m["nvidia.com/gpu.replicas"], "4");
+}

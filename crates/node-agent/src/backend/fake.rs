@@ -46,6 +46,31 @@ fn mig_memory_mib(profile: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The CUDA compute capability of a GPU model, for the fake backend (NVML
+/// reports it for real GPUs). Matched on whole `-`-separated words.
+pub fn compute_capability_of(model: &str) -> Option<(u32, u32)> {
+    const TABLE: &[(&[&str], (u32, u32))] = &[
+        (&["B200", "B100", "GB200", "B300", "GB300"], (10, 0)),
+        (&["H100", "H200", "H20", "H800", "GH200"], (9, 0)),
+        (&["L40", "L40S", "L4", "L20", "ADA"], (8, 9)),
+        (
+            &["A10", "A10G", "A40", "A16", "A2", "A6000", "A5000", "A4000"],
+            (8, 6),
+        ),
+        (&["A100", "A30", "A800"], (8, 0)),
+        (&["T4"], (7, 5)),
+        (&["V100"], (7, 0)),
+        (&["P40", "P4"], (6, 1)),
+        (&["P100"], (6, 0)),
+    ];
+    let upper = model.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split(['-', ' ', '_']).collect();
+    TABLE
+        .iter()
+        .find(|(names, _)| words.iter().any(|w| names.contains(w)))
+        .map(|(_, cc)| *cc)
+}
+
 impl FakeBackend {
     /// Reads a node file: a cluster file with exactly one node.
     pub fn from_file(path: &Path, control: Option<PathBuf>) -> Result<Self, BackendError> {
@@ -121,6 +146,7 @@ impl FakeBackend {
                 nvlink_peers: Vec::new(),
                 mig_enabled: false,
                 mig: Vec::new(),
+                compute_capability: compute_capability_of(&g.model),
             })
             .collect();
         for i in 0..gpus.len() {
@@ -150,6 +176,9 @@ impl FakeBackend {
             gpus,
             driver_version: "550.54.15".into(),
             cuda_version: "12.4".into(),
+            // A fake node has no machine of its own; `gpu.machine` reads
+            // `unknown` as GFD's does without a product name.
+            machine: None,
         }
     }
 
