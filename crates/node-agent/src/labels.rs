@@ -40,7 +40,6 @@ pub fn gpu_family(major: u32, minor: u32) -> &'static str {
 /// starting and ending alphanumeric; other characters become `-`.
 pub fn label_value(s: &str) -> String {
     let v: String = s
-        .trim()
         .split_whitespace()
         .collect::<Vec<_>>()
         .join("-")
