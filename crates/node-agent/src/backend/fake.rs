@@ -417,56 +417,52 @@ mod tests {
     /// line count, so its first lines were skipped.
     #[test]
     fn replaced_control_file_is_ignored() {
-        let b = {
-            let d = tempfile::tempdir().unwrap();
-            let path = d.path().join("control");
-            std::fs::write(&path, "xid 0 79\n").unwrap();
-            let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
-            let b = FakeBackend {
-                control: Some(path.clone()),
-                ..b
-            };
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            b.watch_health(
-                HealthWatch {
-                    check_interval: Duration::from_secs(1),
-                },
-                tx,
-            )
-            .unwrap();
-            let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<HealthEvent>| {
-                let t0 = std::time::Instant::now();
-                loop {
-                    if let Ok(ev) = rx.try_recv() {
-                        return Some(ev);
-                    }
-                    if t0.elapsed() > Duration::from_secs(2) {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            };
-            let inv = b.inventory_ref();
-            assert_eq!(
-                next(&mut rx),
-                Some(HealthEvent::Xid {
-                    gpu: inv.gpus[0].uuid.clone(),
-                    xid: 79
-                })
-            );
-            // Same length, one line: only the inode tells it is new.
-            let tmp = d.path().join("control.new");
-            std::fs::write(&tmp, "xid 2 48\n").unwrap();
-            std::fs::rename(&tmp, &path).unwrap();
-            assert_eq!(
-                next(&mut rx),
-                Some(HealthEvent::Xid {
-                    gpu: inv.gpus[2].uuid.clone(),
-                    xid: 48
-                })
-            );
-            b
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("control");
+        std::fs::write(&path, "xid 0 79\n").unwrap();
+        let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
+        let b = FakeBackend {
+            control: Some(path.clone()),
+            ..b
         };
-        drop(b);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        b.watch_health(
+            HealthWatch {
+                check_interval: Duration::from_secs(1),
+            },
+            tx,
+        )
+        .unwrap();
+        let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<HealthEvent>| {
+            let t0 = std::time::Instant::now();
+            loop {
+                if let Ok(ev) = rx.try_recv() {
+                    return Some(ev);
+                }
+                if t0.elapsed() > Duration::from_secs(2) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let inv = b.inventory_ref();
+        assert_eq!(
+            next(&mut rx),
+            Some(HealthEvent::Xid {
+                gpu: inv.gpus[0].uuid.clone(),
+                xid: 79
+            })
+        );
+        // Same length, one line: only the inode tells it is new.
+        let tmp = d.path().join("control.new");
+        std::fs::write(&tmp, "xid 2 48\n").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert_eq!(
+            next(&mut rx),
+            Some(HealthEvent::Xid {
+                gpu: inv.gpus[2].uuid.clone(),
+                xid: 48
+            })
+        );
     }
 }
