@@ -119,7 +119,7 @@ func TestAgentAgainstUpstreamKubeletAPI(t *testing.T) {
 	cmd := exec.Command(bin, "agent",
 		"--backend", "fake", "--node-file", node, "--control-file", control,
 		"--plugin-dir", dir, "--metrics-address", "", "--feature-file", "",
-		"--pass-device-specs", "--cdi-enabled", "--quiet-period", "500ms")
+		"--pass-device-specs", "--cdi-enabled", "--quiet-period", "1s")
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

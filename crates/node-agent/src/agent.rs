@@ -97,6 +97,19 @@ impl Agent {
             parent_of,
             gpu_labels,
         };
+        // Counters exist from the start at 0, so `increase()` sees the
+        // first event (a series born at 1 hides it).
+        for l in &agent.gpu_labels {
+            let _ = agent.metrics.xid.get_or_create(l);
+            let _ = agent.metrics.health_transitions.get_or_create(l);
+        }
+        for p in &agent.plans {
+            let l = crate::metrics::ResourceLabels {
+                resource: p.name.clone(),
+            };
+            let _ = agent.metrics.registrations.get_or_create(&l);
+            let _ = agent.metrics.list_updates.get_or_create(&l);
+        }
         agent.refresh_health_metrics();
         Ok(Arc::new(agent))
     }
@@ -163,7 +176,9 @@ impl Agent {
             None => ev,
         };
         let outcome = self.lock_health().apply(&ev, now);
-        if let HealthEvent::Xid { gpu, xid } = &ev {
+        if let HealthEvent::Xid { gpu, xid } = &ev
+            && *xid != 0
+        {
             if let Some(l) = self.gpu_labels.iter().find(|l| &l.gpu == gpu) {
                 self.metrics.xid.get_or_create(l).inc();
             }

@@ -105,6 +105,12 @@ impl AgentArgs {
         if let Some(v) = &self.quiet_period {
             s.quiet_period =
                 parse_duration(v).map_err(|w| anyhow::anyhow!("flag --quiet-period: {w}"))?;
+            if s.quiet_period < crate::config::MIN_QUIET_PERIOD {
+                anyhow::bail!(
+                    "flag --quiet-period (or GPUSCHED_AGENT_QUIET_PERIOD): {}",
+                    crate::config::quiet_period_too_short(v)
+                );
+            }
         }
         if let Some(v) = self.recover {
             s.recover = v;
@@ -194,12 +200,21 @@ pub async fn serve(
     backend: Arc<dyn DeviceBackend>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // One agent per plugin directory: taken before anything is served or
+    // written, held until this function returns.
+    std::fs::create_dir_all(&settings.plugin_dir)
+        .with_context(|| format!("cannot create plugin dir {}", settings.plugin_dir.display()))?;
+    let lock = crate::lock::acquire(&settings.plugin_dir)?;
+    tracing::info!(file = %lock.path().display(), "holding the plugin dir lock");
     let agent = Agent::new(settings, backend)?;
     for g in &agent.inventory.gpus {
         tracing::info!(index = g.index, uuid = %g.uuid, model = %g.model, topo = ?g.topo, mig = g.mig.len(), "gpu");
     }
     for p in &agent.plans {
         tracing::info!(resource = %p.name, devices = p.devices.len(), "resource");
+    }
+    for w in crate::plan::unused_replication(&agent.plans, &agent.settings) {
+        tracing::warn!("{w}");
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let events = agent.start_health()?;
@@ -225,12 +240,6 @@ pub async fn serve(
         }
         None => None,
     };
-    std::fs::create_dir_all(&agent.settings.plugin_dir).with_context(|| {
-        format!(
-            "cannot create plugin dir {}",
-            agent.settings.plugin_dir.display()
-        )
-    })?;
     let mut servers = tokio::task::JoinSet::new();
     for r in 0..agent.plans.len() {
         servers.spawn(crate::server::run_resource(
@@ -264,6 +273,7 @@ pub async fn serve(
         let _ = h.await;
     }
     tracing::info!("agent stopped");
+    drop(lock);
     result
 }
 
@@ -298,13 +308,22 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
             );
         }
     }
+    // What would stop `serve` also fails this run (after printing it all),
+    // so a preflight check never passes a config that cannot serve.
+    let mut problems: Vec<String> = Vec::new();
     match crate::plan::build_plans(&inv, s) {
         Ok(plans) => {
-            for p in plans {
+            for p in &plans {
                 println!("resource {} devices={}", p.name, p.devices.len());
             }
+            for w in crate::plan::unused_replication(&plans, s) {
+                println!("warning: {w}");
+            }
         }
-        Err(e) => println!("resources: error: {e}"),
+        Err(e) => {
+            println!("resources: error: {e}");
+            problems.push(format!("resources: {e}"));
+        }
     }
     for (k, v) in crate::labels::node_labels(&inv, s) {
         println!("label {k}={v}");
@@ -328,9 +347,21 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
                 println!("health event: {ev:?}");
             }
         }
-        Err(e) => println!("health: registration failed: {e}"),
+        Err(e) => {
+            println!("health: registration failed: {e}");
+            if !s.health_disabled {
+                problems.push(format!("health: {e}"));
+            }
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "--discover-only: this node cannot be served: {}",
+            problems.join("; ")
+        )
+    }
 }
 
 fn fmt_opt(v: Option<u32>) -> String {

@@ -9,6 +9,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Shortest recovery quiet period: a shorter one lets a fault come and go
+/// (in about a millisecond at 0s) before the kubelet reads the device list
+/// that shows it.
+pub const MIN_QUIET_PERIOD: Duration = Duration::from_secs(1);
+
 /// Application XIDs: errors caused by the workload, not the GPU.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
@@ -22,6 +27,12 @@ pub enum ConfigError {
     },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    #[error("config file {path}: field `{field}`: {message}")]
+    Field {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
     #[error("{origin}: field `{field}`: {why}")]
     Value {
         origin: String,
@@ -69,11 +80,45 @@ pub enum MigStrategy {
     Mixed,
 }
 
+/// A YAML document that could not be read into its type: `field` is the
+/// path of the offending value in the document's spelling
+/// (`sharing.timeSlicing.resources[0].replicas`), absent for syntax errors.
+#[derive(Debug)]
+pub struct YamlError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// Parses YAML into `T`, tracking the path of the value being read so that
+/// type errors, unknown keys and missing fields name their field.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, YamlError> {
+    let mut field = None;
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+            let p = e.path().to_string();
+            // "." is the document itself, "?" an unknown place (syntax).
+            if p != "." && p != "?" {
+                field = Some(p);
+            }
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let m = e.to_string();
+        YamlError {
+            field,
+            message: m.strip_prefix("error: ").unwrap_or(&m).to_string(),
+        }
+    })
+}
+
 /// The file, as written.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ConfigFile {
-    pub version: String,
+    /// Required; `Option` so that a missing version is reported like a
+    /// wrong one.
+    pub version: Option<String>,
     #[serde(default)]
     pub plugin: PluginSection,
     #[serde(default)]
@@ -236,6 +281,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Why a quiet period under [`MIN_QUIET_PERIOD`] is refused.
+pub fn quiet_period_too_short(given: &str) -> String {
+    format!(
+        "{given:?} is under the minimum of 1s: a shorter quiet period lets a fault \
+         come and go before the kubelet reads the device list that shows it"
+    )
+}
+
 /// Checks that a resource name is one this agent may advertise.
 fn valid_resource(name: &str) -> bool {
     let Some((domain, rest)) = name.split_once('/') else {
@@ -261,16 +314,33 @@ impl ConfigFile {
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        let f: ConfigFile = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string(),
+        let f: ConfigFile = parse_yaml(text).map_err(|e| match e.field {
+            Some(field) => ConfigError::Field {
+                path: path.to_path_buf(),
+                field,
+                message: e.message,
+            },
+            None => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message: e.message,
+            },
         })?;
-        if f.version != "v1" {
-            return Err(value_err(
-                &path.display().to_string(),
-                "version",
-                format!("unsupported version {:?} (expected \"v1\")", f.version),
-            ));
+        match f.version.as_deref() {
+            Some("v1") => {}
+            Some(v) => {
+                return Err(value_err(
+                    &path.display().to_string(),
+                    "version",
+                    format!("unsupported version {v:?} (expected \"v1\")"),
+                ));
+            }
+            None => {
+                return Err(value_err(
+                    &path.display().to_string(),
+                    "version",
+                    "missing (expected \"v1\")",
+                ));
+            }
         }
         Ok(f)
     }
@@ -316,6 +386,13 @@ impl ConfigFile {
         if let Some(q) = &h.quiet_period {
             s.quiet_period =
                 parse_duration(q).map_err(|w| value_err(origin, "health.quietPeriod", w))?;
+            if s.quiet_period < MIN_QUIET_PERIOD {
+                return Err(value_err(
+                    origin,
+                    "health.quietPeriod",
+                    quiet_period_too_short(q),
+                ));
+            }
         }
         if let Some(q) = &h.check_interval {
             let d = parse_duration(q).map_err(|w| value_err(origin, "health.checkInterval", w))?;
@@ -359,6 +436,18 @@ impl ConfigFile {
                         origin,
                         &format!("{field}.replicas"),
                         "must be at least 1",
+                    ));
+                }
+                let max = crate::plan::MAX_DEVICES_PER_RESOURCE;
+                if r.replicas as usize > max {
+                    return Err(value_err(
+                        origin,
+                        &format!("{field}.replicas"),
+                        format!(
+                            "{} is more than {max}, the most devices one resource may advertise \
+                             (a kubelet refuses device lists over 4 MiB)",
+                            r.replicas
+                        ),
                     ));
                 }
                 let advertised = match &r.rename {
@@ -420,10 +509,6 @@ impl Settings {
                 "plugin.kubeletSocket (--kubelet-socket)",
                 "must be a file name inside the plugin directory",
             ));
-        }
-        if self.quiet_period.is_zero() && self.recover {
-            // A zero quiet period is allowed: the GPU is offered again as soon
-            // as its fault is over (useful in tests).
         }
         Ok(())
     }

@@ -154,6 +154,8 @@ impl HealthTracker {
             return Outcome::UnknownGpu;
         };
         match ev {
+            // XID 0 is no XID: NVML's "no data", not a fault.
+            HealthEvent::Xid { xid: 0, .. } => Outcome::Unchanged,
             HealthEvent::Xid { xid, .. } => {
                 self.gpus[i].xid_count += 1;
                 if self.policy.ignored_xids.contains(xid) {
@@ -240,6 +242,15 @@ mod tests {
         assert!(t.is_healthy(0));
         assert_eq!(t.gpus()[0].xid_count, 1);
         assert_eq!(t.apply(&xid("zz", 79), now), Outcome::UnknownGpu);
+    }
+
+    /// `xid <gpu> 0` counted as a fault.
+    #[test]
+    fn xid_zero_counts_as_a_fault() {
+        let mut t = tracker(true);
+        assert_eq!(t.apply(&xid("a", 0), Instant::now()), Outcome::Unchanged);
+        assert!(t.is_healthy(0));
+        assert_eq!(t.gpus()[0].xid_count, 0);
     }
 
     #[test]

@@ -8,15 +8,18 @@
 //! [`server`] speaks gRPC to the kubelet over unix sockets.
 
 pub mod agent;
+pub mod authority;
 pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod health;
 pub mod http;
 pub mod labels;
+pub mod lock;
 pub mod metrics;
 pub mod plan;
 pub mod server;
+pub mod text;
 
 /// Generated code for the kubelet device plugin API (package `v1beta1`).
 #[allow(clippy::all, missing_docs)]

@@ -5,6 +5,7 @@
 use crate::api;
 use crate::backend::Inventory;
 use crate::config::{DeviceIdStrategy, MigStrategy, Settings};
+use crate::text::shown;
 use gpusched_model::labels::{RESOURCE_GPU, RESOURCE_MIG_PREFIX};
 use gpusched_model::topology::{GpuTopo, choose};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -57,7 +58,24 @@ pub enum PlanError {
     MixedMig(String),
     #[error("two resources would be advertised as {0:?}")]
     DuplicateResource(String),
+    #[error(
+        "field `{field}`: {replicas} replicas × {units} devices = {devices} devices for {resource}; \
+         at most {max} per resource (a kubelet refuses device lists over 4 MiB)"
+    )]
+    TooManyDevices {
+        field: String,
+        resource: String,
+        replicas: u32,
+        units: usize,
+        devices: u64,
+        max: usize,
+    },
 }
+
+/// Most device ids one resource may advertise. A `ListAndWatch` message of
+/// this many devices with the longest ids (MIG UUIDs with a replica suffix)
+/// encodes to about 1.2 MB, well under the 4 MiB a kubelet accepts.
+pub const MAX_DEVICES_PER_RESOURCE: usize = 16_384;
 
 /// A request the kubelet (or anyone) should not have made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -170,13 +188,15 @@ impl ResourcePlan {
         for id in ids {
             let Some(&d) = self.by_id.get(id) else {
                 return Err(RequestError::Invalid(format!(
-                    "{what}: unknown device id {id:?} for resource {}",
+                    "{what}: unknown device id {} for resource {}",
+                    shown(id),
                     self.name
                 )));
             };
             if !seen.insert(d) {
                 return Err(RequestError::Invalid(format!(
-                    "{what}: device id {id:?} listed twice"
+                    "{what}: device id {} listed twice",
+                    shown(id)
                 )));
             }
             out.push(d);
@@ -295,8 +315,11 @@ impl ResourcePlan {
                 must.len()
             )));
         }
-        // Unhealthy devices are never preferred (must_include ones are kept:
-        // the kubelet already holds them).
+        // Unhealthy devices are never added to the set. must_include ones
+        // are returned as given, healthy or not: the kubelet has already
+        // chosen them (its available list holds only devices it saw healthy,
+        // so an unhealthy one here turned unhealthy since), and `Allocate`
+        // refuses an unhealthy device with FailedPrecondition.
         let healthy = |d: &usize| {
             unit_healthy
                 .get(self.devices[*d].unit)
@@ -391,6 +414,31 @@ fn mig_unit(inv: &Inventory, gi: usize, mi: usize) -> Unit {
     }
 }
 
+/// Time-slicing entries that match no resource the node offers (a MIG
+/// profile under `migStrategy: none`, a profile the node does not have …),
+/// as warnings naming the entry: they are ignored, but not silently.
+pub fn unused_replication(plans: &[ResourcePlan], s: &Settings) -> Vec<String> {
+    let strategy = match s.mig_strategy {
+        MigStrategy::None => "none",
+        MigStrategy::Single => "single",
+        MigStrategy::Mixed => "mixed",
+    };
+    let offered: Vec<&str> = plans.iter().map(|p| p.name.as_str()).collect();
+    s.replication
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !offered.contains(&r.advertised.as_str()))
+        .map(|(i, r)| {
+            format!(
+                "sharing.timeSlicing.resources[{i}] ({}) is ignored: this node offers no such \
+                 resource with migStrategy {strategy} (it offers {})",
+                r.name,
+                offered.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// Builds the resources the node offers.
 pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, PlanError> {
     let mut groups: BTreeMap<String, Vec<Unit>> = BTreeMap::new();
@@ -459,6 +507,24 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
     }
     let mut plans: Vec<ResourcePlan> = Vec::new();
     for (name, units) in groups {
+        if let Some((i, r)) = s
+            .replication
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.name == name || r.advertised == name)
+        {
+            let devices = u64::from(r.replicas) * units.len() as u64;
+            if devices > MAX_DEVICES_PER_RESOURCE as u64 {
+                return Err(PlanError::TooManyDevices {
+                    field: format!("sharing.timeSlicing.resources[{i}].replicas"),
+                    resource: name,
+                    replicas: r.replicas,
+                    units: units.len(),
+                    devices,
+                    max: MAX_DEVICES_PER_RESOURCE,
+                });
+            }
+        }
         let p = ResourcePlan::new(name, units, s);
         if plans.iter().any(|q| q.name == p.name) {
             return Err(PlanError::DuplicateResource(p.name));
@@ -566,6 +632,28 @@ mod tests {
         assert!(p.preferred(&all, &[], 4, &h).is_err());
         assert!(p.preferred(&all, &[], 0, &h).is_err());
         assert!(p.preferred(&all[..2], &[id(3)], 1, &h).is_err());
+    }
+
+    /// The docs said unhealthy devices are never preferred, yet one in
+    /// must_include was returned. Decided: must_include is returned as
+    /// given (documented), and only healthy devices are added to it.
+    #[test]
+    fn must_include_unhealthy_device_is_returned() {
+        let i = inv(PCIE4);
+        let s = Settings::default();
+        let p = &build_plans(&i, &s).unwrap()[0];
+        let h = vec![true, false, true, true];
+        let id = |k: usize| i.gpus[k].uuid.clone();
+        let all: Vec<String> = (0..4).map(id).collect();
+        let got = p.preferred(&all, &[id(1)], 2, &h).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.contains(&id(1)), "{got:?}");
+        assert!(got.iter().filter(|g| **g != id(1)).all(|g| g != &id(1)));
+        // Allocate then refuses it.
+        assert!(matches!(
+            p.allocate(&[id(1)], &h, &s, &i),
+            Err(RequestError::Precondition(_))
+        ));
     }
 
     #[test]

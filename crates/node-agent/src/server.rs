@@ -6,6 +6,7 @@ use crate::agent::Agent;
 use crate::api;
 use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::api::registration_client::RegistrationClient;
+use crate::authority::{FixAuthority, SERVER_MAX_FRAME_SIZE};
 use crate::metrics::{RequestLabels, ResourceLabels};
 use hyper_util::rt::TokioIo;
 use std::os::unix::fs::MetadataExt;
@@ -253,8 +254,11 @@ async fn bind_and_serve(
     let svc = DevicePluginServer::new(PluginService::new(agent.clone(), res));
     let mut stop = stop;
     let task = tokio::spawn(async move {
-        let incoming = UnixListenerStream::new(listener);
+        // Clients that send the socket path as `:authority` (every gRPC
+        // but grpc-go) are served too: see `crate::authority`.
+        let incoming = UnixListenerStream::new(listener).map(|c| c.map(FixAuthority::new));
         let r = Server::builder()
+            .max_frame_size(Some(SERVER_MAX_FRAME_SIZE))
             .add_service(svc)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop.wait_for(|s| *s).await;

@@ -3,7 +3,8 @@
 //! control file.
 //!
 //! The control file is an append-only list of commands, one a line, read
-//! whenever it changes (a file that shrinks is read again from the top):
+//! whenever it changes (a file that shrinks, or a new file renamed over it,
+//! is read again from the top):
 //!
 //! ```text
 //! xid <gpu> <code>           # an XID error (ignored XIDs are ignored)
@@ -45,6 +46,31 @@ fn mig_memory_mib(profile: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The CUDA compute capability of a GPU model, for the fake backend (NVML
+/// reports it for real GPUs). Matched on whole `-`-separated words.
+pub fn compute_capability_of(model: &str) -> Option<(u32, u32)> {
+    const TABLE: &[(&[&str], (u32, u32))] = &[
+        (&["B200", "B100", "GB200", "B300", "GB300"], (10, 0)),
+        (&["H100", "H200", "H20", "H800", "GH200"], (9, 0)),
+        (&["L40", "L40S", "L4", "L20", "ADA"], (8, 9)),
+        (
+            &["A10", "A10G", "A40", "A16", "A2", "A6000", "A5000", "A4000"],
+            (8, 6),
+        ),
+        (&["A100", "A30", "A800"], (8, 0)),
+        (&["T4"], (7, 5)),
+        (&["V100"], (7, 0)),
+        (&["P40", "P4"], (6, 1)),
+        (&["P100"], (6, 0)),
+    ];
+    let upper = model.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split(['-', ' ', '_']).collect();
+    TABLE
+        .iter()
+        .find(|(names, _)| words.iter().any(|w| names.contains(w)))
+        .map(|(_, cc)| *cc)
+}
+
 impl FakeBackend {
     /// Reads a node file: a cluster file with exactly one node.
     pub fn from_file(path: &Path, control: Option<PathBuf>) -> Result<Self, BackendError> {
@@ -63,7 +89,12 @@ impl FakeBackend {
             path: origin.to_string(),
             message,
         };
-        let spec: ClusterSpec = serde_saphyr::from_str(text).map_err(|e| err(e.to_string()))?;
+        let spec: ClusterSpec = crate::config::parse_yaml(text).map_err(|e| {
+            err(match e.field {
+                Some(f) => format!("field `{f}`: {}", e.message),
+                None => e.message,
+            })
+        })?;
         let node_count: u64 = spec.nodes.iter().map(|g| g.count as u64).sum();
         if node_count != 1 {
             return Err(err(format!(
@@ -115,6 +146,7 @@ impl FakeBackend {
                 nvlink_peers: Vec::new(),
                 mig_enabled: false,
                 mig: Vec::new(),
+                compute_capability: compute_capability_of(&g.model),
             })
             .collect();
         for i in 0..gpus.len() {
@@ -144,6 +176,9 @@ impl FakeBackend {
             gpus,
             driver_version: "550.54.15".into(),
             cuda_version: "12.4".into(),
+            // A fake node has no machine of its own; `gpu.machine` reads
+            // `unknown` as GFD's does without a product name.
+            machine: None,
         }
     }
 
@@ -159,23 +194,24 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
     }
+    let quoted = crate::text::shown(line);
     let mut parts = line.split_whitespace();
     let cmd = parts.next().unwrap_or_default();
     let who = parts
         .next()
-        .ok_or_else(|| format!("{line:?}: missing GPU (uuid or index)"))?;
+        .ok_or_else(|| format!("{quoted}: missing GPU (uuid or index)"))?;
     let gpu = inv
         .gpus
         .iter()
         .find(|g| g.uuid == who || who.parse::<u32>().ok() == Some(g.index))
         .map(|g| g.uuid.clone())
-        .ok_or_else(|| format!("{line:?}: unknown GPU {who:?}"))?;
+        .ok_or_else(|| format!("{quoted}: unknown GPU {}", crate::text::shown(who)))?;
     let rest = parts.collect::<Vec<_>>().join(" ");
     let ev = match cmd {
         "xid" => {
-            let xid = rest
-                .parse::<u64>()
-                .map_err(|_| format!("{line:?}: xid needs a number"))?;
+            let xid = rest.parse::<u64>().ok().filter(|&x| x > 0).ok_or_else(|| {
+                format!("{quoted}: xid needs a positive number (0 is not an XID)")
+            })?;
             HealthEvent::Xid { gpu, xid }
         }
         "fail" => HealthEvent::CheckFailed {
@@ -197,7 +233,8 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
         "healthy" => HealthEvent::Release { gpu },
         other => {
             return Err(format!(
-                "{line:?}: unknown command {other:?} (xid, fail, unhealthy, healthy)"
+                "{quoted}: unknown command {} (xid, fail, unhealthy, healthy)",
+                crate::text::shown(other)
             ));
         }
     };
@@ -205,17 +242,21 @@ pub fn parse_control_line(line: &str, inv: &Inventory) -> Result<Option<HealthEv
 }
 
 fn control_loop(path: PathBuf, inv: Inventory, tx: UnboundedSender<HealthEvent>) {
+    use std::os::unix::fs::MetadataExt;
     let mut seen_lines = 0usize;
-    let mut last: Option<(u64, Option<SystemTime>)> = None;
+    // (device, inode, length, mtime): a file renamed over the old one is a
+    // new file, read from the top whatever its length.
+    type Stamp = (u64, u64, u64, Option<SystemTime>);
+    let mut last: Option<Stamp> = None;
     loop {
         if tx.is_closed() {
             return;
         }
         if let Ok(meta) = std::fs::metadata(&path) {
-            let stamp = (meta.len(), meta.modified().ok());
+            let stamp: Stamp = (meta.dev(), meta.ino(), meta.len(), meta.modified().ok());
             if last != Some(stamp) {
-                if let Some((old_len, _)) = last
-                    && stamp.0 < old_len
+                if let Some((dev, ino, old_len, _)) = last
+                    && (stamp.2 < old_len || (dev, ino) != (stamp.0, stamp.1))
                 {
                     seen_lines = 0;
                 }
@@ -367,6 +408,61 @@ mod tests {
         );
         assert_eq!(parse_control_line("# c", inv).unwrap(), None);
         assert!(parse_control_line("xid 9 79", inv).is_err());
+        // XID 0 is no XID (it used to count as a fault).
+        assert!(parse_control_line("xid 0 0", inv).is_err());
         assert!(parse_control_line("explode 0", inv).is_err());
+    }
+
+    /// A control file replaced by a rename (editors, `mv`) kept its old
+    /// line count, so its first lines were skipped.
+    #[test]
+    fn replaced_control_file_is_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("control");
+        std::fs::write(&path, "xid 0 79\n").unwrap();
+        let b = FakeBackend::from_yaml(NODE, "n.yaml").unwrap();
+        let b = FakeBackend {
+            control: Some(path.clone()),
+            ..b
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        b.watch_health(
+            HealthWatch {
+                check_interval: Duration::from_secs(1),
+            },
+            tx,
+        )
+        .unwrap();
+        let next = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<HealthEvent>| {
+            let t0 = std::time::Instant::now();
+            loop {
+                if let Ok(ev) = rx.try_recv() {
+                    return Some(ev);
+                }
+                if t0.elapsed() > Duration::from_secs(2) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let inv = b.inventory_ref();
+        assert_eq!(
+            next(&mut rx),
+            Some(HealthEvent::Xid {
+                gpu: inv.gpus[0].uuid.clone(),
+                xid: 79
+            })
+        );
+        // Same length, one line: only the inode tells it is new.
+        let tmp = d.path().join("control.new");
+        std::fs::write(&tmp, "xid 2 48\n").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        assert_eq!(
+            next(&mut rx),
+            Some(HealthEvent::Xid {
+                gpu: inv.gpus[2].uuid.clone(),
+                xid: 48
+            })
+        );
     }
 }

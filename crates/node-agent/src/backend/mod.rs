@@ -37,6 +37,8 @@ pub struct GpuInfo {
     pub nvlink_peers: Vec<u32>,
     pub mig_enabled: bool,
     pub mig: Vec<MigInfo>,
+    /// CUDA compute capability (major, minor), when known.
+    pub compute_capability: Option<(u32, u32)>,
 }
 
 /// What a backend found on the node.
@@ -46,6 +48,9 @@ pub struct Inventory {
     pub driver_version: String,
     /// `12.4`.
     pub cuda_version: String,
+    /// The machine's product name (DMI `product_name`, e.g. `DGX H100`),
+    /// when known.
+    pub machine: Option<String>,
 }
 
 /// Something a health source observed about one GPU (by UUID).

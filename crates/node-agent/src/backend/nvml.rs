@@ -157,7 +157,12 @@ impl DeviceBackend for NvmlBackend {
                     });
                 }
             }
+            let compute_capability = d
+                .cuda_compute_capability()
+                .ok()
+                .and_then(|c| Some((u32::try_from(c.major).ok()?, u32::try_from(c.minor).ok()?)));
             gpus.push(GpuInfo {
+                compute_capability,
                 index: i,
                 uuid,
                 model: product_label(&name),
@@ -268,10 +273,15 @@ impl DeviceBackend for NvmlBackend {
             g.topo.nvlink = domain[i];
             g.topo.pcie_switch = switch[i];
         }
+        let machine = std::fs::read_to_string("/sys/class/dmi/id/product_name")
+            .ok()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty());
         Ok(Inventory {
             gpus,
             driver_version,
             cuda_version,
+            machine,
         })
     }
 
