@@ -20,8 +20,9 @@
 //! subtree goes first (hierarchical dominant-resource fairness).
 #![allow(clippy::needless_range_loop)]
 
+use crate::reason::{QueueProblem, QuotaRule, QuotaViolation};
 use crate::snapshot::Snapshot;
-use gpusched_model::{Queue, ResourceVec};
+use gpusched_model::{Queue, ResourceKind, ResourceVec};
 use std::collections::BTreeMap;
 
 /// Index of a queue in [`QueueTree::queues`].
@@ -50,6 +51,12 @@ pub struct QueueTree {
 }
 
 const DIMS: usize = 4;
+const DIM_KINDS: [ResourceKind; DIMS] = [
+    ResourceKind::Cpu,
+    ResourceKind::Memory,
+    ResourceKind::Gpu,
+    ResourceKind::GpuMemory,
+];
 
 fn dims(r: &ResourceVec) -> [u64; DIMS] {
     [r.cpu_milli, r.memory, r.gpu_milli, r.gpu_mem_mib]
@@ -67,16 +74,15 @@ fn set_dim(r: &mut ResourceVec, d: usize, v: u64) {
 impl QueueTree {
     /// Builds the tree. A queue whose parent is missing (or that would form
     /// a cycle) hangs off the root; it is reported through `problems`.
-    pub fn build(queues: &[Queue]) -> (Self, Vec<String>) {
+    pub fn build(queues: &[Queue]) -> (Self, Vec<QueueProblem>) {
         let mut problems = Vec::new();
         let mut by_name = BTreeMap::new();
         let mut qs: Vec<Queue> = Vec::new();
         for q in queues {
             if by_name.contains_key(&q.name) {
-                problems.push(format!(
-                    "queue {:?} defined twice; the first one is used",
-                    q.name
-                ));
+                problems.push(QueueProblem::Duplicate {
+                    queue: q.name.clone(),
+                });
                 continue;
             }
             by_name.insert(q.name.clone(), qs.len());
@@ -89,7 +95,10 @@ impl QueueTree {
                 q.parent.as_ref().and_then(|p| {
                     let idx = by_name.get(p).copied();
                     if idx.is_none() {
-                        problems.push(format!("queue {:?}: parent {:?} does not exist", q.name, p));
+                        problems.push(QueueProblem::MissingParent {
+                            queue: q.name.clone(),
+                            parent: p.clone(),
+                        });
                     }
                     idx
                 })
@@ -101,10 +110,9 @@ impl QueueTree {
             let mut cur = Some(i);
             while let Some(c) = cur {
                 if seen[c] {
-                    problems.push(format!(
-                        "queue {:?}: parent chain forms a cycle",
-                        qs[i].name
-                    ));
+                    problems.push(QueueProblem::Cycle {
+                        queue: qs[i].name.clone(),
+                    });
                     parent[i] = None;
                     break;
                 }
@@ -316,19 +324,20 @@ impl QueueTree {
     /// ancestor; `None` if it is allowed. A queue that may not borrow is
     /// capped at its guarantee on every dimension its guarantee names
     /// (non-zero); other dimensions are not capped by that rule.
-    pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<String> {
+    pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<QuotaViolation> {
         for a in self.path(q) {
             let queue = &self.queues[a];
             let after = self.acct[a].usage.plus(extra);
             if let Some(l) = &queue.limit
                 && let Some(k) = after.first_exceeding(l)
             {
-                return Some(format!(
-                    "queue {:?} would exceed its limit on {k} ({} of {})",
-                    queue.name,
-                    after.get(&k),
-                    l.get(&k)
-                ));
+                return Some(QuotaViolation {
+                    queue: queue.name.clone(),
+                    rule: QuotaRule::Limit,
+                    would_use: after.get(&k),
+                    cap: l.get(&k),
+                    dimension: k,
+                });
             }
             if !queue.can_borrow {
                 let cap = &self.acct[a].guarantee;
@@ -338,13 +347,13 @@ impl QueueTree {
                     })
                     .collect();
                 if let Some(&d) = over.first() {
-                    let name = ["cpu", "memory", "nvidia.com/gpu", "gpu memory"][d];
-                    return Some(format!(
-                        "queue {:?} may not borrow beyond its guarantee on {name} ({} of {})",
-                        queue.name,
-                        dims(&after)[d],
-                        dims(cap)[d]
-                    ));
+                    return Some(QuotaViolation {
+                        queue: queue.name.clone(),
+                        rule: QuotaRule::NoBorrow,
+                        dimension: DIM_KINDS[d].clone(),
+                        would_use: dims(&after)[d],
+                        cap: dims(cap)[d],
+                    });
                 }
             }
         }
@@ -398,6 +407,7 @@ mod tests {
         assert!(
             t.quota_violation(1, &ResourceVec::new(0, 0, 2000))
                 .unwrap()
+                .to_string()
                 .contains("\"org\"")
         );
         assert!(
@@ -423,6 +433,11 @@ mod tests {
         c.parent = Some("nope".into());
         let (t, p) = QueueTree::build(&[a, b, c, q("c", 1, 0)]);
         assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p.contains(&QueueProblem::Duplicate { queue: "c".into() }));
+        assert!(p.contains(&QueueProblem::MissingParent {
+            queue: "c".into(),
+            parent: "nope".into()
+        }));
         assert!(!t.roots.is_empty());
     }
 }

@@ -25,13 +25,14 @@
 //! - **explain**: every pod left pending gets a message in kube-scheduler's
 //!   style plus queue, gang and reservation reasons.
 
-use crate::decision::{CycleOutput, Decision, EvictionKind, Explanation, GroupPhase, Verdict};
+use crate::decision::{CycleOutput, Decision, Explanation, GroupPhase, Verdict};
 use crate::fairshare::{QueueIdx, QueueTree};
 use crate::plugin::{Filter, FilterResult, PackEnv, Packer};
+use crate::reason::{EvictionKind, EvictionReason, NodeReason, NodeSummary, PendingReason};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
 use crate::state::ClusterState;
 use crate::statement::{Op, Statement};
-use gpusched_model::{GpuRequest, Pod, ResourceVec, TopologyConstraint};
+use gpusched_model::{GpuRequest, Pod, ResourceKind, ResourceVec, TopologyConstraint};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -120,7 +121,7 @@ struct SigCache {
     rep: PodId,
     ok: Vec<bool>,
     ok_list: Vec<NodeId>,
-    rejects: BTreeMap<Cow<'static, str>, u32>,
+    rejects: BTreeMap<NodeReason, u32>,
     heap: Option<BinaryHeap<HeapItem>>,
     log_pos: usize,
 }
@@ -142,7 +143,7 @@ struct Cycle<'s> {
     /// Bound or nominated this cycle.
     placed: Vec<bool>,
     out: CycleOutput,
-    notes: BTreeMap<PodId, String>,
+    notes: BTreeMap<PodId, PendingReason>,
     evictions: u32,
     /// Running members per group index.
     group_running: Vec<Vec<PodId>>,
@@ -253,10 +254,14 @@ impl Scheduler {
             group_running,
         };
         for (i, e) in errors {
-            c.notes
-                .insert(i as PodId, format!("snapshot inconsistent: {e}"));
+            c.notes.insert(
+                i as PodId,
+                PendingReason::SnapshotInconsistent {
+                    error: e.to_string(),
+                },
+            );
         }
-        let _ = problems;
+        c.out.warnings = problems;
         let jobs = build_jobs(
             snap,
             &c.tree,
@@ -324,7 +329,7 @@ impl Scheduler {
             let demand = job.demand(snap);
             if let Some(why) = c.tree.quota_violation(q, &demand) {
                 for &p in &job.pods {
-                    c.notes.insert(p, why.clone());
+                    c.notes.insert(p, PendingReason::Quota(why.clone()));
                 }
                 unplaced.push(j);
                 continue;
@@ -358,10 +363,10 @@ impl Scheduler {
         }
 
         // ---- preempt, then reclaim
-        for pass in [Pass::Preempt, Pass::Reclaim] {
+        for pass in [EvictionKind::Preempt, EvictionKind::Reclaim] {
             let enabled = match pass {
-                Pass::Preempt => self.opts.preemption,
-                Pass::Reclaim => self.opts.reclaim,
+                EvictionKind::Preempt => self.opts.preemption,
+                EvictionKind::Reclaim => self.opts.reclaim,
             };
             if !enabled {
                 continue;
@@ -392,12 +397,6 @@ impl Scheduler {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Pass {
-    Preempt,
-    Reclaim,
-}
-
 fn build_jobs(
     snap: &Snapshot,
     tree: &QueueTree,
@@ -405,7 +404,7 @@ fn build_jobs(
     group_running: &[Vec<PodId>],
     now_ms: u64,
     out: &mut CycleOutput,
-    notes: &mut BTreeMap<PodId, String>,
+    notes: &mut BTreeMap<PodId, PendingReason>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     let mut group_pending: BTreeMap<usize, Vec<PodId>> = BTreeMap::new();
@@ -415,14 +414,24 @@ fn build_jobs(
         };
         let id = i as PodId;
         let Some(q) = tree.idx(&p.pod.queue) else {
-            notes.insert(id, format!("queue {:?} does not exist", p.pod.queue));
+            notes.insert(
+                id,
+                PendingReason::QueueMissing {
+                    queue: p.pod.queue.clone(),
+                },
+            );
             continue;
         };
         match p.pod.group.as_deref() {
             Some(g) => match group_idx.get(g) {
                 Some(&gi) => group_pending.entry(gi).or_default().push(id),
                 None => {
-                    notes.insert(id, format!("pod group {g:?} does not exist"));
+                    notes.insert(
+                        id,
+                        PendingReason::GroupMissing {
+                            group: g.to_string(),
+                        },
+                    );
                 }
             },
             None => jobs.push(Job {
@@ -457,7 +466,10 @@ fn build_jobs(
             for &p in &pods {
                 notes.insert(
                     p,
-                    format!("pod group {:?}: queue {:?} does not exist", g.name, g.queue),
+                    PendingReason::GroupQueueMissing {
+                        group: g.name.clone(),
+                        queue: g.queue.clone(),
+                    },
                 );
             }
             continue;
@@ -473,7 +485,10 @@ fn build_jobs(
                 for &p in &pods {
                     notes.insert(
                         p,
-                        format!("pod group {:?} timed out after {} ms", g.name, t),
+                        PendingReason::GangTimedOut {
+                            group: g.name.clone(),
+                            after_ms: t,
+                        },
                     );
                 }
                 continue;
@@ -486,12 +501,11 @@ fn build_jobs(
                 for &p in &pods {
                     notes.insert(
                         p,
-                        format!(
-                            "pod group {:?}: {} of minMember {} pods exist; waiting for the rest",
-                            g.name,
-                            running + pods.len(),
-                            min
-                        ),
+                        PendingReason::GangIncomplete {
+                            group: g.name.clone(),
+                            have: (running + pods.len()) as u32,
+                            need: min as u32,
+                        },
                     );
                 }
                 continue;
@@ -541,21 +555,24 @@ impl<'s> Cycle<'s> {
         }
         let mut ok = vec![false; snap.nodes.len()];
         let mut ok_list = Vec::new();
-        let mut rejects: BTreeMap<Cow<'static, str>, u32> = BTreeMap::new();
+        let mut rejects: BTreeMap<NodeReason, u32> = BTreeMap::new();
         for (i, node) in snap.nodes.iter().enumerate() {
-            let mut verdict = FilterResult::Pass;
+            let mut refused = None;
             for f in filters {
-                verdict = f.filter(pod, node);
-                if verdict != FilterResult::Pass {
+                if let FilterResult::Reject(reason) = f.filter(pod, node) {
+                    refused = Some(NodeReason::Filter {
+                        plugin: Cow::Borrowed(f.name()),
+                        reason,
+                    });
                     break;
                 }
             }
-            match verdict {
-                FilterResult::Pass => {
+            match refused {
+                None => {
                     ok[i] = true;
                     ok_list.push(i as NodeId);
                 }
-                FilterResult::Reject(r) => *rejects.entry(r).or_insert(0) += 1,
+                Some(r) => *rejects.entry(r).or_insert(0) += 1,
             }
         }
         let s = self.sigs.len();
@@ -752,10 +769,11 @@ impl<'s> Cycle<'s> {
                 let fitted = st.len();
                 self.rollback(&mut st, 0);
                 if job.group.is_some() && dom.is_none() {
-                    let why = format!(
-                        "pod group {:?}: only {} of the {} required pods fit now (all-or-nothing).",
-                        job.name, fitted, job.need
-                    );
+                    let why = PendingReason::GangShort {
+                        group: job.name.clone(),
+                        fit: fitted as u32,
+                        need: job.need as u32,
+                    };
                     for &p in &job.pods {
                         self.notes.entry(p).or_insert_with(|| why.clone());
                     }
@@ -800,13 +818,12 @@ impl<'s> Cycle<'s> {
         if let Some(t) = job.topology
             && job.need > 1
         {
-            let why = format!(
-                "pod group {:?}: no {} can hold all {} required pods{}",
-                job.name,
-                level_name(t.level),
-                job.need,
-                if t.required { " (required)" } else { "" }
-            );
+            let why = PendingReason::NoTopologyDomain {
+                group: job.name.clone(),
+                level: t.level,
+                need: job.need as u32,
+                required: t.required,
+            };
             for &p in &job.pods {
                 self.notes.entry(p).or_insert_with(|| why.clone());
             }
@@ -917,7 +934,9 @@ impl<'s> Cycle<'s> {
                         .push(Decision::Nominate { pod: p, node: n });
                     self.notes.insert(
                         p,
-                        format!("waited longer than the reservation threshold; node {} is reserved for it and drains", self.snap.nodes[n as usize].name),
+                        PendingReason::Reserved {
+                            node: self.snap.nodes[n as usize].name.clone(),
+                        },
                     );
                 }
                 k += 1;
@@ -941,7 +960,7 @@ impl<'s> Cycle<'s> {
 
     fn is_victim_ok(
         &self,
-        pass: Pass,
+        pass: EvictionKind,
         job: &Job,
         v: PodId,
         surplus: &BTreeMap<QueueIdx, u64>,
@@ -957,8 +976,8 @@ impl<'s> Cycle<'s> {
             return false;
         };
         match pass {
-            Pass::Preempt => vq == job.queue && ps.pod.priority < job.priority,
-            Pass::Reclaim => {
+            EvictionKind::Preempt => vq == job.queue && ps.pod.priority < job.priority,
+            EvictionKind::Reclaim => {
                 vq != job.queue
                     && self.tree.queues[vq].reclaimable
                     && surplus.get(&vq).copied().unwrap_or(0) >= ps.pod.demand().gpu_milli
@@ -970,7 +989,7 @@ impl<'s> Cycle<'s> {
         &mut self,
         filters: &[Box<dyn Filter>],
         packer: &dyn Packer,
-        pass: Pass,
+        pass: EvictionKind,
         j: JobId,
         job: &Job,
     ) {
@@ -979,7 +998,7 @@ impl<'s> Cycle<'s> {
         }
         // reclaim only for queues below what they deserve
         let mut surplus: BTreeMap<QueueIdx, u64> = BTreeMap::new();
-        if pass == Pass::Reclaim {
+        if pass == EvictionKind::Reclaim {
             let a = &self.tree.acct[job.queue];
             let after = a.usage.gpu_milli + job.demand(self.snap).gpu_milli;
             if after > a.deserved.gpu_milli.max(a.guarantee.gpu_milli) {
@@ -1116,7 +1135,7 @@ impl<'s> Cycle<'s> {
                     return;
                 }
             }
-            if pass == Pass::Reclaim {
+            if pass == EvictionKind::Reclaim {
                 for &v in &victims {
                     if let Some(vq) = self.tree.idx(&self.pod(v).queue)
                         && let Some(s) = surplus.get_mut(&vq)
@@ -1143,14 +1162,13 @@ impl<'s> Cycle<'s> {
         // so nothing else takes the freed capacity this cycle.
         let _ = st.commit();
         let reason = match pass {
-            Pass::Preempt => format!(
-                "preempted by higher-priority {:?} (priority {})",
-                job.name, job.priority
-            ),
-            Pass::Reclaim => format!(
-                "reclaimed for queue {:?} (below its deserved share)",
-                self.tree.queues[job.queue].name
-            ),
+            EvictionKind::Preempt => EvictionReason::Preempted {
+                by: job.name.clone(),
+                priority: job.priority,
+            },
+            EvictionKind::Reclaim => EvictionReason::Reclaimed {
+                for_queue: self.tree.queues[job.queue].name.clone(),
+            },
         };
         for &v in &victims {
             self.evictions += 1;
@@ -1161,10 +1179,6 @@ impl<'s> Cycle<'s> {
             }
             self.out.decisions.push(Decision::Evict {
                 pod: v,
-                kind: match pass {
-                    Pass::Preempt => EvictionKind::Preempt,
-                    Pass::Reclaim => EvictionKind::Reclaim,
-                },
                 reason: reason.clone(),
             });
         }
@@ -1178,11 +1192,10 @@ impl<'s> Cycle<'s> {
                 .push(Decision::Nominate { pod: p, node: n });
             self.notes.insert(
                 p,
-                format!(
-                    "{} victim(s) evicted to make room; waiting for them to terminate on {}",
-                    victims.len(),
-                    self.snap.nodes[n as usize].name
-                ),
+                PendingReason::VictimsTerminating {
+                    victims: victims.len() as u32,
+                    node: self.snap.nodes[n as usize].name.clone(),
+                },
             );
         }
     }
@@ -1198,7 +1211,7 @@ impl<'s> Cycle<'s> {
 
     /// Messages for every pod left pending.
     fn explain(&mut self, filters: &[Box<dyn Filter>], packer: &dyn Packer, jobs: &[Job]) {
-        let mut diag_cache: BTreeMap<usize, (Verdict, String)> = BTreeMap::new();
+        let mut diag_cache: BTreeMap<usize, (Verdict, Option<NodeSummary>)> = BTreeMap::new();
         let mut job_of: BTreeMap<PodId, &Job> = BTreeMap::new();
         for j in jobs {
             for &p in &j.pods {
@@ -1225,7 +1238,7 @@ impl<'s> Cycle<'s> {
                 self.out.explanations.push(Explanation {
                     pod: p,
                     verdict: Verdict::Unschedulable,
-                    message: note.unwrap_or_else(|| "nominated; waiting for capacity".into()),
+                    reasons: vec![note.unwrap_or(PendingReason::Nominated)],
                 });
                 continue;
             }
@@ -1239,18 +1252,17 @@ impl<'s> Cycle<'s> {
                     })
                     .clone()
             } else {
-                (Verdict::Unschedulable, String::new())
+                (Verdict::Unschedulable, None)
             };
-            let message = match (note, diag.is_empty()) {
-                (Some(n), true) => n,
-                (Some(n), false) => format!("{diag} {n}"),
-                (None, false) => diag,
-                (None, true) => "fits now; it will be placed in a following cycle".to_string(),
-            };
+            let reasons = diag
+                .map(PendingReason::Nodes)
+                .into_iter()
+                .chain(note)
+                .collect();
             self.out.explanations.push(Explanation {
                 pod: p,
                 verdict,
-                message,
+                reasons,
             });
         }
     }
@@ -1262,15 +1274,6 @@ fn op_node(op: &Op) -> NodeId {
     }
 }
 
-fn level_name(l: gpusched_model::TopologyLevel) -> &'static str {
-    match l {
-        gpusched_model::TopologyLevel::Node => "node",
-        gpusched_model::TopologyLevel::NvlinkDomain => "NVLink domain",
-        gpusched_model::TopologyLevel::Rack => "rack",
-        gpusched_model::TopologyLevel::Block => "block",
-    }
-}
-
 /// kube-scheduler-style summary of why no node takes `pod` now.
 fn diagnose(
     cs: &ClusterState<'_>,
@@ -1278,8 +1281,8 @@ fn diagnose(
     reserved: &[Option<JobId>],
     packer: &dyn Packer,
     pod: &Pod,
-) -> (Verdict, String) {
-    let mut reasons: BTreeMap<Cow<'static, str>, u32> = sig.rejects.clone();
+) -> (Verdict, Option<NodeSummary>) {
+    let mut reasons: BTreeMap<NodeReason, u32> = sig.rejects.clone();
     let mut ever_fits = false;
     let mut fits_now = 0u32;
     for &n in &sig.ok_list {
@@ -1300,28 +1303,26 @@ fn diagnose(
             ever_fits = true;
         }
         let free = &cs.get(n).free;
-        let mut miss: Vec<Cow<'static, str>> = Vec::new();
+        let mut miss: Vec<NodeReason> = Vec::new();
         if pod.requests.cpu_milli > free.cpu_milli {
-            miss.push("Insufficient cpu".into());
+            miss.push(NodeReason::Insufficient(ResourceKind::Cpu));
         }
         if pod.requests.memory > free.memory {
-            miss.push("Insufficient memory".into());
+            miss.push(NodeReason::Insufficient(ResourceKind::Memory));
         }
         for (k, v) in &pod.requests.ext {
             if *v > free.ext_get(k) {
-                miss.push(format!("Insufficient {k}").into());
+                miss.push(NodeReason::Insufficient(ResourceKind::Extended(k.clone())));
             }
         }
         if !pod.gpu.is_none() && packer.place(pod, n, cs).is_none() {
             miss.push(match pod.gpu {
-                GpuRequest::Share { .. } => {
-                    "Insufficient GPU share (no GPU with enough free compute/memory)".into()
-                }
-                _ => "Insufficient nvidia.com/gpu".into(),
+                GpuRequest::Share { .. } => NodeReason::InsufficientGpuShare,
+                _ => NodeReason::Insufficient(ResourceKind::Gpu),
             });
         }
         if miss.is_empty() && reserved[n as usize].is_some() {
-            miss.push("node(s) reserved for a waiting job".into());
+            miss.push(NodeReason::ReservedForOtherJob);
         }
         if miss.is_empty() {
             fits_now += 1;
@@ -1330,14 +1331,11 @@ fn diagnose(
             *reasons.entry(m).or_insert(0) += 1;
         }
     }
-    let mut parts: Vec<(u32, Cow<'static, str>)> =
-        reasons.into_iter().map(|(r, c)| (c, r)).collect();
-    parts.sort_by(|a, b| a.1.cmp(&b.1));
-    let body = parts
-        .iter()
-        .map(|(c, r)| format!("{c} {r}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut counts: Vec<(String, NodeReason, u32)> = reasons
+        .into_iter()
+        .map(|(r, c)| (r.to_string(), r, c))
+        .collect();
+    counts.sort_by(|a, b| a.0.cmp(&b.0));
     let verdict = if ever_fits {
         Verdict::Unschedulable
     } else {
@@ -1346,8 +1344,11 @@ fn diagnose(
     if fits_now > 0 {
         // the pod alone would fit; the reason is its gang, queue or
         // reservation, which the caller's note gives.
-        return (verdict, String::new());
+        return (verdict, None);
     }
-    let msg = format!("0/{} nodes are available: {}.", cs.len(), body);
-    (verdict, msg)
+    let summary = NodeSummary {
+        total: cs.len() as u32,
+        counts: counts.into_iter().map(|(_, r, c)| (r, c)).collect(),
+    };
+    (verdict, Some(summary))
 }

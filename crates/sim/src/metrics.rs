@@ -49,8 +49,7 @@ pub struct Totals {
     /// Pods evicted by the scheduler to restore another queue's deserved
     /// share (`EvictionKind::Reclaim`).
     pub reclaims: u64,
-    /// Evictions by the scheduler, by kind of reason (text before the first
-    /// `:`, quoted names and parenthesised details removed).
+    /// Evictions by the scheduler, by kind (`EvictionKind::label`).
     pub evictions_by_reason: BTreeMap<String, u64>,
     /// Pods put back in the queue at once (preempted, drained, or restarted
     /// with their gang after a preemption).
