@@ -9,7 +9,7 @@ use super::SchedulerOptions;
 use super::candidates::SigCache;
 use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
-use crate::fairshare::QueueTree;
+use crate::fairshare::{QueueIdx, QueueTree};
 use crate::plugin::{Filter, PackEnv, Packer};
 use crate::reason::PendingReason;
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
@@ -27,6 +27,8 @@ pub(super) struct Cycle<'s> {
     pub now_ms: u64,
     pub cs: ClusterState<'s>,
     pub tree: QueueTree,
+    /// The queue of every pod of the snapshot (looked up once per cycle).
+    pub pod_queue: Vec<Option<QueueIdx>>,
     pub sigs: Vec<SigCache>,
     pub sig_index: BTreeMap<u64, Vec<usize>>,
     pub pod_sig: Vec<Option<usize>>,
@@ -103,6 +105,7 @@ impl<'s> Cycle<'s> {
                 group_running[*g].push(i as PodId);
             }
         }
+        let pod_queue = snap.pods.iter().map(|p| tree.idx(&p.pod.queue)).collect();
         let mut c = Cycle {
             snap,
             filters,
@@ -111,6 +114,7 @@ impl<'s> Cycle<'s> {
             now_ms,
             cs,
             tree,
+            pod_queue,
             sigs: Vec::new(),
             sig_index: BTreeMap::new(),
             pod_sig: vec![None; n_pods],

@@ -48,6 +48,7 @@ impl Action for Evict {
 impl<'s> Cycle<'s> {
     /// Whether running pod `v` may be evicted for `job` by this pass
     /// (`surplus`: what each queue holds above its deserved share).
+    #[inline]
     fn is_victim_ok(
         &self,
         pass: EvictionKind,
@@ -62,7 +63,7 @@ impl<'s> Cycle<'s> {
         {
             return false;
         }
-        let Some(vq) = self.tree.idx(&ps.pod.queue) else {
+        let Some(vq) = self.pod_queue[v as usize] else {
             return false;
         };
         match pass {
@@ -74,6 +75,7 @@ impl<'s> Cycle<'s> {
             }
         }
     }
+
     /// Evicts for `job` if that makes it fit (all its `need` pods).
     fn try_evict_for(&mut self, pass: EvictionKind, j: JobId, job: &Job) {
         if job.topology.is_some_and(|t| t.required) && job.need > 1 {
@@ -110,15 +112,18 @@ impl<'s> Cycle<'s> {
             let pod = self.pod(p);
             let mut best: Option<((i32, usize, NodeId), Vec<PodId>)> = None;
             let cands = self.sigs[s].ok_list.clone();
+            // candidate victims on one node (reused: this loop is hot)
+            let mut vs: Vec<PodId> = Vec::new();
             for n in cands {
                 if self.reserved[n as usize].is_some_and(|r| r != j) {
                     continue;
                 }
-                let mut vs: Vec<PodId> = self.on_node[n as usize]
-                    .iter()
-                    .copied()
-                    .filter(|&v| self.is_victim_ok(pass, job, v, &surplus))
-                    .collect();
+                vs.clear();
+                for &v in &self.on_node[n as usize] {
+                    if self.is_victim_ok(pass, job, v, &surplus) {
+                        vs.push(v);
+                    }
+                }
                 if vs.is_empty() {
                     continue;
                 }
