@@ -71,6 +71,15 @@ fn set_dim(r: &mut ResourceVec, d: usize, v: u64) {
     }
 }
 
+/// A queue's GPU guarantee in milli-GPU: its plain GPU guarantee plus its
+/// per-model guarantees (they add: `{gpu: 2, by model H100: 4}` guarantees
+/// six GPUs, four of them H100).
+pub fn gpu_guarantee(q: &Queue) -> u64 {
+    q.gpu_guarantee_by_model
+        .values()
+        .fold(q.guarantee.gpu_milli, |a, b| a.saturating_add(*b))
+}
+
 impl QueueTree {
     /// Builds the tree. A queue whose parent is missing (or that would form
     /// a cycle) hangs off the root; it is reported through `problems`.
@@ -132,7 +141,7 @@ impl QueueTree {
             .iter()
             .map(|q| {
                 let mut g = q.guarantee.clone();
-                g.gpu_milli = g.gpu_milli.max(q.gpu_guarantee_by_model.values().sum());
+                g.gpu_milli = gpu_guarantee(q);
                 QueueAcct {
                     guarantee: g,
                     ..Default::default()
@@ -421,6 +430,22 @@ mod tests {
         assert_eq!(t.acct[0].deserved.gpu_milli, 4000);
         assert_eq!(t.acct[1].deserved.gpu_milli, 4000);
         assert_eq!(t.acct[2].deserved.gpu_milli, 6000);
+    }
+
+    #[test]
+    fn per_model_guarantees_add_to_the_gpu_guarantee() {
+        let mut a = q("a", 1, 2000);
+        a.gpu_guarantee_by_model.insert("H100".into(), 4000);
+        a.gpu_guarantee_by_model.insert("A100".into(), 1000);
+        assert_eq!(gpu_guarantee(&a), 7000);
+        let (mut t, _) = QueueTree::build(&[a, q("b", 1, 0)]);
+        assert_eq!(t.acct[0].guarantee.gpu_milli, 7000);
+        t.acct[0].pending.gpu_milli = 100_000;
+        t.acct[1].pending.gpu_milli = 100_000;
+        t.compute_deserved(&ResourceVec::new(0, 0, 10_000));
+        // a: 7000 guaranteed, the other 3000 split 1:1
+        assert_eq!(t.acct[0].deserved.gpu_milli, 8500);
+        assert_eq!(t.acct[1].deserved.gpu_milli, 1500);
     }
 
     #[test]
