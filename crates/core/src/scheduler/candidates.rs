@@ -7,7 +7,7 @@
 
 use super::cycle::Cycle;
 use super::jobs::JobId;
-use crate::plugin::{FilterResult, Placement};
+use crate::plugin::{FilterResult, Placement, SchedulingKey};
 use crate::reason::NodeReason;
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use gpusched_model::Pod;
@@ -37,28 +37,22 @@ pub(super) struct SigCache {
     log_pos: usize,
 }
 
-fn sig_hash(p: &Pod) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    p.requests.hash(&mut h);
-    p.gpu.hash(&mut h);
-    p.gpu_models.hash(&mut h);
-    p.min_gpu_memory_mib.hash(&mut h);
-    p.node_selector.hash(&mut h);
-    format!("{:?}{:?}", p.affinity, p.tolerations).hash(&mut h);
-    h.finish()
-}
-fn same_sig(a: &Pod, b: &Pod) -> bool {
-    a.requests == b.requests
-        && a.gpu == b.gpu
-        && a.gpu_models == b.gpu_models
-        && a.min_gpu_memory_mib == b.min_gpu_memory_mib
-        && a.node_selector == b.node_selector
-        && a.affinity == b.affinity
-        && a.tolerations == b.tolerations
-}
-
 impl<'s> Cycle<'s> {
+    /// The key of pod `p`'s cache entry: what the core reads, then what each
+    /// filter and the packer declare.
+    fn scheduling_key(&self, pod: &Pod) -> SchedulingKey {
+        let mut key = SchedulingKey::new();
+        key.add(&pod.requests);
+        key.add(&pod.gpu);
+        key.add(&pod.gpu_models);
+        key.add(&pod.min_gpu_memory_mib);
+        for f in self.filters {
+            f.scheduling_key(pod, &mut key);
+        }
+        self.packer.scheduling_key(pod, &mut key);
+        key
+    }
+
     /// The signature entry of pod `p` (computing the filter verdicts the
     /// first time a signature is seen).
     pub fn sig_of(&mut self, p: PodId) -> usize {
@@ -66,15 +60,11 @@ impl<'s> Cycle<'s> {
             return s;
         }
         let pod = self.pod(p);
-        let h = sig_hash(pod);
+        let key = self.scheduling_key(pod);
         let snap = self.snap;
-        if let Some(list) = self.sig_index.get(&h) {
-            for &s in list {
-                if same_sig(&snap.pods[self.sigs[s].rep as usize].pod, pod) {
-                    self.pod_sig[p as usize] = Some(s);
-                    return s;
-                }
-            }
+        if let Some(&s) = self.sig_index.get(&key) {
+            self.pod_sig[p as usize] = Some(s);
+            return s;
         }
         let mut ok = vec![false; snap.nodes.len()];
         let mut ok_list = Vec::new();
@@ -107,7 +97,7 @@ impl<'s> Cycle<'s> {
             heap: None,
             log_pos: 0,
         });
-        self.sig_index.entry(h).or_default().push(s);
+        self.sig_index.insert(key, s);
         self.pod_sig[p as usize] = Some(s);
         s
     }

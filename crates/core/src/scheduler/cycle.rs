@@ -10,7 +10,7 @@ use super::candidates::SigCache;
 use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree};
-use crate::plugin::{Filter, PackEnv, Packer};
+use crate::plugin::{Filter, PackEnv, Packer, SchedulingKey};
 use crate::reason::PendingReason;
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
 use crate::state::ClusterState;
@@ -30,7 +30,8 @@ pub(super) struct Cycle<'s> {
     /// The queue of every pod of the snapshot (looked up once per cycle).
     pub pod_queue: Vec<Option<QueueIdx>>,
     pub sigs: Vec<SigCache>,
-    pub sig_index: BTreeMap<u64, Vec<usize>>,
+    /// Cache entry of each scheduling key.
+    pub sig_index: BTreeMap<SchedulingKey, usize>,
     pub pod_sig: Vec<Option<usize>>,
     pub change_log: Vec<NodeId>,
     /// The job each node is reserved (or nominated) for.
