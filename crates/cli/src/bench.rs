@@ -124,8 +124,12 @@ fn time_cycle(cfg: &SchedulerConfig, snap: &Snapshot, name: &str) -> anyhow::Res
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    let mut cfg = SchedulerConfig::default();
-    cfg.packing.policy = a.policy.clone();
+    let cfg = SchedulerConfig {
+        packing: gpusched_plugins::PackingConfig::from(
+            a.policy.parse::<gpusched_plugins::PolicyName>()?,
+        ),
+        ..SchedulerConfig::default()
+    };
     gpusched_plugins::build(&cfg)?;
 
     // memory per node / per pod

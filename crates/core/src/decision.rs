@@ -1,5 +1,6 @@
 //! The scheduler's output.
 
+use crate::reason::{EvictionReason, PendingReason, QueueProblem};
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use serde::{Deserialize, Serialize};
 
@@ -25,25 +26,13 @@ pub enum Decision {
         node: NodeId,
         gpus: GpuAssignment,
     },
-    /// Evict a running pod (preemption, reclaim).
-    Evict {
-        pod: PodId,
-        kind: EvictionKind,
-        reason: String,
-    },
+    /// Evict a running pod (preemption, reclaim); `reason.kind()` tells
+    /// which, `reason.to_string()` renders it.
+    Evict { pod: PodId, reason: EvictionReason },
     /// Remember that a node is being freed for a pending pod.
     Nominate { pod: PodId, node: NodeId },
     /// A pod group changed phase.
     Group { group: String, phase: GroupPhase },
-}
-
-/// Why a pod is evicted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EvictionKind {
-    /// For a higher-priority job of the same queue.
-    Preempt,
-    /// For a queue below its deserved share.
-    Reclaim,
 }
 
 /// Whether a pending pod may fit later.
@@ -55,12 +44,38 @@ pub enum Verdict {
     Unresolvable,
 }
 
-/// Why a pod is still pending, in kube-scheduler's words.
+/// Why a pod is still pending.
+///
+/// `reasons` holds, in order, the node summary (when no node takes the pod
+/// now) and the queue, quota, gang or reservation reason (when there is
+/// one). No reasons means the pod fits now and will be placed in a
+/// following cycle. [`Explanation::message`] renders them in
+/// kube-scheduler's words, e.g. `0/8 nodes are available: 3 Insufficient
+/// nvidia.com/gpu, 5 node(s) had untolerated taint(s). pod group "g": only 2
+/// of the 4 required pods fit now (all-or-nothing).`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     pub pod: PodId,
     pub verdict: Verdict,
-    pub message: String,
+    pub reasons: Vec<PendingReason>,
+}
+
+impl Explanation {
+    /// The reasons as one message (for events, `PodScheduled` conditions,
+    /// the CLI).
+    pub fn message(&self) -> String {
+        if self.reasons.is_empty() {
+            return "fits now; it will be placed in a following cycle".to_string();
+        }
+        let parts: Vec<String> = self.reasons.iter().map(|r| r.to_string()).collect();
+        parts.join(" ")
+    }
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
 }
 
 /// Counters of one cycle.
@@ -81,4 +96,7 @@ pub struct CycleOutput {
     pub decisions: Vec<Decision>,
     pub explanations: Vec<Explanation>,
     pub stats: CycleStats,
+    /// Problems with the snapshot's queue tree (the cycle went on with the
+    /// tree repaired; see [`QueueProblem`]).
+    pub warnings: Vec<QueueProblem>,
 }

@@ -20,8 +20,9 @@
 //! subtree goes first (hierarchical dominant-resource fairness).
 #![allow(clippy::needless_range_loop)]
 
+use crate::reason::{QueueProblem, QuotaRule, QuotaViolation};
 use crate::snapshot::Snapshot;
-use gpusched_model::{Queue, ResourceVec};
+use gpusched_model::{Queue, ResourceKind, ResourceVec};
 use std::collections::BTreeMap;
 
 /// Index of a queue in [`QueueTree::queues`].
@@ -50,6 +51,12 @@ pub struct QueueTree {
 }
 
 const DIMS: usize = 4;
+const DIM_KINDS: [ResourceKind; DIMS] = [
+    ResourceKind::Cpu,
+    ResourceKind::Memory,
+    ResourceKind::Gpu,
+    ResourceKind::GpuMemory,
+];
 
 fn dims(r: &ResourceVec) -> [u64; DIMS] {
     [r.cpu_milli, r.memory, r.gpu_milli, r.gpu_mem_mib]
@@ -64,19 +71,27 @@ fn set_dim(r: &mut ResourceVec, d: usize, v: u64) {
     }
 }
 
+/// A queue's GPU guarantee in milli-GPU: its plain GPU guarantee plus its
+/// per-model guarantees (they add: `{gpu: 2, by model H100: 4}` guarantees
+/// six GPUs, four of them H100).
+pub fn gpu_guarantee(q: &Queue) -> u64 {
+    q.gpu_guarantee_by_model
+        .values()
+        .fold(q.guarantee.gpu_milli, |a, b| a.saturating_add(*b))
+}
+
 impl QueueTree {
     /// Builds the tree. A queue whose parent is missing (or that would form
     /// a cycle) hangs off the root; it is reported through `problems`.
-    pub fn build(queues: &[Queue]) -> (Self, Vec<String>) {
+    pub fn build(queues: &[Queue]) -> (Self, Vec<QueueProblem>) {
         let mut problems = Vec::new();
         let mut by_name = BTreeMap::new();
         let mut qs: Vec<Queue> = Vec::new();
         for q in queues {
             if by_name.contains_key(&q.name) {
-                problems.push(format!(
-                    "queue {:?} defined twice; the first one is used",
-                    q.name
-                ));
+                problems.push(QueueProblem::Duplicate {
+                    queue: q.name.clone(),
+                });
                 continue;
             }
             by_name.insert(q.name.clone(), qs.len());
@@ -89,7 +104,10 @@ impl QueueTree {
                 q.parent.as_ref().and_then(|p| {
                     let idx = by_name.get(p).copied();
                     if idx.is_none() {
-                        problems.push(format!("queue {:?}: parent {:?} does not exist", q.name, p));
+                        problems.push(QueueProblem::MissingParent {
+                            queue: q.name.clone(),
+                            parent: p.clone(),
+                        });
                     }
                     idx
                 })
@@ -101,10 +119,9 @@ impl QueueTree {
             let mut cur = Some(i);
             while let Some(c) = cur {
                 if seen[c] {
-                    problems.push(format!(
-                        "queue {:?}: parent chain forms a cycle",
-                        qs[i].name
-                    ));
+                    problems.push(QueueProblem::Cycle {
+                        queue: qs[i].name.clone(),
+                    });
                     parent[i] = None;
                     break;
                 }
@@ -124,7 +141,7 @@ impl QueueTree {
             .iter()
             .map(|q| {
                 let mut g = q.guarantee.clone();
-                g.gpu_milli = g.gpu_milli.max(q.gpu_guarantee_by_model.values().sum());
+                g.gpu_milli = gpu_guarantee(q);
                 QueueAcct {
                     guarantee: g,
                     ..Default::default()
@@ -316,19 +333,20 @@ impl QueueTree {
     /// ancestor; `None` if it is allowed. A queue that may not borrow is
     /// capped at its guarantee on every dimension its guarantee names
     /// (non-zero); other dimensions are not capped by that rule.
-    pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<String> {
+    pub fn quota_violation(&self, q: QueueIdx, extra: &ResourceVec) -> Option<QuotaViolation> {
         for a in self.path(q) {
             let queue = &self.queues[a];
             let after = self.acct[a].usage.plus(extra);
             if let Some(l) = &queue.limit
                 && let Some(k) = after.first_exceeding(l)
             {
-                return Some(format!(
-                    "queue {:?} would exceed its limit on {k} ({} of {})",
-                    queue.name,
-                    after.get(&k),
-                    l.get(&k)
-                ));
+                return Some(QuotaViolation {
+                    queue: queue.name.clone(),
+                    rule: QuotaRule::Limit,
+                    would_use: after.get(&k),
+                    cap: l.get(&k),
+                    dimension: k,
+                });
             }
             if !queue.can_borrow {
                 let cap = &self.acct[a].guarantee;
@@ -338,13 +356,13 @@ impl QueueTree {
                     })
                     .collect();
                 if let Some(&d) = over.first() {
-                    let name = ["cpu", "memory", "nvidia.com/gpu", "gpu memory"][d];
-                    return Some(format!(
-                        "queue {:?} may not borrow beyond its guarantee on {name} ({} of {})",
-                        queue.name,
-                        dims(&after)[d],
-                        dims(cap)[d]
-                    ));
+                    return Some(QuotaViolation {
+                        queue: queue.name.clone(),
+                        rule: QuotaRule::NoBorrow,
+                        dimension: DIM_KINDS[d].clone(),
+                        would_use: dims(&after)[d],
+                        cap: dims(cap)[d],
+                    });
                 }
             }
         }
@@ -398,6 +416,7 @@ mod tests {
         assert!(
             t.quota_violation(1, &ResourceVec::new(0, 0, 2000))
                 .unwrap()
+                .to_string()
                 .contains("\"org\"")
         );
         assert!(
@@ -414,6 +433,22 @@ mod tests {
     }
 
     #[test]
+    fn per_model_guarantees_add_to_the_gpu_guarantee() {
+        let mut a = q("a", 1, 2000);
+        a.gpu_guarantee_by_model.insert("H100".into(), 4000);
+        a.gpu_guarantee_by_model.insert("A100".into(), 1000);
+        assert_eq!(gpu_guarantee(&a), 7000);
+        let (mut t, _) = QueueTree::build(&[a, q("b", 1, 0)]);
+        assert_eq!(t.acct[0].guarantee.gpu_milli, 7000);
+        t.acct[0].pending.gpu_milli = 100_000;
+        t.acct[1].pending.gpu_milli = 100_000;
+        t.compute_deserved(&ResourceVec::new(0, 0, 10_000));
+        // a: 7000 guaranteed, the other 3000 split 1:1
+        assert_eq!(t.acct[0].deserved.gpu_milli, 8500);
+        assert_eq!(t.acct[1].deserved.gpu_milli, 1500);
+    }
+
+    #[test]
     fn bad_trees_are_reported() {
         let mut a = q("a", 1, 0);
         a.parent = Some("b".into());
@@ -423,6 +458,11 @@ mod tests {
         c.parent = Some("nope".into());
         let (t, p) = QueueTree::build(&[a, b, c, q("c", 1, 0)]);
         assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p.contains(&QueueProblem::Duplicate { queue: "c".into() }));
+        assert!(p.contains(&QueueProblem::MissingParent {
+            queue: "c".into(),
+            parent: "nope".into()
+        }));
         assert!(!t.roots.is_empty());
     }
 }

@@ -13,15 +13,18 @@
 pub mod decision;
 pub mod fairshare;
 pub mod plugin;
+pub mod reason;
 pub mod scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod statement;
 
-pub use decision::{
-    CycleOutput, CycleStats, Decision, EvictionKind, Explanation, GroupPhase, Verdict,
+pub use decision::{CycleOutput, CycleStats, Decision, Explanation, GroupPhase, Verdict};
+pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement, SchedulingKey};
+pub use reason::{
+    EvictionKind, EvictionReason, NodeReason, NodeSummary, PendingReason, QueueProblem, QuotaRule,
+    QuotaViolation,
 };
-pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement};
 pub use scheduler::{Scheduler, SchedulerOptions};
 pub use snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
 pub use state::{ClusterState, NodeState};

@@ -8,6 +8,47 @@ use crate::snapshot::{GpuAssignment, NodeId, Snapshot};
 use crate::state::ClusterState;
 use gpusched_model::{Node, Pod};
 use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
+
+/// What a pod's cached verdicts and scores depend on: the fields the core
+/// reads (requests, GPU request, allowed GPU models, minimum GPU memory)
+/// plus every field each filter (and the packer) declares through
+/// `scheduling_key`. Pods with equal keys share one entry of the core's
+/// per-cycle cache (filter verdicts, score heap), like kube-scheduler's
+/// `SignPlugin`.
+///
+/// Fields are written exactly (their `Hash` encoding, which is prefix-free),
+/// not hashed, so equal keys mean equal fields. A plugin must add the same
+/// sequence of fields for every pod (what it adds may not depend on the
+/// pod's values, only the values themselves).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SchedulingKey {
+    bytes: Vec<u8>,
+}
+
+impl SchedulingKey {
+    /// An empty key.
+    pub fn new() -> Self {
+        SchedulingKey::default()
+    }
+
+    /// Adds one field the verdict depends on.
+    pub fn add<T: Hash + ?Sized>(&mut self, field: &T) {
+        field.hash(&mut KeyWriter(&mut self.bytes));
+    }
+}
+
+/// Writes a value's `Hash` encoding into a byte buffer.
+struct KeyWriter<'a>(&'a mut Vec<u8>);
+
+impl Hasher for KeyWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn finish(&self) -> u64 {
+        0
+    }
+}
 
 /// A filter's verdict for one pod on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,12 +62,17 @@ pub enum FilterResult {
 
 /// Filter extension point: static node suitability.
 ///
-/// Contract: the verdict depends only on the pod's scheduling fields and the
-/// node's spec (labels, taints, GPU models, schedulable flag), never on
-/// what runs there; the core caches verdicts per pod signature within a
-/// cycle. Capacity is checked by the core, not by filters.
+/// Contract: the verdict depends only on the pod fields the filter declares
+/// in [`Filter::scheduling_key`] and the node's spec (labels, taints, GPU
+/// models, schedulable flag), never on what runs there; the core caches
+/// verdicts per [`SchedulingKey`] within a cycle. Capacity is checked by the
+/// core, not by filters.
 pub trait Filter: Send + Sync {
     fn name(&self) -> &'static str;
+    /// Adds to `key` every pod field [`Filter::filter`] reads (nothing if it
+    /// reads none). A field read but not declared makes the core reuse
+    /// another pod's verdicts.
+    fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey);
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult;
 }
 
@@ -51,13 +97,18 @@ pub struct PackEnv<'s, 'c> {
 /// - `place` returns `None` when the pod's GPU request cannot be met on the
 ///   node (CPU, memory and extended resources are checked by the core);
 ///   otherwise a GPU assignment that [`ClusterState::assign`] accepts.
-/// - The result depends only on the pod's scheduling fields (not its name),
-///   the node's current state and what `prepare` computed: the core caches
-///   results per node version.
+/// - The result depends only on the pod's requests, GPU request, allowed
+///   GPU models and minimum GPU memory (which the core keys its cache on),
+///   any other pod field declared in [`Packer::scheduling_key`], the node's
+///   current state and what `prepare` computed: the core caches results per
+///   pod key and node version.
 /// - Deterministic: randomness only from the seed given to `prepare`.
 pub trait Packer: Send + Sync {
     fn name(&self) -> &'static str;
     /// Called once at the start of every cycle.
     fn prepare(&mut self, _env: &PackEnv<'_, '_>) {}
+    /// Adds to `key` the pod fields `place` reads beyond those the core
+    /// keys on already (see the contract); most packers read none.
+    fn scheduling_key(&self, _pod: &Pod, _key: &mut SchedulingKey) {}
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement>;
 }

@@ -20,6 +20,10 @@ fn gpusched_testkit_filters() -> Vec<Box<dyn Filter>> {
         fn name(&self) -> &'static str {
             "basic"
         }
+        fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+            key.add(&pod.tolerations);
+            key.add(&pod.gpu_models);
+        }
         fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
             if node.unschedulable {
                 return FilterResult::Reject("node(s) were unschedulable".into());
@@ -534,4 +538,206 @@ fn preemption_waits_for_terminating_victims_instead_of_evicting_more() {
         );
         assert!(binds(&snap, &out).is_empty());
     }
+}
+/// The reason of a pending pod by name (typed).
+fn reasons_of(snap: &Snapshot, out: &CycleOutput, name: &str) -> Vec<PendingReason> {
+    let id = snap.pods.iter().position(|p| p.pod.name == name).unwrap() as PodId;
+    out.explanations
+        .iter()
+        .find(|e| e.pod == id)
+        .map(|e| e.reasons.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn reasons_are_typed_with_their_facts() {
+    let mut capped = queue("capped");
+    capped.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 2000));
+    let snap = snapshot(
+        vec![
+            node("a").gpus(2).build(),
+            node("t")
+                .gpus(8)
+                .taint("x", "y", TaintEffect::NoSchedule)
+                .build(),
+        ],
+        vec![capped],
+        vec![],
+        vec![
+            pod("c1").gpus(2).queue("capped").build(),
+            pod("c2").gpus(1).queue("capped").build(),
+        ],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    let r = reasons_of(&snap, &out, "c2");
+    assert_eq!(
+        r.last(),
+        Some(&PendingReason::Quota(QuotaViolation {
+            queue: "capped".into(),
+            rule: QuotaRule::Limit,
+            dimension: ResourceKind::Gpu,
+            would_use: 3000,
+            cap: 2000,
+        })),
+        "{r:?}"
+    );
+    let PendingReason::Nodes(summary) = &r[0] else {
+        panic!("node summary first: {r:?}");
+    };
+    assert_eq!(summary.total, 2);
+    assert!(summary.counts.contains(&(
+        NodeReason::Filter {
+            plugin: "basic".into(),
+            reason: "node(s) had untolerated taint(s)".into()
+        },
+        1
+    )));
+    assert!(
+        summary
+            .counts
+            .contains(&(NodeReason::Insufficient(ResourceKind::Gpu), 1))
+    );
+    let e = out.explanations.iter().find(|e| e.pod == 1).unwrap();
+    assert_eq!(
+        e.message(),
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint(s). \
+         queue \"capped\" would exceed its limit on nvidia.com/gpu (3000 of 2000)"
+    );
+    assert_eq!(e.to_string(), e.message());
+}
+
+#[test]
+fn queue_tree_problems_are_warnings() {
+    let mut orphan = queue("orphan");
+    orphan.parent = Some("nope".into());
+    let snap = snapshot(
+        vec![node("a").gpus(1).build()],
+        vec![orphan, queue("dup"), queue("dup")],
+        vec![],
+        vec![pod("p").gpus(1).queue("orphan").build()],
+    );
+    let out = run(&mut sched(), &snap, 0);
+    assert_eq!(binds(&snap, &out).len(), 1, "the cycle goes on");
+    assert_eq!(
+        out.warnings,
+        vec![
+            QueueProblem::Duplicate {
+                queue: "dup".into()
+            },
+            QueueProblem::MissingParent {
+                queue: "orphan".into(),
+                parent: "nope".into()
+            },
+        ]
+    );
+    assert_eq!(out.warnings[1].queue(), "orphan");
+    assert_eq!(
+        out.warnings[1].to_string(),
+        "queue \"orphan\": parent \"nope\" does not exist"
+    );
+}
+
+#[test]
+fn eviction_reasons_are_typed() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(1).build()],
+        vec![queue("default")],
+        vec![],
+        vec![pod("low").gpus(1).priority(1).build()],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods
+        .push(PodState::pending(pod("high").gpus(1).priority(9).build()));
+    let out = run(&mut s, &snap, 1000);
+    let ev: Vec<&EvictionReason> = out
+        .decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Evict { reason, .. } => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ev,
+        vec![&EvictionReason::Preempted {
+            by: "high".into(),
+            priority: 9
+        }]
+    );
+    assert_eq!(ev[0].kind(), EvictionKind::Preempt);
+    assert_eq!(
+        ev[0].to_string(),
+        "preempted by higher-priority \"high\" (priority 9)"
+    );
+}
+
+/// A filter that reads a pod field the core does not key on (the queue),
+/// matched against a node label: pods of queue `x` only on nodes labelled
+/// `pool=x`.
+struct QueuePool {
+    declare: bool,
+}
+
+impl Filter for QueuePool {
+    fn name(&self) -> &'static str {
+        "queue-pool"
+    }
+    fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+        if self.declare {
+            key.add(&pod.queue);
+        }
+    }
+    fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        if node.labels.get("pool") == Some(&pod.queue) {
+            FilterResult::Pass
+        } else {
+            FilterResult::Reject("node(s) belong to another queue's pool".into())
+        }
+    }
+}
+
+fn pool_snapshot() -> Snapshot {
+    snapshot(
+        vec![
+            node("na").gpus(1).label("pool", "a").build(),
+            node("nb").gpus(1).label("pool", "b").build(),
+        ],
+        vec![queue("a"), queue("b")],
+        vec![],
+        vec![
+            pod("pa").gpus(1).queue("a").build(),
+            pod("pb").gpus(1).queue("b").build(),
+        ],
+    )
+}
+
+#[test]
+fn filter_verdicts_are_cached_by_what_the_filter_declares() {
+    let snap = pool_snapshot();
+    let mut s = Scheduler::new(
+        SchedulerOptions::default(),
+        vec![Box::new(QueuePool { declare: true })],
+        Box::new(TestBestFit),
+    );
+    let out = run(&mut s, &snap, 0);
+    let b = binds(&snap, &out);
+    assert_eq!(b["pa"].0, "na", "{b:?}");
+    assert_eq!(b["pb"].0, "nb", "{b:?}");
+}
+
+#[test]
+fn an_undeclared_field_shares_verdicts() {
+    // The contract's other side: a filter that reads the queue without
+    // declaring it gets the first pod's verdicts for the second.
+    let snap = pool_snapshot();
+    let mut s = Scheduler::new(
+        SchedulerOptions::default(),
+        vec![Box::new(QueuePool { declare: false })],
+        Box::new(TestBestFit),
+    );
+    let out = s.cycle(&snap, 0, 7);
+    let b = binds(&snap, &out);
+    assert_eq!(b.len(), 1, "pb reused pa's verdicts (only na): {b:?}");
 }

@@ -31,11 +31,11 @@ proptest! {
             prop_assert!(v.is_empty(), "round {round}: {v:?}");
             // preemption only of lower priority in the same queue, or reclaim across queues
             for d in &out.decisions {
-                if let Decision::Evict { pod, kind, reason } = d {
+                if let Decision::Evict { pod, reason } = d {
                     let victim = &snap.pods[*pod as usize].pod;
                     prop_assert!(victim.preemptible);
-                    prop_assert!(!reason.is_empty());
-                    if *kind == EvictionKind::Preempt {
+                    prop_assert!(!reason.to_string().is_empty());
+                    if reason.kind() == EvictionKind::Preempt {
                         // some nominated preemptor in the same queue has higher priority
                         let ok = out.decisions.iter().any(|x| matches!(x, Decision::Nominate { pod: p, .. }
                             if snap.pods[*p as usize].pod.queue == victim.queue

@@ -278,6 +278,17 @@ fn gpus_text(milli: u64) -> String {
     }
 }
 
+/// The `Valid` condition of a queue (`error`: why it is not).
+fn valid_condition(error: Option<&str>) -> serde_json::Value {
+    // lastTransitionTime is filled in when the status is written
+    match error {
+        None => json!({"type": "Valid", "status": "True", "reason": "Valid", "message": ""}),
+        Some(e) => {
+            json!({"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": e})
+        }
+    }
+}
+
 /// Queue status: allocated, fair share and pending per queue, and the
 /// `Valid` condition; written only when it changed.
 fn publish_queue_status(
@@ -329,14 +340,14 @@ fn publish_queue_status(
                 "pendingPods": pending,
                 "allocated": {"cpu": format!("{}m", a.usage.cpu_milli), "memory": a.usage.memory.to_string(), "nvidia.com/gpu": gpus_text(a.usage.gpu_milli)},
                 "fairShare": {"cpu": format!("{}m", a.deserved.cpu_milli), "memory": a.deserved.memory.to_string(), "nvidia.com/gpu": gpus_text(a.deserved.gpu_milli)},
-                "conditions": [{"type": "Valid", "status": "True", "reason": "Valid", "message": "", "lastTransitionTime": "1970-01-01T00:00:00Z"}],
+                "conditions": [valid_condition(invalid.remove(q.name.as_str()))],
             }),
         ));
     }
     for (q, e) in invalid {
         statuses.push((
             q.to_string(),
-            json!({"conditions": [{"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": e, "lastTransitionTime": "1970-01-01T00:00:00Z"}]}),
+            json!({"conditions": [valid_condition(Some(e))]}),
         ));
     }
     let api: Api<Queue> = Api::all(client.clone());
@@ -345,6 +356,13 @@ fn publish_queue_status(
             continue;
         }
         last.insert(name.clone(), status.clone());
+        let mut status = status;
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        if let Some(conds) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
+            for c in conds {
+                c["lastTransitionTime"] = json!(now);
+            }
+        }
         let api = api.clone();
         tokio::spawn(async move {
             let patch = json!({"status": status});

@@ -289,7 +289,8 @@ impl Executor {
                         created_ms,
                     );
                 }
-                Decision::Evict { pod, kind, reason } => {
+                Decision::Evict { pod, reason } => {
+                    let kind = &reason.kind();
                     let Some(pr) = built.pods.get(*pod as usize) else {
                         continue;
                     };
@@ -380,10 +381,11 @@ impl Executor {
                 continue;
             };
             unschedulable += 1;
-            if self.explained.get(&pr.uid) == Some(&e.message) {
+            let message = e.message();
+            if self.explained.get(&pr.uid) == Some(&message) {
                 continue;
             }
-            self.explained.insert(pr.uid.clone(), e.message.clone());
+            self.explained.insert(pr.uid.clone(), message.clone());
             let reason = match e.verdict {
                 Verdict::Unschedulable | Verdict::Unresolvable => "Unschedulable",
             };
@@ -392,9 +394,9 @@ impl Executor {
                 EventType::Warning,
                 "FailedScheduling",
                 "Scheduling",
-                e.message.clone(),
+                message.clone(),
             );
-            self.pod_condition(&pr.namespace, &pr.name, reason, &e.message);
+            self.pod_condition(&pr.namespace, &pr.name, reason, &message);
         }
         for _ in 0..unschedulable {
             self.metrics.attempt("unschedulable");

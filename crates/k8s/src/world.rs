@@ -361,8 +361,8 @@ impl World {
         let (_, queue_problems) = QueueTree::build(&out.snapshot.queues);
         for p in queue_problems {
             out.problems.push(Problem::InvalidQueue {
-                queue: String::new(),
-                error: p,
+                queue: p.queue().to_string(),
+                error: p.to_string(),
             });
         }
         // the queue of a group defaults to its first member's label

@@ -48,7 +48,7 @@ pub enum NodeSelectorOp {
     DoesNotExist,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeSelectorRequirement {
     pub key: String,
     pub operator: NodeSelectorOp,
@@ -69,7 +69,7 @@ impl NodeSelectorRequirement {
 }
 
 /// Requirements ANDed together.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeSelectorTerm {
     pub match_expressions: Vec<NodeSelectorRequirement>,
 }
@@ -88,7 +88,7 @@ pub enum TolerationOp {
 }
 
 /// A toleration; `key` empty with `Exists` tolerates everything.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Toleration {
     #[serde(default)]
     pub key: String,

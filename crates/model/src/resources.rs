@@ -14,7 +14,7 @@ use std::fmt;
 pub const GPU_MILLI: u64 = 1000;
 
 /// A dimension of a [`ResourceVec`].
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ResourceKind {
     Cpu,
     Memory,

@@ -10,16 +10,18 @@
 //! packing:
 //!   policy: gpusched       # spread | binpack | random | dot-prod | gpu-clustering
 //!                          # | gpu-packing | best-fit | fgd | gpusched
+//!   quantize_scale: 2500   # the policy's own arguments (gpusched only)
 //! filters: [node-unschedulable, node-affinity, taint-toleration, gpu-fit]
 //! ```
 
 use crate::filters::{GpuFit, NodeAffinity, NodeUnschedulable, TaintToleration};
-use crate::packing::{self, PackerOptions, UnknownPolicy};
+use crate::packing::{self, PackerOptions};
+pub use crate::packing::{PackingConfig, PolicyName, UnknownPolicy};
 use gpusched_core::{Filter, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 /// The whole scheduler configuration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
     #[serde(default = "v1")]
@@ -47,25 +49,6 @@ impl Default for SchedulerConfig {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PackingConfig {
-    #[serde(default = "default_policy")]
-    pub policy: String,
-}
-
-fn default_policy() -> String {
-    "gpusched".into()
-}
-
-impl Default for PackingConfig {
-    fn default() -> Self {
-        PackingConfig {
-            policy: default_policy(),
-        }
-    }
-}
-
 /// The filters that can be registered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -88,8 +71,6 @@ fn all_filters() -> Vec<FilterName> {
 /// A configuration that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("packing.policy: {0}")]
-    Policy(#[from] UnknownPolicy),
     #[error("version: unsupported version {0:?} (supported: v1)")]
     Version(String),
     #[error("filters: {0:?} listed twice")]
@@ -119,7 +100,7 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
             FilterName::GpuFit => Box::new(GpuFit),
         });
     }
-    let packer = packing::by_name(&cfg.packing.policy, popts)?;
+    let packer = packing::build(&cfg.packing, popts);
     Ok(Scheduler::new(cfg.actions.clone(), filters, packer))
 }
 
@@ -145,10 +126,6 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let mut c = SchedulerConfig::default();
-        c.packing.policy = "tetris".into();
-        let e = build(&c).err().unwrap().to_string();
-        assert!(e.starts_with("packing.policy:"), "{e}");
-        c = SchedulerConfig::default();
         c.filters.push(FilterName::GpuFit);
         assert!(build(&c).is_err());
         c = SchedulerConfig {

@@ -1,7 +1,7 @@
 //! Filter plugins (the [`Filter`] extension point). Each checks one static
 //! property of a node; capacity is the core's job.
 
-use gpusched_core::{Filter, FilterResult};
+use gpusched_core::{Filter, FilterResult, SchedulingKey};
 use gpusched_model::{GpuRequest, Node, Pod};
 
 /// Cordoned or draining nodes take no new pods.
@@ -12,6 +12,7 @@ impl Filter for NodeUnschedulable {
     fn name(&self) -> &'static str {
         "node-unschedulable"
     }
+    fn scheduling_key(&self, _pod: &Pod, _key: &mut SchedulingKey) {}
     fn filter(&self, _pod: &Pod, node: &Node) -> FilterResult {
         if node.unschedulable {
             FilterResult::Reject("node(s) were unschedulable".into())
@@ -29,6 +30,10 @@ pub struct NodeAffinity;
 impl Filter for NodeAffinity {
     fn name(&self) -> &'static str {
         "node-affinity"
+    }
+    fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+        key.add(&pod.node_selector);
+        key.add(&pod.affinity);
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
         let sel_ok = pod
@@ -53,6 +58,9 @@ impl Filter for TaintToleration {
     fn name(&self) -> &'static str {
         "taint-toleration"
     }
+    fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+        key.add(&pod.tolerations);
+    }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
         if pod.tolerates_all(node) {
             FilterResult::Pass
@@ -70,6 +78,11 @@ pub struct GpuFit;
 impl Filter for GpuFit {
     fn name(&self) -> &'static str {
         "gpu-fit"
+    }
+    fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+        key.add(&pod.gpu);
+        key.add(&pod.gpu_models);
+        key.add(&pod.min_gpu_memory_mib);
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
         let want = match pod.gpu {

@@ -7,3 +7,4 @@ pub mod filters;
 pub mod packing;
 
 pub use config::{ConfigError, SchedulerConfig, build, build_with};
+pub use packing::{PackingConfig, PolicyName};

@@ -826,7 +826,7 @@ impl<'a> Sim<'a> {
         // pass 1: evictions
         let mut stopped_now: BTreeSet<u32> = BTreeSet::new();
         for d in &out.decisions {
-            let Decision::Evict { pod, kind, reason } = d else {
+            let Decision::Evict { pod, reason } = d else {
                 continue;
             };
             let Some(&sp) = pod_map.get(*pod as usize) else {
@@ -841,8 +841,12 @@ impl<'a> Sim<'a> {
                 self.error(format!("evict of pod {name} that is not running"));
                 continue;
             }
-            let key = reason_kind(reason);
-            *self.t.evictions_by_reason.entry(key).or_insert(0) += 1;
+            let kind = reason.kind();
+            *self
+                .t
+                .evictions_by_reason
+                .entry(kind.label().to_string())
+                .or_insert(0) += 1;
             match kind {
                 EvictionKind::Reclaim => self.t.reclaims += 1,
                 EvictionKind::Preempt => self.t.preemptions += 1,
@@ -1347,43 +1351,5 @@ impl<'a> Sim<'a> {
             incidents: self.incidents,
             errors: self.errors,
         }
-    }
-}
-
-/// The kind of an eviction reason: the text before the first `:`, without
-/// quoted names and parenthesised details (`preempted by higher-priority
-/// "x" (priority 300)` → `preempted by higher-priority`).
-pub fn reason_kind(reason: &str) -> String {
-    let head = reason.split(':').next().unwrap_or("");
-    let mut out = String::new();
-    let mut quote = false;
-    let mut depth = 0u32;
-    for c in head.chars() {
-        match c {
-            '"' => quote = !quote,
-            '(' if !quote => depth += 1,
-            ')' if !quote => depth = depth.saturating_sub(1),
-            _ if quote || depth > 0 => {}
-            _ => out.push(c),
-        }
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reason_kind;
-
-    #[test]
-    fn reason_kinds() {
-        assert_eq!(
-            reason_kind("preempted by higher-priority \"llm-64\" (priority 300)"),
-            "preempted by higher-priority"
-        );
-        assert_eq!(
-            reason_kind("reclaimed for queue \"batch\" (below its deserved share): x"),
-            "reclaimed for queue"
-        );
-        assert_eq!(reason_kind("plain"), "plain");
     }
 }

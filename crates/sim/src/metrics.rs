@@ -2,7 +2,8 @@
 //! the scheduler and the seed: no wall-clock time (the CLI measures that
 //! and reports it beside this, never inside).
 
-use gpusched_model::{GPU_MILLI, Queue};
+use gpusched_core::fairshare::QueueTree;
+use gpusched_model::{GPU_MILLI, Queue, ResourceVec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,8 +50,7 @@ pub struct Totals {
     /// Pods evicted by the scheduler to restore another queue's deserved
     /// share (`EvictionKind::Reclaim`).
     pub reclaims: u64,
-    /// Evictions by the scheduler, by kind of reason (text before the first
-    /// `:`, quoted names and parenthesised details removed).
+    /// Evictions by the scheduler, by kind (`EvictionKind::label`).
     pub evictions_by_reason: BTreeMap<String, u64>,
     /// Pods put back in the queue at once (preempted, drained, or restarted
     /// with their gang after a preemption).
@@ -230,146 +230,37 @@ pub fn bucketize_w(steps: &[(u64, f64)], end: u64, w: u64) -> Vec<f64> {
     out
 }
 
-/// GPU guarantee of a queue in milli (plain + per-model).
+/// GPU guarantee of a queue in milli (plain + per-model; the core's rule,
+/// [`gpusched_core::fairshare::gpu_guarantee`]).
 pub fn guarantee_milli(q: &Queue) -> u64 {
-    q.guarantee.gpu_milli + q.gpu_guarantee_by_model.values().sum::<u64>()
+    gpusched_core::fairshare::gpu_guarantee(q)
 }
 
-/// Demand-aware fair share of GPU milli over the queue tree: at each level,
-/// guarantees first (capped by demand), then the rest by weight
-/// (water-filling, capped by demand; a queue that may not borrow stops at
-/// its guarantee). `demand[i]` is the demand of queue `i` itself; `None`
-/// means unbounded (gives the static entitlement).
+/// Demand-aware fair share of GPU milli of each queue's own pods, as the
+/// scheduler computes it ([`gpusched_core::fairshare::QueueTree`]: at each
+/// level guarantees first, capped by demand, then the rest by weight,
+/// water-filling). `demand[i]` is the demand of queue `i`'s own pods;
+/// `None` means unbounded (gives the static entitlement). A parent's own
+/// pods get what its children leave of its deserved share.
 pub fn fair_shares(queues: &[Queue], demand: &[Option<u64>], capacity: u64) -> Vec<u64> {
-    let n = queues.len();
-    let idx: BTreeMap<&str, usize> = queues
-        .iter()
-        .enumerate()
-        .map(|(i, q)| (q.name.as_str(), i))
-        .collect();
-    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n + 1]; // n = root
-    for (i, q) in queues.iter().enumerate() {
-        let p = q
-            .parent
-            .as_deref()
-            .and_then(|p| idx.get(p).copied())
-            .unwrap_or(n);
-        children[p].push(i);
-    }
-    // subtree demand (None = unbounded), computed bottom-up by recursion
-    fn sub(i: usize, ch: &[Vec<usize>], d: &[Option<u64>]) -> Option<u64> {
-        let mut s = d[i];
-        for &c in &ch[i] {
-            s = match (s, sub(c, ch, d)) {
-                (Some(a), Some(b)) => Some(a + b),
-                _ => None,
-            };
+    let (mut tree, _) = QueueTree::build(queues);
+    let idx: Vec<Option<usize>> = queues.iter().map(|q| tree.idx(&q.name)).collect();
+    for (i, d) in demand.iter().enumerate() {
+        if let Some(Some(t)) = idx.get(i) {
+            // nobody deserves more than the capacity: it stands for "unbounded"
+            let d = d.unwrap_or(capacity).min(capacity);
+            tree.add_pending(*t, &ResourceVec::new(0, 0, d));
         }
-        s
     }
-    let mut sdem: Vec<Option<u64>> = (0..n).map(|i| sub(i, &children, demand)).collect();
-    sdem.push(None);
-    let mut out = vec![0u64; n];
-    fn split(
-        parent: usize,
-        cap: u64,
-        ch: &[Vec<usize>],
-        qs: &[Queue],
-        sdem: &[Option<u64>],
-        own: &[Option<u64>],
-        out: &mut [u64],
-    ) {
-        let kids = &ch[parent];
-        if kids.is_empty() {
-            return;
-        }
-        let dem = |c: usize| sdem[c].unwrap_or(u64::MAX);
-        let mut alloc: Vec<u64> = kids
+    tree.compute_deserved(&ResourceVec::new(0, 0, capacity));
+    let own = |t: usize| {
+        let kids: u64 = tree.children[t]
             .iter()
-            .map(|&c| guarantee_milli(&qs[c]).min(dem(c)))
-            .collect();
-        let gsum: u64 = alloc.iter().sum();
-        if gsum > cap && gsum > 0 {
-            for a in alloc.iter_mut() {
-                *a = ((*a as u128 * cap as u128) / gsum as u128) as u64;
-            }
-        }
-        // the parent's own pods compete like a child of weight 1
-        let own_d = if parent < qs.len() {
-            own[parent]
-        } else {
-            Some(0)
-        };
-        let mut own_alloc = 0u64;
-        let mut left = cap.saturating_sub(alloc.iter().sum());
-        for _ in 0..=kids.len() + 1 {
-            if left == 0 {
-                break;
-            }
-            let room = |k: usize, a: u64| -> u64 {
-                let c = kids[k];
-                let lim = if qs[c].can_borrow {
-                    dem(c)
-                } else {
-                    dem(c).min(guarantee_milli(&qs[c]))
-                };
-                lim.saturating_sub(a)
-            };
-            let own_room = own_d.unwrap_or(u64::MAX).saturating_sub(own_alloc);
-            let wsum: u64 = kids
-                .iter()
-                .enumerate()
-                .filter(|(k, _)| room(*k, alloc[*k]) > 0)
-                .map(|(_, &c)| qs[c].weight as u64)
-                .sum::<u64>()
-                + u64::from(own_room > 0);
-            if wsum == 0 {
-                break;
-            }
-            let mut given = 0u64;
-            for k in 0..kids.len() {
-                let r = room(k, alloc[k]);
-                if r == 0 {
-                    continue;
-                }
-                let s = ((left as u128 * qs[kids[k]].weight as u128) / wsum as u128) as u64;
-                let g = s.min(r);
-                alloc[k] += g;
-                given += g;
-            }
-            if own_room > 0 {
-                let g = (left / wsum).min(own_room);
-                own_alloc += g;
-                given += g;
-            }
-            left -= given.min(left);
-            if given == 0 {
-                // rounding leftovers: give one unit at a time in order
-                for (k, a) in alloc.iter_mut().enumerate() {
-                    if left > 0 && room(k, *a) > 0 {
-                        *a += 1;
-                        left -= 1;
-                    }
-                }
-                break;
-            }
-        }
-        for (k, &c) in kids.iter().enumerate() {
-            if ch[c].is_empty() {
-                out[c] = alloc[k];
-            } else {
-                // the queue's own pods get what its children leave
-                split(c, alloc[k], ch, qs, sdem, own, out);
-                let kids_sum: u64 = ch[c].iter().map(|&g| subtree_sum(g, ch, out)).sum();
-                out[c] = alloc[k].saturating_sub(kids_sum);
-            }
-        }
-    }
-    fn subtree_sum(i: usize, ch: &[Vec<usize>], out: &[u64]) -> u64 {
-        out[i] + ch[i].iter().map(|&c| subtree_sum(c, ch, out)).sum::<u64>()
-    }
-    split(n, capacity, &children, queues, &sdem, demand, &mut out);
-    out
+            .map(|&c| tree.acct[c].deserved.gpu_milli)
+            .sum();
+        tree.acct[t].deserved.gpu_milli.saturating_sub(kids)
+    };
+    idx.iter().map(|t| t.map(own).unwrap_or(0)).collect()
 }
 
 /// Milli-GPU as GPUs.
@@ -436,6 +327,35 @@ mod tests {
         assert_eq!(pct_s(&v, 50.0), 50.0);
         assert_eq!(pct_s(&v, 99.0), 99.0);
         assert_eq!(pct_s(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn fair_share_is_the_schedulers() {
+        // per-model guarantees add to the plain one (the core's rule)
+        let mut a = Queue::new("a");
+        a.guarantee.gpu_milli = 2000;
+        a.gpu_guarantee_by_model.insert("H100".into(), 4000);
+        let b = Queue::new("b");
+        let qs = vec![a, b];
+        assert_eq!(guarantee_milli(&qs[0]), 6000);
+        assert_eq!(
+            fair_shares(&qs, &[None, None], 10_000),
+            vec![8000, 2000],
+            "6 guaranteed, the other 4 split 1:1"
+        );
+        // a parent's own pods get what its children leave (the core splits
+        // a parent's share among its children only)
+        let mut org = Queue::new("org");
+        org.weight = 3;
+        let mut team = Queue::new("team");
+        team.parent = Some("org".into());
+        let qs = vec![org, team, Queue::new("other")];
+        let f = fair_shares(&qs, &[Some(2000), Some(100_000), Some(100_000)], 12_000);
+        // org's subtree deserves 9000 (3:1 against other), all of it to team
+        assert_eq!(f, vec![0, 9000, 3000]);
+        let f = fair_shares(&qs, &[Some(2000), Some(5000), Some(100_000)], 12_000);
+        // org's subtree wants 7000 and gets it; team takes 5000, org's own 2000
+        assert_eq!(f, vec![2000, 5000, 5000]);
     }
 
     #[test]

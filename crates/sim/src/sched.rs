@@ -5,6 +5,7 @@
 use crate::LoadError;
 use gpusched_core::Scheduler;
 use gpusched_plugins::SchedulerConfig;
+use gpusched_plugins::packing::{PackingConfig, PolicyName, UnknownPolicy};
 
 /// Reads a scheduler configuration (YAML), with errors naming the file,
 /// line and field.
@@ -17,7 +18,8 @@ pub fn config_from_yaml(file: &str, text: &str) -> Result<SchedulerConfig, LoadE
 pub fn build(cfg: Option<&SchedulerConfig>, policy: Option<&str>) -> Result<Scheduler, String> {
     let mut cfg = cfg.cloned().unwrap_or_default();
     if let Some(p) = policy {
-        cfg.packing.policy = p.to_string();
+        let p: PolicyName = p.parse().map_err(|e: UnknownPolicy| e.to_string())?;
+        cfg.packing = PackingConfig::from(p);
     }
     gpusched_plugins::build(&cfg).map_err(|e| e.to_string())
 }

@@ -376,5 +376,5 @@ pub fn explanation(snap: &Snapshot, out: &CycleOutput, name: &str) -> Option<Str
     out.explanations
         .iter()
         .find(|e| e.pod == id)
-        .map(|e| e.message.clone())
+        .map(|e| e.message())
 }

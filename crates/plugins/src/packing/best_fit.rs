@@ -33,7 +33,7 @@ pub fn best_fit_score(cpu_free: u64, gpu_free: u64, cpu_req: u64, gpu_req: u64) 
 
 impl Packer for BestFitPacker {
     fn name(&self) -> &'static str {
-        "best-fit"
+        super::PolicyName::BestFit.as_str()
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

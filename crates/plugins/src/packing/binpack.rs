@@ -23,7 +23,7 @@ impl BinpackPacker {
 
 impl Packer for BinpackPacker {
     fn name(&self) -> &'static str {
-        "binpack"
+        super::PolicyName::Binpack.as_str()
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

@@ -38,7 +38,7 @@ pub fn dot_prod_score(cpu_free: u64, gpu_free: u64, cpu_req: u64, gpu_req: u64) 
 
 impl Packer for DotProdPacker {
     fn name(&self) -> &'static str {
-        "dot-prod"
+        super::PolicyName::DotProd.as_str()
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

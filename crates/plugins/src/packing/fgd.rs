@@ -454,7 +454,7 @@ impl FgdPacker {
 
 impl Packer for FgdPacker {
     fn name(&self) -> &'static str {
-        "fgd"
+        super::PolicyName::Fgd.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

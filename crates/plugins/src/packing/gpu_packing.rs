@@ -53,7 +53,7 @@ pub fn gpu_packing_score(state: &ClusterState<'_>, node: NodeId, gpus: &GpuAssig
 
 impl Packer for GpuPackingPacker {
     fn name(&self) -> &'static str {
-        "gpu-packing"
+        super::PolicyName::GpuPacking.as_str()
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

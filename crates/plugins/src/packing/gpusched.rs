@@ -36,8 +36,10 @@ use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 
-/// Knobs of [`GpuschedPacker`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// Knobs of [`GpuschedPacker`] (the `gpusched` policy's arguments in the
+/// scheduler configuration; omitted fields take their defaults).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct GpuschedConfig {
     /// Squash the value like the reference FGD (`⌊100·sigmoid(v/1000)⌋`)
     /// before the tie-break, instead of comparing it exactly.
@@ -279,7 +281,7 @@ pub fn expected_waste(profile: &Profile) -> Vec<f64> {
 
 impl Packer for GpuschedPacker {
     fn name(&self) -> &'static str {
-        "gpusched"
+        super::PolicyName::Gpusched.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

@@ -42,19 +42,86 @@ pub(crate) mod testutil;
 
 use gpusched_core::Packer;
 pub use profile::{PodClass, Profile};
+use serde::{Deserialize, Serialize};
 
-/// Names accepted by [`by_name`], in the order tables list them.
-pub const POLICY_NAMES: &[&str] = &[
-    "spread",
-    "binpack",
-    "random",
-    "dot-prod",
-    "gpu-clustering",
-    "gpu-packing",
-    "best-fit",
-    "fgd",
-    "gpusched",
-];
+/// A packing policy's name (YAML: kebab-case, e.g. `gpu-clustering`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    Spread,
+    Binpack,
+    Random,
+    DotProd,
+    GpuClustering,
+    GpuPacking,
+    BestFit,
+    Fgd,
+    /// Our default.
+    #[default]
+    Gpusched,
+}
+
+impl PolicyName {
+    /// Every policy, in the order tables list them.
+    pub const ALL: [PolicyName; 9] = [
+        PolicyName::Spread,
+        PolicyName::Binpack,
+        PolicyName::Random,
+        PolicyName::DotProd,
+        PolicyName::GpuClustering,
+        PolicyName::GpuPacking,
+        PolicyName::BestFit,
+        PolicyName::Fgd,
+        PolicyName::Gpusched,
+    ];
+
+    /// The name (what [`Packer::name`] of the policy returns).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::Spread => "spread",
+            PolicyName::Binpack => "binpack",
+            PolicyName::Random => "random",
+            PolicyName::DotProd => "dot-prod",
+            PolicyName::GpuClustering => "gpu-clustering",
+            PolicyName::GpuPacking => "gpu-packing",
+            PolicyName::BestFit => "best-fit",
+            PolicyName::Fgd => "fgd",
+            PolicyName::Gpusched => "gpusched",
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for PolicyName {
+    type Err = UnknownPolicy;
+    fn from_str(name: &str) -> Result<Self, UnknownPolicy> {
+        PolicyName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == name)
+            .ok_or_else(|| UnknownPolicy {
+                name: name.to_string(),
+                known: POLICY_NAMES.join(", "),
+            })
+    }
+}
+
+/// Names of every policy, in the order tables list them.
+pub const POLICY_NAMES: [&str; 9] = {
+    let mut v = [""; 9];
+    let mut i = 0;
+    while i < 9 {
+        v[i] = PolicyName::ALL[i].as_str();
+        i += 1;
+    }
+    v
+};
 
 /// A policy name [`by_name`] does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -64,44 +131,108 @@ pub struct UnknownPolicy {
     pub known: String,
 }
 
-/// Options shared by the constructors of [`by_name`].
+/// Options shared by the constructors of [`build`]: what a run knows
+/// beyond the configuration.
 #[derive(Clone, Debug, Default)]
 pub struct PackerOptions {
     /// Target workload of the fragmentation-aware policies (`fgd`,
     /// `gpusched`). `None`: derived in `prepare` from the snapshot's pods.
     pub profile: Option<Profile>,
-    /// Knobs of `gpusched` (`None`: its defaults).
+    /// Knobs of `gpusched`, overriding the configuration's (experiments).
     pub gpusched: Option<gpusched::GpuschedConfig>,
 }
 
-/// Builds the policy called `name` (one of [`POLICY_NAMES`]).
-pub fn by_name(name: &str, opts: &PackerOptions) -> Result<Box<dyn Packer>, UnknownPolicy> {
-    Ok(match name {
-        "spread" => Box::new(spread::SpreadPacker::new()),
-        "binpack" => Box::new(binpack::BinpackPacker::new()),
-        "random" => Box::new(random::RandomPacker::new()),
-        "dot-prod" => Box::new(dot_prod::DotProdPacker::new()),
-        "gpu-clustering" => Box::new(gpu_clustering::GpuClusteringPacker::new()),
-        "gpu-packing" => Box::new(gpu_packing::GpuPackingPacker::new()),
-        "best-fit" => Box::new(best_fit::BestFitPacker::new()),
-        "fgd" => Box::new(match &opts.profile {
+/// Builds the policy `cfg` names, with its arguments.
+pub fn build(cfg: &PackingConfig, opts: &PackerOptions) -> Box<dyn Packer> {
+    match cfg {
+        PackingConfig::Spread {} => Box::new(spread::SpreadPacker::new()),
+        PackingConfig::Binpack {} => Box::new(binpack::BinpackPacker::new()),
+        PackingConfig::Random {} => Box::new(random::RandomPacker::new()),
+        PackingConfig::DotProd {} => Box::new(dot_prod::DotProdPacker::new()),
+        PackingConfig::GpuClustering {} => Box::new(gpu_clustering::GpuClusteringPacker::new()),
+        PackingConfig::GpuPacking {} => Box::new(gpu_packing::GpuPackingPacker::new()),
+        PackingConfig::BestFit {} => Box::new(best_fit::BestFitPacker::new()),
+        PackingConfig::Fgd {} => Box::new(match &opts.profile {
             Some(p) => fgd::FgdPacker::with_profile(p.clone()),
             None => fgd::FgdPacker::new(),
         }),
-        "gpusched" => Box::new(
+        PackingConfig::Gpusched(args) => Box::new(
             match &opts.profile {
                 Some(p) => gpusched::GpuschedPacker::with_profile(p.clone()),
                 None => gpusched::GpuschedPacker::new(),
             }
-            .with_config(opts.gpusched.unwrap_or_default()),
+            .with_config(opts.gpusched.unwrap_or(*args)),
         ),
-        _ => {
-            return Err(UnknownPolicy {
-                name: name.to_string(),
-                known: POLICY_NAMES.join(", "),
-            });
+    }
+}
+
+/// Builds the policy called `name` (one of [`POLICY_NAMES`]) with its
+/// default arguments.
+pub fn by_name(name: &str, opts: &PackerOptions) -> Result<Box<dyn Packer>, UnknownPolicy> {
+    let p: PolicyName = name.parse()?;
+    Ok(build(&PackingConfig::from(p), opts))
+}
+
+/// The packing policy of a configuration with its arguments (YAML:
+/// `policy: <name>` plus that policy's fields; unknown fields denied).
+///
+/// ```yaml
+/// packing:
+///   policy: gpusched
+///   quantize_scale: 2500   # GpuschedConfig fields, only for gpusched
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "policy", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum PackingConfig {
+    Spread {},
+    Binpack {},
+    Random {},
+    DotProd {},
+    GpuClustering {},
+    GpuPacking {},
+    BestFit {},
+    Fgd {},
+    Gpusched(gpusched::GpuschedConfig),
+}
+
+impl Default for PackingConfig {
+    fn default() -> Self {
+        PackingConfig::from(PolicyName::default())
+    }
+}
+
+impl From<PolicyName> for PackingConfig {
+    /// The policy with its default arguments.
+    fn from(p: PolicyName) -> Self {
+        match p {
+            PolicyName::Spread => PackingConfig::Spread {},
+            PolicyName::Binpack => PackingConfig::Binpack {},
+            PolicyName::Random => PackingConfig::Random {},
+            PolicyName::DotProd => PackingConfig::DotProd {},
+            PolicyName::GpuClustering => PackingConfig::GpuClustering {},
+            PolicyName::GpuPacking => PackingConfig::GpuPacking {},
+            PolicyName::BestFit => PackingConfig::BestFit {},
+            PolicyName::Fgd => PackingConfig::Fgd {},
+            PolicyName::Gpusched => PackingConfig::Gpusched(gpusched::GpuschedConfig::default()),
         }
-    })
+    }
+}
+
+impl PackingConfig {
+    /// The policy's name.
+    pub fn policy(&self) -> PolicyName {
+        match self {
+            PackingConfig::Spread {} => PolicyName::Spread,
+            PackingConfig::Binpack {} => PolicyName::Binpack,
+            PackingConfig::Random {} => PolicyName::Random,
+            PackingConfig::DotProd {} => PolicyName::DotProd,
+            PackingConfig::GpuClustering {} => PolicyName::GpuClustering,
+            PackingConfig::GpuPacking {} => PolicyName::GpuPacking,
+            PackingConfig::BestFit {} => PolicyName::BestFit,
+            PackingConfig::Fgd {} => PolicyName::Fgd,
+            PackingConfig::Gpusched(_) => PolicyName::Gpusched,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -109,10 +240,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn policies_read_from_yaml_with_their_arguments() {
+        let c: PackingConfig = serde_saphyr::from_str("policy: dot-prod").unwrap();
+        assert_eq!(c, PackingConfig::DotProd {});
+        let c: PackingConfig =
+            serde_saphyr::from_str("policy: gpusched\nquantize_scale: 1500").unwrap();
+        let PackingConfig::Gpusched(g) = &c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(g.quantize_scale, 1500.0);
+        assert_eq!(g.size_order, gpusched::GpuschedConfig::default().size_order);
+        assert_eq!(c.policy(), PolicyName::Gpusched);
+        // unknown fields are denied, also arguments of another policy
+        for bad in [
+            "policy: gpusched\nquantise_scale: 1",
+            "policy: fgd\nquantize_scale: 1",
+            "policy: tetris",
+        ] {
+            assert!(
+                serde_saphyr::from_str::<PackingConfig>(bad).is_err(),
+                "{bad}"
+            );
+        }
+        let back: PackingConfig =
+            serde_saphyr::from_str(&serde_saphyr::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
     fn every_name_builds_and_reports_its_name() {
+        for p in PolicyName::ALL {
+            assert_eq!(p.to_string().parse::<PolicyName>(), Ok(p));
+            assert_eq!(
+                build(&PackingConfig::from(p), &PackerOptions::default()).name(),
+                p.as_str()
+            );
+        }
         for n in POLICY_NAMES {
             let p = by_name(n, &PackerOptions::default()).unwrap();
-            assert_eq!(p.name(), *n);
+            assert_eq!(p.name(), n);
         }
         let e = by_name("tetris", &PackerOptions::default()).err().unwrap();
         assert!(e.to_string().contains("tetris"));

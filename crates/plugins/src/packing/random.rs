@@ -30,7 +30,7 @@ impl RandomPacker {
 
 impl Packer for RandomPacker {
     fn name(&self) -> &'static str {
-        "random"
+        super::PolicyName::Random.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

@@ -35,7 +35,7 @@ pub(crate) fn left_score(
 
 impl Packer for SpreadPacker {
     fn name(&self) -> &'static str {
-        "spread"
+        super::PolicyName::Spread.as_str()
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

@@ -1,0 +1,318 @@
+//! Typed reasons: why a pod is still pending, why a node does not take it,
+//! why a pod is evicted, what is wrong with the queue tree.
+//!
+//! Reasons are data with their facts (queue, dimension, have/need, plugin).
+//! They become text only at the edges (events, CLI, report) through their
+//! [`Display`](std::fmt::Display) impls, which give kube-scheduler-shaped
+//! phrases; [`crate::Explanation::message`] joins them into one message.
+//! Nothing parses the text back.
+
+use gpusched_model::{ResourceKind, TopologyLevel};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Why one node does not take a pod now (one entry of kube-scheduler's
+/// `0/N nodes are available: …` list).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum NodeReason {
+    /// A filter refused the node (static: labels, taints, GPU model …).
+    Filter {
+        /// [`crate::Filter::name`] of the filter that refused.
+        plugin: Cow<'static, str>,
+        /// Its phrase, e.g. `node(s) had untolerated taint(s)`.
+        reason: Cow<'static, str>,
+    },
+    /// Not enough free of one resource (CPU, memory, extended, whole GPUs).
+    Insufficient(ResourceKind),
+    /// No single GPU with enough free compute/memory for a GPU share.
+    InsufficientGpuShare,
+    /// The pod would fit, but the node is reserved for another job.
+    ReservedForOtherJob,
+}
+
+impl fmt::Display for NodeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeReason::Filter { reason, .. } => f.write_str(reason),
+            NodeReason::Insufficient(k) => write!(f, "Insufficient {k}"),
+            NodeReason::InsufficientGpuShare => {
+                f.write_str("Insufficient GPU share (no GPU with enough free compute/memory)")
+            }
+            NodeReason::ReservedForOtherJob => f.write_str("node(s) reserved for a waiting job"),
+        }
+    }
+}
+
+/// kube-scheduler's node summary: of `total` nodes none takes the pod;
+/// how many nodes gave each reason (a node counts once per reason it has).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    /// Nodes in the snapshot.
+    pub total: u32,
+    /// Reasons with their node counts, in the order they are rendered
+    /// (by rendered text).
+    pub counts: Vec<(NodeReason, u32)>,
+}
+
+impl fmt::Display for NodeSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0/{} nodes are available: ", self.total)?;
+        for (i, (r, c)) in self.counts.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{c} {r}")?;
+        }
+        f.write_str(".")
+    }
+}
+
+/// Which quota rule a placement would break.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QuotaRule {
+    /// The queue's `limit`.
+    Limit,
+    /// A queue that may not borrow is capped at its guarantee.
+    NoBorrow,
+}
+
+/// A placement would break a quota of `queue` (the job's queue or an
+/// ancestor) on one dimension.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct QuotaViolation {
+    /// The queue whose rule is broken.
+    pub queue: String,
+    /// The broken rule.
+    pub rule: QuotaRule,
+    /// The dimension.
+    pub dimension: ResourceKind,
+    /// What the queue would use with the job.
+    pub would_use: u64,
+    /// The limit or guarantee.
+    pub cap: u64,
+}
+
+impl fmt::Display for QuotaViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.rule {
+            QuotaRule::Limit => write!(
+                f,
+                "queue {:?} would exceed its limit on {} ({} of {})",
+                self.queue, self.dimension, self.would_use, self.cap
+            ),
+            QuotaRule::NoBorrow => write!(
+                f,
+                "queue {:?} may not borrow beyond its guarantee on {} ({} of {})",
+                self.queue, self.dimension, self.would_use, self.cap
+            ),
+        }
+    }
+}
+
+/// Why a pod is still pending beyond (or instead of) the node summary:
+/// queue, quota, gang, topology and reservation reasons.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// No node takes the pod now (kube-scheduler's summary).
+    Nodes(NodeSummary),
+    /// The pod's queue is not defined.
+    QueueMissing { queue: String },
+    /// The pod's pod group is not defined.
+    GroupMissing { group: String },
+    /// The pod group's queue is not defined.
+    GroupQueueMissing { group: String, queue: String },
+    /// The pod group gave up after its schedule timeout.
+    GangTimedOut { group: String, after_ms: u64 },
+    /// Fewer than `minMember` pods of the group exist yet.
+    GangIncomplete { group: String, have: u32, need: u32 },
+    /// Only `fit` of the `need` pods that must start together fit now.
+    GangShort { group: String, fit: u32, need: u32 },
+    /// No topology domain of `level` can hold the gang's `need` pods.
+    NoTopologyDomain {
+        group: String,
+        level: TopologyLevel,
+        need: u32,
+        required: bool,
+    },
+    /// Placing the job would break a queue limit or no-borrow rule.
+    Quota(QuotaViolation),
+    /// The job waited past the reservation threshold; `node` is reserved
+    /// for it and drains.
+    Reserved { node: String },
+    /// Victims were evicted for the pod; it waits for them to go on `node`.
+    VictimsTerminating { victims: u32, node: String },
+    /// Fits once pods already terminating on `node` are gone; waits there.
+    TerminatingPods { node: String },
+    /// Nominated to a node; waiting for capacity there.
+    Nominated,
+    /// The snapshot puts a pod where it does not fit.
+    SnapshotInconsistent { error: String },
+}
+
+/// Human name of a topology level, as used in messages.
+pub fn level_name(l: TopologyLevel) -> &'static str {
+    match l {
+        TopologyLevel::Node => "node",
+        TopologyLevel::NvlinkDomain => "NVLink domain",
+        TopologyLevel::Rack => "rack",
+        TopologyLevel::Block => "block",
+    }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::Nodes(s) => s.fmt(f),
+            PendingReason::QueueMissing { queue } => write!(f, "queue {queue:?} does not exist"),
+            PendingReason::GroupMissing { group } => {
+                write!(f, "pod group {group:?} does not exist")
+            }
+            PendingReason::GroupQueueMissing { group, queue } => {
+                write!(f, "pod group {group:?}: queue {queue:?} does not exist")
+            }
+            PendingReason::GangTimedOut { group, after_ms } => {
+                write!(f, "pod group {group:?} timed out after {after_ms} ms")
+            }
+            PendingReason::GangIncomplete { group, have, need } => write!(
+                f,
+                "pod group {group:?}: {have} of minMember {need} pods exist; waiting for the rest"
+            ),
+            PendingReason::GangShort { group, fit, need } => write!(
+                f,
+                "pod group {group:?}: only {fit} of the {need} required pods fit now (all-or-nothing)."
+            ),
+            PendingReason::NoTopologyDomain {
+                group,
+                level,
+                need,
+                required,
+            } => write!(
+                f,
+                "pod group {group:?}: no {} can hold all {need} required pods{}",
+                level_name(*level),
+                if *required { " (required)" } else { "" }
+            ),
+            PendingReason::Quota(q) => q.fmt(f),
+            PendingReason::Reserved { node } => write!(
+                f,
+                "waited longer than the reservation threshold; node {node} is reserved for it and drains"
+            ),
+            PendingReason::VictimsTerminating { victims, node } => write!(
+                f,
+                "{victims} victim(s) evicted to make room; waiting for them to terminate on {node}"
+            ),
+            PendingReason::TerminatingPods { node } => {
+                write!(f, "waiting for terminating pods to leave {node}")
+            }
+            PendingReason::Nominated => f.write_str("nominated; waiting for capacity"),
+            PendingReason::SnapshotInconsistent { error } => {
+                write!(f, "snapshot inconsistent: {error}")
+            }
+        }
+    }
+}
+
+/// Why a pod is evicted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EvictionKind {
+    /// For a higher-priority job of the same queue.
+    Preempt,
+    /// For a queue below its deserved share.
+    Reclaim,
+}
+
+impl EvictionKind {
+    /// A stable short label for counting evictions by kind (metrics,
+    /// reports).
+    pub fn label(self) -> &'static str {
+        match self {
+            EvictionKind::Preempt => "preempted by higher-priority",
+            EvictionKind::Reclaim => "reclaimed for queue",
+        }
+    }
+}
+
+/// Why a pod is evicted, with its facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvictionReason {
+    /// Preempted by a higher-priority job of its own queue.
+    Preempted {
+        /// The preempting job (pod group or pod name).
+        by: String,
+        /// Its priority.
+        priority: i32,
+    },
+    /// Reclaimed for a queue below its deserved share.
+    Reclaimed {
+        /// The queue that reclaims.
+        for_queue: String,
+    },
+}
+
+impl EvictionReason {
+    /// Preempt or reclaim.
+    pub fn kind(&self) -> EvictionKind {
+        match self {
+            EvictionReason::Preempted { .. } => EvictionKind::Preempt,
+            EvictionReason::Reclaimed { .. } => EvictionKind::Reclaim,
+        }
+    }
+}
+
+impl fmt::Display for EvictionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EvictionReason::Preempted { by, priority } => {
+                write!(
+                    f,
+                    "preempted by higher-priority {by:?} (priority {priority})"
+                )
+            }
+            EvictionReason::Reclaimed { for_queue } => write!(
+                f,
+                "reclaimed for queue {for_queue:?} (below its deserved share)"
+            ),
+        }
+    }
+}
+
+/// A problem with the snapshot's queue tree. The tree is still built (the
+/// queue hangs off the root, or the first definition wins); callers should
+/// surface these (Queue conditions, events, warnings).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QueueProblem {
+    /// The queue is defined more than once; the first definition is used.
+    Duplicate { queue: String },
+    /// The queue's parent does not exist; the queue hangs off the root.
+    MissingParent { queue: String, parent: String },
+    /// The queue's parent chain forms a cycle; the queue hangs off the root.
+    Cycle { queue: String },
+}
+
+impl QueueProblem {
+    /// The queue the problem is about.
+    pub fn queue(&self) -> &str {
+        match self {
+            QueueProblem::Duplicate { queue }
+            | QueueProblem::MissingParent { queue, .. }
+            | QueueProblem::Cycle { queue } => queue,
+        }
+    }
+}
+
+impl fmt::Display for QueueProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueProblem::Duplicate { queue } => {
+                write!(f, "queue {queue:?} defined twice; the first one is used")
+            }
+            QueueProblem::MissingParent { queue, parent } => {
+                write!(f, "queue {queue:?}: parent {parent:?} does not exist")
+            }
+            QueueProblem::Cycle { queue } => {
+                write!(f, "queue {queue:?}: parent chain forms a cycle")
+            }
+        }
+    }
+}

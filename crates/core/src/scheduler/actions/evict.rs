@@ -1,0 +1,341 @@
+//! Evict: preempt (lower priority, same queue) and reclaim (queues above
+//! their deserved share, for a queue below it) for jobs allocate could not
+//! place. Victims are chosen per node (fewest and lowest-priority, greedy
+//! removal then reprieve); a victim in a running gang takes its gang with
+//! it. Evictions commit only if the preemptor then fits; its nodes are
+//! nominated for it.
+
+use super::Action;
+use crate::decision::Decision;
+use crate::fairshare::QueueIdx;
+use crate::reason::{EvictionKind, EvictionReason, PendingReason};
+use crate::scheduler::cycle::Cycle;
+use crate::scheduler::jobs::{Job, JobId};
+use crate::snapshot::{NodeId, PodId, PodPhase};
+use crate::statement::Statement;
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+
+/// The preempt or the reclaim action.
+pub(super) struct Evict(pub EvictionKind);
+
+impl Action for Evict {
+    fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
+        let pass = self.0;
+        let unplaced = std::mem::take(&mut c.unplaced);
+        for &j in &unplaced {
+            if c.evictions >= c.opts.max_evictions_per_cycle {
+                break;
+            }
+            let job = &jobs[j];
+            if job.pods.iter().any(|&p| c.placed[p as usize])
+                || job.need == 0 && job.group.is_some()
+            {
+                continue;
+            }
+            if c.tree
+                .quota_violation(job.queue, &job.demand(c.snap))
+                .is_some()
+            {
+                continue;
+            }
+            c.try_evict_for(pass, j, job);
+        }
+        c.unplaced = unplaced;
+    }
+}
+
+impl<'s> Cycle<'s> {
+    /// Whether running pod `v` may be evicted for `job` by this pass
+    /// (`surplus`: what each queue holds above its deserved share).
+    #[inline]
+    fn is_victim_ok(
+        &self,
+        pass: EvictionKind,
+        job: &Job,
+        v: PodId,
+        surplus: &BTreeMap<QueueIdx, u64>,
+    ) -> bool {
+        let ps = &self.snap.pods[v as usize];
+        if self.gone[v as usize]
+            || !ps.pod.preemptible
+            || !matches!(ps.phase, PodPhase::Running { .. })
+        {
+            return false;
+        }
+        let Some(vq) = self.pod_queue[v as usize] else {
+            return false;
+        };
+        match pass {
+            EvictionKind::Preempt => vq == job.queue && ps.pod.priority < job.priority,
+            EvictionKind::Reclaim => {
+                vq != job.queue
+                    && self.tree.queues[vq].reclaimable
+                    && surplus.get(&vq).copied().unwrap_or(0) >= ps.pod.demand().gpu_milli
+            }
+        }
+    }
+
+    /// Evicts for `job` if that makes it fit (all its `need` pods).
+    fn try_evict_for(&mut self, pass: EvictionKind, j: JobId, job: &Job) {
+        if job.topology.is_some_and(|t| t.required) && job.need > 1 {
+            return; // victims for domain-bound gangs: not attempted (documented)
+        }
+        // reclaim only for queues below what they deserve
+        let mut surplus: BTreeMap<QueueIdx, u64> = BTreeMap::new();
+        if pass == EvictionKind::Reclaim {
+            let a = &self.tree.acct[job.queue];
+            let after = a.usage.gpu_milli + job.demand(self.snap).gpu_milli;
+            if after > a.deserved.gpu_milli.max(a.guarantee.gpu_milli) {
+                return;
+            }
+            for q in 0..self.tree.queues.len() {
+                let s = self.tree.gpu_surplus(q);
+                if s > 0 {
+                    surplus.insert(q, s);
+                }
+            }
+        }
+        let count = job.need.max(1).min(job.pods.len());
+        if self.wait_for_terminating(j, job, count) {
+            return;
+        }
+        let mut st = Statement::new();
+        let mut victims: Vec<PodId> = Vec::new();
+        let mut placements: Vec<(PodId, NodeId)> = Vec::new();
+        for &p in &job.pods[..count] {
+            if let Some((n, g)) = self.best_node(p, j, None)
+                && self.st_place(&mut st, p, n, g)
+            {
+                placements.push((p, n));
+                continue;
+            }
+            // find the cheapest node to free
+            let s = self.sig_of(p);
+            let pod = self.pod(p);
+            let mut best: Option<((i32, usize, NodeId), Vec<PodId>)> = None;
+            let cands = self.sigs[s].ok_list.clone();
+            // candidate victims on one node (reused: this loop is hot)
+            let mut vs: Vec<PodId> = Vec::new();
+            for n in cands {
+                if self.reserved[n as usize].is_some_and(|r| r != j) {
+                    continue;
+                }
+                vs.clear();
+                for &v in &self.on_node[n as usize] {
+                    if self.is_victim_ok(pass, job, v, &surplus) {
+                        vs.push(v);
+                    }
+                }
+                if vs.is_empty() {
+                    continue;
+                }
+                // quick bound: even all victims gone, not enough GPU
+                let free = self.cs.state[n as usize].free.gpu_milli
+                    + vs.iter().map(|&v| self.pod(v).gpu.milli()).sum::<u64>();
+                if free < pod.gpu.milli() {
+                    continue;
+                }
+                vs.sort_by_key(|&v| {
+                    let ps = &self.snap.pods[v as usize];
+                    let since = match ps.phase {
+                        PodPhase::Running { since_ms, .. } => since_ms,
+                        _ => 0,
+                    };
+                    (ps.pod.priority, Reverse(since), v)
+                });
+                let cp = st.checkpoint();
+                let mut removed: Vec<PodId> = Vec::new();
+                let mut fits = self.place_on(pod, n).is_some();
+                for &v in &vs {
+                    if fits {
+                        break;
+                    }
+                    for u in self.victim_unit(v) {
+                        if !removed.contains(&u) {
+                            self.st_remove(&mut st, u);
+                            removed.push(u);
+                        }
+                    }
+                    fits = self.place_on(pod, n).is_some();
+                }
+                if fits {
+                    // reprieve: give back victims not needed, highest priority first
+                    let mut order = removed.clone();
+                    order.sort_by_key(|&v| Reverse(self.pod(v).priority));
+                    let mut kept = removed.clone();
+                    for v in order {
+                        if !kept.contains(&v) {
+                            continue;
+                        }
+                        let unit = self.victim_unit(v);
+                        let cp2 = st.checkpoint();
+                        let mut ok = true;
+                        for &u in &unit {
+                            if let Some((un, ug)) = self.snap.pods[u as usize].holding() {
+                                let req = &self.pod(u).requests;
+                                if st.place(&mut self.cs, u, un, req, ug.clone()).is_err() {
+                                    ok = false;
+                                    break;
+                                }
+                            }
+                        }
+                        if ok && self.place_on(pod, n).is_some() {
+                            kept.retain(|k| !unit.contains(k));
+                        } else {
+                            self.rollback(&mut st, cp2);
+                        }
+                    }
+                    let maxp = kept
+                        .iter()
+                        .map(|&v| self.pod(v).priority)
+                        .max()
+                        .unwrap_or(i32::MIN);
+                    let key = (maxp, kept.len(), n);
+                    if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                        best = Some((key, kept));
+                    }
+                }
+                self.rollback(&mut st, cp);
+            }
+            let Some(((_, _, n), kept)) = best else {
+                self.rollback(&mut st, 0);
+                for &v in &victims {
+                    self.gone[v as usize] = false;
+                }
+                return;
+            };
+            for v in kept {
+                if !self.gone[v as usize] {
+                    self.st_remove(&mut st, v);
+                    self.gone[v as usize] = true;
+                    victims.push(v);
+                }
+            }
+            let placed = match self.place_on(pod, n) {
+                Some(pl) => self.st_place(&mut st, p, n, pl.gpus),
+                None => false,
+            };
+            match placed {
+                true => placements.push((p, n)),
+                false => {
+                    self.rollback(&mut st, 0);
+                    for &v in &victims {
+                        self.gone[v as usize] = false;
+                    }
+                    return;
+                }
+            }
+            if pass == EvictionKind::Reclaim {
+                for &v in &victims {
+                    if let Some(vq) = self.tree.idx(&self.pod(v).queue)
+                        && let Some(s) = surplus.get_mut(&vq)
+                    {
+                        *s = s.saturating_sub(self.pod(v).gpu.milli());
+                    }
+                }
+            }
+        }
+        if victims.is_empty() {
+            // it fits without evictions after all (capacity freed earlier in the pass)
+            self.bind_all(job, st);
+            return;
+        }
+        // commit: evictions + nominations; the placements stay in the state
+        // so nothing else takes the freed capacity this cycle.
+        let _ = st.commit();
+        let reason = match pass {
+            EvictionKind::Preempt => EvictionReason::Preempted {
+                by: job.name.clone(),
+                priority: job.priority,
+            },
+            EvictionKind::Reclaim => EvictionReason::Reclaimed {
+                for_queue: self.tree.queues[job.queue].name.clone(),
+            },
+        };
+        for &v in &victims {
+            self.evictions += 1;
+            self.out.stats.evicted += 1;
+            let d = self.pod(v).demand();
+            if let Some(vq) = self.tree.idx(&self.pod(v).queue) {
+                self.tree.sub_usage(vq, &d);
+            }
+            self.out.decisions.push(Decision::Evict {
+                pod: v,
+                reason: reason.clone(),
+            });
+        }
+        for (p, n) in placements {
+            self.placed[p as usize] = true;
+            self.reserved[n as usize] = Some(j);
+            let d = self.pod(p).demand();
+            self.tree.add_usage(job.queue, &d);
+            self.out
+                .decisions
+                .push(Decision::Nominate { pod: p, node: n });
+            self.notes.insert(
+                p,
+                PendingReason::VictimsTerminating {
+                    victims: victims.len() as u32,
+                    node: self.snap.nodes[n as usize].name.clone(),
+                },
+            );
+        }
+    }
+
+    /// Capacity already on its way out: pods that are terminating (evicted
+    /// in an earlier cycle, or deleted) still hold their resources until
+    /// they are gone. If the job fits once they leave, it waits for them
+    /// (its nodes reserved and nominated) instead of evicting more; without
+    /// this a runner whose evictions take time (Kubernetes' graceful
+    /// deletion) would evict again every cycle until the victims are gone.
+    /// The trial is rolled back: their resources stay held this cycle.
+    fn wait_for_terminating(&mut self, j: JobId, job: &Job, count: usize) -> bool {
+        let leaving: Vec<PodId> = (0..self.snap.pods.len() as PodId)
+            .filter(|&p| {
+                !self.gone[p as usize]
+                    && matches!(
+                        self.snap.pods[p as usize].phase,
+                        PodPhase::Terminating { .. }
+                    )
+            })
+            .collect();
+        if leaving.is_empty() {
+            return false;
+        }
+        let mut st = Statement::new();
+        for &v in &leaving {
+            self.st_remove(&mut st, v);
+        }
+        let mut placements: Vec<(PodId, NodeId)> = Vec::new();
+        for &p in &job.pods[..count] {
+            let Some((n, g)) = self.best_node(p, j, None) else {
+                break;
+            };
+            if !self.st_place(&mut st, p, n, g) {
+                break;
+            }
+            placements.push((p, n));
+        }
+        self.rollback(&mut st, 0);
+        if placements.len() < count {
+            return false;
+        }
+        for (p, n) in placements {
+            self.placed[p as usize] = true;
+            self.reserved[n as usize] = Some(j);
+            let d = self.pod(p).demand();
+            self.tree.add_usage(job.queue, &d);
+            self.out
+                .decisions
+                .push(Decision::Nominate { pod: p, node: n });
+            self.notes.insert(
+                p,
+                PendingReason::TerminatingPods {
+                    node: self.snap.nodes[n as usize].name.clone(),
+                },
+            );
+        }
+        true
+    }
+}

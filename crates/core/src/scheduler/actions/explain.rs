@@ -1,0 +1,162 @@
+//! Explain: typed reasons for every pod left pending — the node summary in
+//! kube-scheduler's style (`0/N nodes are available: …`) plus the queue,
+//! quota, gang or reservation reason the other actions noted.
+
+use super::Action;
+use crate::decision::{Decision, Explanation, Verdict};
+use crate::plugin::Packer;
+use crate::reason::{NodeReason, NodeSummary, PendingReason};
+use crate::scheduler::candidates::SigCache;
+use crate::scheduler::cycle::Cycle;
+use crate::scheduler::jobs::{Job, JobId};
+use crate::snapshot::PodId;
+use crate::state::ClusterState;
+use gpusched_model::{GpuRequest, Pod, ResourceKind};
+use std::collections::BTreeMap;
+
+pub(super) struct Explain;
+
+impl Action for Explain {
+    fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
+        c.explain(jobs);
+    }
+}
+
+impl<'s> Cycle<'s> {
+    /// Messages for every pod left pending.
+    fn explain(&mut self, jobs: &[Job]) {
+        let mut diag_cache: BTreeMap<usize, (Verdict, Option<NodeSummary>)> = BTreeMap::new();
+        let mut job_of: BTreeMap<PodId, &Job> = BTreeMap::new();
+        for j in jobs {
+            for &p in &j.pods {
+                job_of.insert(p, j);
+            }
+        }
+        let mut nominated_set = vec![false; self.snap.pods.len()];
+        for d in &self.out.decisions {
+            if let Decision::Nominate { pod, .. } = d {
+                nominated_set[*pod as usize] = true;
+            }
+        }
+        for (i, ps) in self.snap.pods.iter().enumerate() {
+            let p = i as PodId;
+            if !ps.is_pending() {
+                continue;
+            }
+            let nominated = nominated_set[i];
+            if self.placed[i] && !nominated {
+                continue;
+            }
+            let note = self.notes.get(&p).cloned();
+            if nominated {
+                self.out.explanations.push(Explanation {
+                    pod: p,
+                    verdict: Verdict::Unschedulable,
+                    reasons: vec![note.unwrap_or(PendingReason::Nominated)],
+                });
+                continue;
+            }
+            let (verdict, diag) = if job_of.contains_key(&p) {
+                let s = self.sig_of(p);
+                diag_cache
+                    .entry(s)
+                    .or_insert_with(|| {
+                        let pod = &self.snap.pods[self.sigs[s].rep as usize].pod;
+                        diagnose(&self.cs, &self.sigs[s], &self.reserved, self.packer, pod)
+                    })
+                    .clone()
+            } else {
+                (Verdict::Unschedulable, None)
+            };
+            let reasons = diag
+                .map(PendingReason::Nodes)
+                .into_iter()
+                .chain(note)
+                .collect();
+            self.out.explanations.push(Explanation {
+                pod: p,
+                verdict,
+                reasons,
+            });
+        }
+    }
+}
+
+/// kube-scheduler-style summary of why no node takes `pod` now.
+fn diagnose(
+    cs: &ClusterState<'_>,
+    sig: &SigCache,
+    reserved: &[Option<JobId>],
+    packer: &dyn Packer,
+    pod: &Pod,
+) -> (Verdict, Option<NodeSummary>) {
+    let mut reasons: BTreeMap<NodeReason, u32> = sig.rejects.clone();
+    let mut ever_fits = false;
+    let mut fits_now = 0u32;
+    for &n in &sig.ok_list {
+        let node = cs.node(n);
+        // could it fit on the empty node?
+        let mut empty_alloc = node.allocatable.clone();
+        empty_alloc.gpu_milli = u64::MAX;
+        empty_alloc.gpu_mem_mib = u64::MAX;
+        let usable_allowed = (0..node.gpus.len())
+            .filter(|&g| cs.get(n).gpu_usable[g] && cs.gpu_allowed(pod, n, g))
+            .count() as u32;
+        let gpu_possible = match pod.gpu {
+            GpuRequest::None => true,
+            GpuRequest::Whole(k) => usable_allowed >= k,
+            GpuRequest::Share { .. } => usable_allowed >= 1,
+        };
+        if pod.requests.fits_in(&empty_alloc) && gpu_possible {
+            ever_fits = true;
+        }
+        let free = &cs.get(n).free;
+        let mut miss: Vec<NodeReason> = Vec::new();
+        if pod.requests.cpu_milli > free.cpu_milli {
+            miss.push(NodeReason::Insufficient(ResourceKind::Cpu));
+        }
+        if pod.requests.memory > free.memory {
+            miss.push(NodeReason::Insufficient(ResourceKind::Memory));
+        }
+        for (k, v) in &pod.requests.ext {
+            if *v > free.ext_get(k) {
+                miss.push(NodeReason::Insufficient(ResourceKind::Extended(k.clone())));
+            }
+        }
+        if !pod.gpu.is_none() && packer.place(pod, n, cs).is_none() {
+            miss.push(match pod.gpu {
+                GpuRequest::Share { .. } => NodeReason::InsufficientGpuShare,
+                _ => NodeReason::Insufficient(ResourceKind::Gpu),
+            });
+        }
+        if miss.is_empty() && reserved[n as usize].is_some() {
+            miss.push(NodeReason::ReservedForOtherJob);
+        }
+        if miss.is_empty() {
+            fits_now += 1;
+        }
+        for m in miss {
+            *reasons.entry(m).or_insert(0) += 1;
+        }
+    }
+    let mut counts: Vec<(String, NodeReason, u32)> = reasons
+        .into_iter()
+        .map(|(r, c)| (r.to_string(), r, c))
+        .collect();
+    counts.sort_by(|a, b| a.0.cmp(&b.0));
+    let verdict = if ever_fits {
+        Verdict::Unschedulable
+    } else {
+        Verdict::Unresolvable
+    };
+    if fits_now > 0 {
+        // the pod alone would fit; the reason is its gang, queue or
+        // reservation, which the caller's note gives.
+        return (verdict, None);
+    }
+    let summary = NodeSummary {
+        total: cs.len() as u32,
+        counts: counts.into_iter().map(|(_, r, c)| (r, c)).collect(),
+    };
+    (verdict, Some(summary))
+}

@@ -1,0 +1,36 @@
+//! Actions: the steps of a cycle, one module each, behind one seam.
+//!
+//! An action reads and changes the cycle's state ([`Cycle`]) through its
+//! helpers (statements, binds, the candidate index) and may add decisions
+//! and pending reasons. A new action goes in its own module here and into
+//! [`pipeline`], which builds the list from [`SchedulerOptions`].
+
+mod allocate;
+mod evict;
+mod explain;
+mod reserve;
+
+use super::SchedulerOptions;
+use super::cycle::Cycle;
+use super::jobs::Job;
+use crate::reason::EvictionKind;
+
+/// One step of the cycle.
+pub(super) trait Action {
+    /// Runs the step over the cycle's jobs.
+    fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]);
+}
+
+/// The actions of a cycle, in order: allocate (with backfill and
+/// reservations), preempt and reclaim when enabled, explain.
+pub(super) fn pipeline(opts: &SchedulerOptions) -> Vec<Box<dyn Action>> {
+    let mut v: Vec<Box<dyn Action>> = vec![Box::new(allocate::Allocate)];
+    if opts.preemption {
+        v.push(Box::new(evict::Evict(EvictionKind::Preempt)));
+    }
+    if opts.reclaim {
+        v.push(Box::new(evict::Evict(EvictionKind::Reclaim)));
+    }
+    v.push(Box::new(explain::Explain));
+    v
+}

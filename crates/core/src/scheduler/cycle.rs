@@ -1,0 +1,248 @@
+//! The mutable state of one cycle and its bookkeeping.
+//!
+//! Every change to the cluster state goes through a [`Statement`] and is
+//! logged per node (`change_log`), so the candidate index re-scores only
+//! the nodes that changed. Actions use these helpers; they do not touch
+//! `cs` directly.
+
+use super::SchedulerOptions;
+use super::candidates::SigCache;
+use super::jobs::{Job, JobId, build_jobs};
+use crate::decision::{CycleOutput, Decision};
+use crate::fairshare::{QueueIdx, QueueTree};
+use crate::plugin::{Filter, PackEnv, Packer, SchedulingKey};
+use crate::reason::PendingReason;
+use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
+use crate::state::ClusterState;
+use crate::statement::{Op, Statement};
+use gpusched_model::{Pod, ResourceVec};
+use std::collections::BTreeMap;
+
+/// Mutable state of one cycle.
+pub(super) struct Cycle<'s> {
+    pub snap: &'s Snapshot,
+    pub filters: &'s [Box<dyn Filter>],
+    pub packer: &'s dyn Packer,
+    pub opts: &'s SchedulerOptions,
+    pub now_ms: u64,
+    pub cs: ClusterState<'s>,
+    pub tree: QueueTree,
+    /// The queue of every pod of the snapshot (looked up once per cycle).
+    pub pod_queue: Vec<Option<QueueIdx>>,
+    pub sigs: Vec<SigCache>,
+    /// Cache entry of each scheduling key.
+    pub sig_index: BTreeMap<SchedulingKey, usize>,
+    pub pod_sig: Vec<Option<usize>>,
+    pub change_log: Vec<NodeId>,
+    /// The job each node is reserved (or nominated) for.
+    pub reserved: Vec<Option<JobId>>,
+    /// Running pods per node (pod ids), for victim search.
+    pub on_node: Vec<Vec<PodId>>,
+    /// Pods evicted (tentatively or for real) this cycle.
+    pub gone: Vec<bool>,
+    /// Bound or nominated this cycle.
+    pub placed: Vec<bool>,
+    /// Jobs the allocate action could not place (for preempt and reclaim).
+    pub unplaced: Vec<JobId>,
+    pub out: CycleOutput,
+    /// The queue, quota, gang or reservation reason of a pending pod.
+    pub notes: BTreeMap<PodId, PendingReason>,
+    pub evictions: u32,
+    /// Running members per group index.
+    pub group_running: Vec<Vec<PodId>>,
+}
+
+impl<'s> Cycle<'s> {
+    /// Builds the cycle's state from the snapshot (cluster state, queue
+    /// tree with deserved shares, the packer's preparation) and the jobs.
+    pub fn new(
+        snap: &'s Snapshot,
+        filters: &'s [Box<dyn Filter>],
+        packer: &'s mut dyn Packer,
+        opts: &'s SchedulerOptions,
+        now_ms: u64,
+        seed: u64,
+    ) -> (Self, Vec<Job>) {
+        let (cs, errors) = ClusterState::from_snapshot(snap);
+        let (mut tree, problems) = QueueTree::build(&snap.queues);
+        tree.account(snap);
+        let mut capacity = ResourceVec::default();
+        for (i, n) in snap.nodes.iter().enumerate() {
+            if !n.unschedulable {
+                let mut a = n.allocatable.clone();
+                a.gpu_milli = cs.state[i].gpu_usable.iter().filter(|u| **u).count() as u64
+                    * gpusched_model::GPU_MILLI;
+                capacity.add(&a);
+            }
+        }
+        tree.compute_deserved(&capacity);
+        packer.prepare(&PackEnv {
+            snapshot: snap,
+            state: &cs,
+            seed,
+        });
+        let packer: &'s dyn Packer = packer;
+        let n_nodes = snap.nodes.len();
+        let n_pods = snap.pods.len();
+        let mut on_node = vec![Vec::new(); n_nodes];
+        for (i, p) in snap.pods.iter().enumerate() {
+            if let Some((n, _)) = p.holding()
+                && (n as usize) < n_nodes
+            {
+                on_node[n as usize].push(i as PodId);
+            }
+        }
+        let mut group_running = vec![Vec::new(); snap.groups.len()];
+        let group_idx: BTreeMap<&str, usize> = snap
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.name.as_str(), i))
+            .collect();
+        for (i, p) in snap.pods.iter().enumerate() {
+            if matches!(p.phase, PodPhase::Running { .. })
+                && let Some(g) = p.pod.group.as_deref().and_then(|g| group_idx.get(g))
+            {
+                group_running[*g].push(i as PodId);
+            }
+        }
+        let pod_queue = snap.pods.iter().map(|p| tree.idx(&p.pod.queue)).collect();
+        let mut c = Cycle {
+            snap,
+            filters,
+            packer,
+            opts,
+            now_ms,
+            cs,
+            tree,
+            pod_queue,
+            sigs: Vec::new(),
+            sig_index: BTreeMap::new(),
+            pod_sig: vec![None; n_pods],
+            change_log: Vec::new(),
+            reserved: vec![None; n_nodes],
+            on_node,
+            gone: vec![false; n_pods],
+            placed: vec![false; n_pods],
+            unplaced: Vec::new(),
+            out: CycleOutput::default(),
+            notes: BTreeMap::new(),
+            evictions: 0,
+            group_running,
+        };
+        for (i, e) in errors {
+            c.notes.insert(
+                i as PodId,
+                PendingReason::SnapshotInconsistent {
+                    error: e.to_string(),
+                },
+            );
+        }
+        c.out.warnings = problems;
+        let jobs = build_jobs(
+            snap,
+            &c.tree,
+            &group_idx,
+            &c.group_running,
+            now_ms,
+            &mut c.out,
+            &mut c.notes,
+        );
+        c.out.stats.pending = snap.pods.iter().filter(|p| p.is_pending()).count() as u32;
+
+        // Nominations from the last cycle hold their nodes for their job.
+        for (j, job) in jobs.iter().enumerate() {
+            for &n in &job.nominated {
+                if (n as usize) < n_nodes && c.reserved[n as usize].is_none() {
+                    c.reserved[n as usize] = Some(j);
+                }
+            }
+        }
+        (c, jobs)
+    }
+
+    pub fn pod(&self, p: PodId) -> &'s Pod {
+        &self.snap.pods[p as usize].pod
+    }
+
+    pub fn note_change(&mut self, n: NodeId) {
+        self.change_log.push(n);
+    }
+
+    /// Tentatively places pod `p` (recorded in `st`).
+    pub fn st_place(
+        &mut self,
+        st: &mut Statement,
+        p: PodId,
+        n: NodeId,
+        gpus: GpuAssignment,
+    ) -> bool {
+        let req = &self.snap.pods[p as usize].pod.requests;
+        if st.place(&mut self.cs, p, n, req, gpus).is_err() {
+            return false;
+        }
+        self.note_change(n);
+        true
+    }
+
+    /// Tentatively removes a running pod (a trial: `gone` is not set).
+    pub fn st_remove(&mut self, st: &mut Statement, v: PodId) {
+        if let Some((n, g)) = self.snap.pods[v as usize].holding() {
+            let req = &self.snap.pods[v as usize].pod.requests;
+            st.remove(&mut self.cs, v, n, req, g.clone());
+            self.note_change(n);
+        }
+    }
+
+    /// Undoes `st` back to checkpoint `to`.
+    pub fn rollback(&mut self, st: &mut Statement, to: usize) {
+        let nodes: Vec<NodeId> = st.ops_since(to).iter().map(op_node).collect();
+        st.rollback_to(&mut self.cs, to);
+        for n in nodes {
+            self.note_change(n);
+        }
+    }
+
+    /// Commits the placements of `st` as bind decisions.
+    pub fn bind_all(&mut self, job: &Job, st: Statement) -> usize {
+        let ops = st.commit();
+        let n = ops.len();
+        for op in ops {
+            if let Op::Place {
+                pod, node, gpus, ..
+            } = op
+            {
+                self.bind(job, pod, node, gpus);
+            }
+        }
+        n
+    }
+
+    /// A bind decision (the state already holds the placement).
+    pub fn bind(&mut self, job: &Job, pod: PodId, node: NodeId, gpus: GpuAssignment) {
+        let d = self.pod(pod).demand();
+        self.tree.add_usage(job.queue, &d);
+        self.placed[pod as usize] = true;
+        self.out.stats.bound += 1;
+        self.out.decisions.push(Decision::Bind { pod, node, gpus });
+    }
+
+    pub fn group_of(&self, p: PodId) -> Option<usize> {
+        let g = self.pod(p).group.as_deref()?;
+        self.snap.groups.iter().position(|x| x.name == g)
+    }
+
+    /// All pods that go if `victim` goes (its running gang).
+    pub fn victim_unit(&self, victim: PodId) -> Vec<PodId> {
+        match self.group_of(victim) {
+            Some(g) if !self.group_running[g].is_empty() => self.group_running[g].clone(),
+            _ => vec![victim],
+        }
+    }
+}
+
+fn op_node(op: &Op) -> NodeId {
+    match op {
+        Op::Place { node, .. } | Op::Remove { node, .. } => *node,
+    }
+}

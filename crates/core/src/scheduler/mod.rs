@@ -1,0 +1,129 @@
+//! The scheduler: the action pipeline over one cycle.
+//!
+//! Where things go (see also docs/scheduling.md):
+//!
+//! - [`cycle`]: the mutable state of one cycle ([`cycle::Cycle`]) and its
+//!   bookkeeping (placing and removing through a [`crate::Statement`],
+//!   binding, the change log);
+//! - [`jobs`]: grouping pending pods into jobs and ordering them;
+//! - [`candidates`]: the candidate index: static filter verdicts cached per
+//!   pod signature, and a lazy heap of node scores per signature;
+//! - [`actions`]: one module per action behind the [`actions::Action`]
+//!   seam; the pipeline is built from [`SchedulerOptions`].
+//!
+//! The pipeline: admit → allocate (with backfill and reservations)
+//! → preempt → reclaim → explain.
+//!
+//! - **admit**: pending pods are grouped into jobs (a pod group, or a lone
+//!   pod). Queues are visited most-under-served first (see
+//!   [`crate::fairshare`]); inside a queue, jobs go by priority (high first),
+//!   then arrival, then name. A job that would break a queue limit or a
+//!   no-borrow rule waits.
+//! - **allocate**: a job is placed inside a [`crate::Statement`]; a gang
+//!   commits only when `minMember` pods fit (else everything rolls back).
+//!   Gangs with a topology constraint try one domain at a time (best fit
+//!   first); a preferred constraint falls back to the whole cluster.
+//! - **backfill**: when a job does not fit, later jobs still try (so small
+//!   jobs use idle capacity). Once the head job has waited
+//!   `reserve_after_ms`, nodes are reserved for it: nothing else is placed
+//!   there, and they drain until it fits (no starvation).
+//! - **preempt**: a job that still does not fit may evict pods of its own
+//!   queue with lower priority. Victims are chosen per node with the fewest
+//!   and lowest-priority victims (greedy removal, then reprieve); a victim in
+//!   a running gang takes its whole gang with it. Evictions are committed
+//!   only if the preemptor then fits; the freed nodes are nominated for it.
+//! - **reclaim**: a queue below what it deserves may evict pods of queues
+//!   above what they deserve (if reclaimable), never pushing them below
+//!   their deserved share or guarantee.
+//! - **explain**: every pod left pending gets typed reasons
+//!   ([`crate::PendingReason`]) rendered in kube-scheduler's style.
+
+mod actions;
+mod candidates;
+mod cycle;
+mod jobs;
+
+use crate::decision::CycleOutput;
+use crate::plugin::{Filter, Packer};
+use crate::snapshot::Snapshot;
+use serde::{Deserialize, Serialize};
+
+/// Knobs of the action pipeline (policy knobs live in the plugins).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerOptions {
+    /// Let smaller jobs use idle capacity while a bigger one waits.
+    pub backfill: bool,
+    /// After the head of a queue has waited this long (ms), capacity is
+    /// reserved for it and backfill may no longer use it.
+    pub reserve_after_ms: u64,
+    /// How many jobs may hold reservations at once.
+    pub max_reservations: u32,
+    /// Preempt lower-priority pods of the same queue.
+    pub preemption: bool,
+    /// Reclaim borrowed capacity across queues.
+    pub reclaim: bool,
+    /// Upper bound on evictions per cycle.
+    pub max_evictions_per_cycle: u32,
+    /// Upper bound on topology domains tried per gang.
+    pub max_domains_per_gang: u32,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            backfill: true,
+            reserve_after_ms: 300_000,
+            max_reservations: 1,
+            preemption: true,
+            reclaim: true,
+            max_evictions_per_cycle: 256,
+            max_domains_per_gang: 32,
+        }
+    }
+}
+
+/// The scheduler: the action pipeline plus explicitly registered plugins.
+pub struct Scheduler {
+    pub opts: SchedulerOptions,
+    filters: Vec<Box<dyn Filter>>,
+    packer: Box<dyn Packer>,
+}
+
+impl Scheduler {
+    pub fn new(
+        opts: SchedulerOptions,
+        filters: Vec<Box<dyn Filter>>,
+        packer: Box<dyn Packer>,
+    ) -> Self {
+        Scheduler {
+            opts,
+            filters,
+            packer,
+        }
+    }
+
+    pub fn packer_name(&self) -> &'static str {
+        self.packer.name()
+    }
+
+    pub fn filter_names(&self) -> Vec<&'static str> {
+        self.filters.iter().map(|f| f.name()).collect()
+    }
+
+    /// One scheduling cycle over `snap` at virtual time `now_ms`.
+    pub fn cycle(&mut self, snap: &Snapshot, now_ms: u64, seed: u64) -> CycleOutput {
+        let (mut c, jobs) = cycle::Cycle::new(
+            snap,
+            &self.filters,
+            &mut *self.packer,
+            &self.opts,
+            now_ms,
+            seed,
+        );
+        for action in actions::pipeline(&self.opts) {
+            action.run(&mut c, &jobs);
+        }
+        c.out
+    }
+}
