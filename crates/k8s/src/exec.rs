@@ -267,7 +267,7 @@ impl Executor {
                     add_held(&mut held, *node, gpus);
                     bound.insert(*pod);
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                    let decision = GpuDecision::new(&pr.uid, n, seq, gpus);
+                    let decision = crate::decision::make(&pr.uid, n, seq, gpus);
                     let created_ms = snap.pods[*pod as usize].pod.arrival_ms;
                     self.shared.with(|w| {
                         w.assume(

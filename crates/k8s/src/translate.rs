@@ -5,6 +5,7 @@
 use crate::crd::{PodGroup, Queue, SpPodGroup, TopologyLevel as CrdLevel, TopologyMode};
 use crate::decision::{ANNOTATION_DECISION, DecisionError, GpuDecision};
 use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, LABEL_QUEUE, RESOURCE_GPU};
+pub use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, NodeGpu};
 use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
 use gpusched_model::topology::GpuTopo;
 use gpusched_model::validate::{ContainerResources, ResourceError, pod_resources};
@@ -15,7 +16,6 @@ use gpusched_model::{
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Scheduler name pods use to opt in.
@@ -24,62 +24,12 @@ pub const SCHEDULER_NAME: &str = "gpusched";
 pub const DEFAULT_QUEUE: &str = "default";
 /// Label of the scheduler-plugins coscheduling pod group.
 pub const LABEL_SP_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
-/// Node annotation with the node's GPUs and their topology (JSON list of
-/// [`NodeGpu`]), published by the node agent.
-pub const ANNOTATION_NODE_GPUS: &str = "gpusched.io/gpus";
 /// Pod annotation: allowed GPU models, comma-separated.
 pub const ANNOTATION_GPU_MODELS: &str = "gpusched.io/gpu-models";
 /// Pod annotation: minimum memory of each GPU used (a quantity).
 pub const ANNOTATION_MIN_GPU_MEMORY: &str = "gpusched.io/min-gpu-memory";
 /// Pod annotation `"false"`: never preempted or reclaimed.
 pub const ANNOTATION_PREEMPTIBLE: &str = "gpusched.io/preemptible";
-
-/// One GPU as a node publishes it in [`ANNOTATION_NODE_GPUS`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeGpu {
-    /// Index on the node (`nvidia-smi` order).
-    pub index: u32,
-    /// GPU UUID.
-    pub uuid: String,
-    /// Model (the `nvidia.com/gpu.product` vocabulary).
-    pub model: String,
-    /// Memory in MiB.
-    #[serde(rename = "memoryMiB")]
-    pub memory_mib: u64,
-    /// NVLink domain inside the node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nvlink: Option<u32>,
-    /// PCIe switch.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pcie_switch: Option<u32>,
-    /// NUMA node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub numa: Option<u32>,
-    /// Health as the agent sees it.
-    #[serde(default = "yes")]
-    pub healthy: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl NodeGpu {
-    /// The annotation form of a model GPU.
-    pub fn from_model(g: &Gpu) -> Self {
-        NodeGpu {
-            index: g.index,
-            uuid: g.uuid.clone(),
-            model: g.model.clone(),
-            memory_mib: g.memory_mib,
-            nvlink: g.topo.nvlink,
-            pcie_switch: g.topo.pcie_switch,
-            numa: g.topo.numa,
-            healthy: g.is_healthy(),
-        }
-    }
-}
 
 /// A translation error, naming the object and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -486,7 +486,7 @@ impl World {
                     };
                     let nv = &out.snapshot.nodes[n as usize];
                     let gpus = match decision {
-                        Some(Ok(d)) => match d.assignment(&v.uid, nv) {
+                        Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {
                             Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
                             Ok(a) => {
                                 out.problems.push(Problem::BadDecision {

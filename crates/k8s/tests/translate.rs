@@ -3,7 +3,7 @@
 
 use gpusched_core::{GpuAssignment, PodPhase};
 use gpusched_k8s::crd::{PodGroup, Queue, SpPodGroup};
-use gpusched_k8s::decision::{ANNOTATION_DECISION, GpuDecision};
+use gpusched_k8s::decision::ANNOTATION_DECISION;
 use gpusched_k8s::translate::{self, PodKind};
 use gpusched_k8s::world::{Assumed, Problem, World};
 use gpusched_model::{GpuHealth, GpuRequest};
@@ -181,7 +181,7 @@ fn world_builds_a_snapshot_with_decisions_assumptions_and_others() {
     let mut placed = gpu_pod("placed", json!({"nvidia.com/gpu": "2"}), json!({}));
     placed["spec"]["nodeName"] = json!("n1");
     let snap_node = translate::node(&serde_json::from_value(node("n1", 8, true)).unwrap()).node;
-    let d = GpuDecision::new(
+    let d = gpusched_k8s::decision::make(
         "uid-placed",
         &snap_node,
         1,
@@ -204,7 +204,7 @@ fn world_builds_a_snapshot_with_decisions_assumptions_and_others() {
         "uid-pending",
         Assumed {
             node: "n1".into(),
-            decision: GpuDecision::new(
+            decision: gpusched_k8s::decision::make(
                 "uid-pending",
                 &snap_node,
                 2,

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod labels;
 pub mod node;
 pub mod pod;
+pub mod protocol;
 pub mod quantity;
 pub mod queue;
 pub mod resources;
