@@ -741,3 +741,30 @@ fn an_undeclared_field_shares_verdicts() {
     let b = binds(&snap, &out);
     assert_eq!(b.len(), 1, "pb reused pa's verdicts (only na): {b:?}");
 }
+
+/// Kubernetes' `preemptionPolicy: Never`: a high-priority pod waits instead
+/// of evicting.
+#[test]
+fn a_pod_that_never_evicts_waits() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![pod("low").gpus(2).priority(1).build()],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("polite").gpus(2).priority(10).never_evicts().build(),
+    ));
+    let out = run(&mut s, &snap, 1000);
+    assert!(evictions(&snap, &out).is_empty());
+    snap.pods[1].pod.may_evict = true;
+    let out = run(&mut s, &snap, 2000);
+    assert_eq!(
+        evictions(&snap, &out).len(),
+        1,
+        "the same pod allowed to preempt does"
+    );
+}

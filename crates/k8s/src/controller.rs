@@ -197,6 +197,7 @@ pub async fn run_with_client(
         None => (tokio_watch::channel(true).1, None),
     };
 
+    tokio::spawn(watch::run_job_gangs(client.clone(), leader_rx.clone()));
     let mut exec = Executor::new(
         client.clone(),
         shared.clone(),
@@ -207,6 +208,7 @@ pub async fn run_with_client(
     let mut last_cycle = Instant::now() - opts.period;
     let mut last_status = Instant::now();
     let mut queue_status: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut group_status: BTreeMap<String, (u32, u32)> = BTreeMap::new();
     let mut cycles: u64 = 0;
     tokio::pin!(shutdown);
     loop {
@@ -256,6 +258,8 @@ pub async fn run_with_client(
         if last_status.elapsed() >= Duration::from_secs(2) {
             last_status = Instant::now();
             publish_queue_status(&client, &built, &metrics, &mut queue_status);
+            let counts = shared.with(|w| w.group_counts());
+            publish_group_counts(&client, counts, &mut group_status);
         }
     }
     tracing::info!("shutting down: waiting for bindings in flight");
@@ -275,6 +279,35 @@ fn gpus_text(milli: u64) -> String {
         (milli / GPU_MILLI).to_string()
     } else {
         format!("{:.3}", milli as f64 / GPU_MILLI as f64)
+    }
+}
+
+/// PodGroup status: members scheduled and running, written when changed.
+fn publish_group_counts(
+    client: &Client,
+    counts: BTreeMap<String, (u32, u32)>,
+    last: &mut BTreeMap<String, (u32, u32)>,
+) {
+    last.retain(|k, _| counts.contains_key(k));
+    for (k, c) in counts {
+        if last.get(&k) == Some(&c) {
+            continue;
+        }
+        last.insert(k.clone(), c);
+        let Some((ns, name)) = k.split_once('/') else {
+            continue;
+        };
+        let api: Api<crate::crd::PodGroup> = Api::namespaced(client.clone(), ns);
+        let name = name.to_string();
+        tokio::spawn(async move {
+            let patch = json!({"status": {"scheduled": c.0, "running": c.1}});
+            if let Err(e) = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                tracing::debug!("podgroup {name} status: {e}");
+            }
+        });
     }
 }
 

@@ -4,7 +4,8 @@
 
 use crate::crd::{PodGroup, Queue, SpPodGroup, TopologyLevel as CrdLevel, TopologyMode};
 use crate::decision::{ANNOTATION_DECISION, DecisionError, GpuDecision};
-use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, LABEL_QUEUE, RESOURCE_GPU};
+pub use gpusched_model::labels::LABEL_QUEUE;
+use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, RESOURCE_GPU};
 pub use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, NodeGpu};
 use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
 use gpusched_model::topology::GpuTopo;
@@ -24,6 +25,15 @@ pub const SCHEDULER_NAME: &str = "gpusched";
 pub const DEFAULT_QUEUE: &str = "default";
 /// Label of the scheduler-plugins coscheduling pod group.
 pub const LABEL_SP_POD_GROUP: &str = "scheduling.x-k8s.io/pod-group";
+/// Label the Job controller puts on a Job's pods.
+pub const LABEL_JOB_NAME: &str = "batch.kubernetes.io/job-name";
+/// Label on a `batch/v1` Job: `"true"` makes it a gang (a PodGroup named
+/// after the Job is created, minMember = parallelism).
+pub const LABEL_GANG: &str = "gpusched.io/gang";
+/// Annotation on a PodGroup created for a Job (the Job's name): the Job's
+/// pods join it without a pod-group label.
+pub const ANNOTATION_FOR_JOB: &str = "gpusched.io/job";
+
 /// Pod annotation: allowed GPU models, comma-separated.
 pub const ANNOTATION_GPU_MODELS: &str = "gpusched.io/gpu-models";
 /// Pod annotation: minimum memory of each GPU used (a quantity).
@@ -275,12 +285,17 @@ pub struct PodView {
     pub ours: bool,
     /// Pod group (`namespace/name`), from our label or scheduler-plugins'.
     pub group: Option<String>,
+    /// The Job that owns it (`batch.kubernetes.io/job-name`), for gangs
+    /// made from Jobs.
+    pub job: Option<String>,
     /// Queue label, if any.
     pub queue_label: Option<String>,
     /// `spec.preemptionPolicy: Never`.
     pub never_preempts: bool,
     /// Milliseconds since the Unix epoch of `metadata.creationTimestamp`.
     pub created_ms: u64,
+    /// `status.phase` is Running.
+    pub running: bool,
     /// What to do with it.
     pub kind: PodKind,
 }
@@ -502,6 +517,7 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
         })?;
     }
     pod.preemptible = annotations.get(ANNOTATION_PREEMPTIBLE).map(String::as_str) != Some("false");
+    pod.may_evict = spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never");
     Ok(pod)
 }
 
@@ -538,9 +554,11 @@ pub fn pod(p: &Pod) -> PodView {
         name: meta.name.clone().unwrap_or_default(),
         ours,
         group: group_of(p),
+        job: labels.get(LABEL_JOB_NAME).cloned(),
         queue_label: labels.get(LABEL_QUEUE).cloned(),
         never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
         created_ms: unix_ms(meta.creation_timestamp.as_ref()),
+        running: phase == "Running",
         kind: PodKind::Ignored,
     };
     if phase == "Succeeded" || phase == "Failed" {

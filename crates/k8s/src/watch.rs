@@ -170,3 +170,79 @@ pub fn start(client: &Client, shared: &Shared) -> Vec<(ObjectKind, Arc<AtomicBoo
     );
     flags
 }
+
+/// Watches `batch/v1` Jobs labelled `gpusched.io/gang: "true"` and creates
+/// a PodGroup for each (named after the Job, minMember = parallelism, owned
+/// by the Job so it goes with it). Runs on the leader only: `leading`
+/// gates the writes.
+pub async fn run_job_gangs(client: Client, leading: tokio::sync::watch::Receiver<bool>) {
+    use crate::translate::{ANNOTATION_FOR_JOB, LABEL_GANG, LABEL_QUEUE};
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::PostParams;
+    let jobs: Api<Job> = Api::all(client.clone());
+    let cfg = watcher::Config::default().labels(&format!("{LABEL_GANG}=true"));
+    let mut stream = watcher::watcher(jobs, cfg).default_backoff().boxed();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    while let Some(ev) = stream.next().await {
+        let job = match ev {
+            Ok(Event::Apply(j)) | Ok(Event::InitApply(j)) => j,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::warn!("watch jobs: {e}");
+                continue;
+            }
+        };
+        let (Some(ns), Some(name), Some(uid)) = (
+            job.metadata.namespace.clone(),
+            job.metadata.name.clone(),
+            job.metadata.uid.clone(),
+        ) else {
+            continue;
+        };
+        if !*leading.borrow() || done.contains(&uid) {
+            continue;
+        }
+        let min = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.parallelism)
+            .unwrap_or(1)
+            .max(1);
+        let queue = job
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_QUEUE))
+            .cloned();
+        let pg = serde_json::json!({
+            "apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {
+                "name": name, "namespace": ns,
+                "annotations": {ANNOTATION_FOR_JOB: name},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                     "uid": uid, "controller": true, "blockOwnerDeletion": true}]
+            },
+            "spec": {"minMember": min, "queue": queue},
+        });
+        let pg: PodGroup = match serde_json::from_value(pg) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("job {ns}/{name}: {e}");
+                continue;
+            }
+        };
+        let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+        match api.create(&PostParams::default(), &pg).await {
+            Ok(_) => {
+                tracing::info!(
+                    "created PodGroup {ns}/{name} (minMember {min}) for Job {ns}/{name}"
+                );
+                done.insert(uid);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                done.insert(uid);
+            }
+            Err(e) => tracing::warn!("creating PodGroup for job {ns}/{name}: {e}"),
+        }
+    }
+}

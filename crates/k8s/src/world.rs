@@ -112,13 +112,21 @@ pub struct Built {
     pub pending_by_queue: BTreeMap<String, u32>,
 }
 
+/// A PodGroup: translated, its priority class, whether made for a Job.
+#[derive(Clone, Debug)]
+struct GroupEntry {
+    group: Result<MGroup, String>,
+    priority_class: Option<String>,
+    for_job: bool,
+}
+
 /// Translated objects, by key.
 #[derive(Clone, Debug, Default)]
 pub struct World {
     nodes: BTreeMap<String, NodeView>,
     pods: BTreeMap<String, PodView>,
     queues: BTreeMap<String, Result<MQueue, String>>,
-    groups: BTreeMap<String, (Result<MGroup, String>, Option<String>)>,
+    groups: BTreeMap<String, GroupEntry>,
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
@@ -228,12 +236,18 @@ impl World {
     /// A PodGroup was added or changed.
     pub fn upsert_group(&mut self, g: &PodGroup) {
         let k = key(g.metadata.namespace.as_ref(), g.metadata.name.as_ref());
+        let for_job = g
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(translate::ANNOTATION_FOR_JOB));
         self.groups.insert(
             k,
-            (
-                translate::group(g, 0).map_err(|e| e.to_string()),
-                g.spec.priority_class_name.clone(),
-            ),
+            GroupEntry {
+                group: translate::group(g, 0).map_err(|e| e.to_string()),
+                priority_class: g.spec.priority_class_name.clone(),
+                for_job,
+            },
         );
         self.generation += 1;
     }
@@ -331,6 +345,35 @@ impl World {
         self.nodes.len()
     }
 
+    /// Per gpusched PodGroup (`namespace/name`): members bound (or being
+    /// bound) and members running.
+    pub fn group_counts(&self) -> BTreeMap<String, (u32, u32)> {
+        let mut out: BTreeMap<String, (u32, u32)> =
+            self.groups.keys().map(|k| (k.clone(), (0, 0))).collect();
+        for v in self.pods.values() {
+            let Some(g) = self.group_of(v) else { continue };
+            let Some(c) = out.get_mut(&g) else { continue };
+            let bound =
+                matches!(v.kind, PodKind::Bound { .. }) || self.assumed.contains_key(&v.uid);
+            if bound {
+                c.0 += 1;
+            }
+            if v.running {
+                c.1 += 1;
+            }
+        }
+        out
+    }
+
+    /// The group of a pod: its label's, else the PodGroup made for its Job.
+    fn group_of(&self, v: &PodView) -> Option<String> {
+        if v.group.is_some() {
+            return v.group.clone();
+        }
+        let k = format!("{}/{}", v.namespace, v.job.as_ref()?);
+        self.groups.get(&k).filter(|e| e.for_job).map(|_| k)
+    }
+
     /// The core's snapshot of the world as it is now.
     pub fn build(&self) -> Built {
         let mut out = Built::default();
@@ -366,24 +409,23 @@ impl World {
             });
         }
         // the queue of a group defaults to its first member's label
-        let mut member_queue: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut member_queue: BTreeMap<String, &str> = BTreeMap::new();
         for v in self.pods.values() {
-            if let (Some(g), Some(q)) = (&v.group, &v.queue_label) {
-                member_queue.entry(g.as_str()).or_insert(q.as_str());
+            if let (Some(g), Some(q)) = (self.group_of(v), &v.queue_label) {
+                member_queue.entry(g).or_insert(q.as_str());
             }
         }
         let mut group_names: BTreeSet<&str> = BTreeSet::new();
-        for (k, (g, pc)) in &self.groups {
-            match g {
+        for (k, e) in &self.groups {
+            match &e.group {
                 Ok(g) => {
                     let mut g = g.clone();
-                    g.priority = pc
+                    g.priority = e
+                        .priority_class
                         .as_ref()
                         .and_then(|pc| self.priority_classes.get(pc).copied())
                         .unwrap_or(0);
-                    if let (Some(q), true) =
-                        (member_queue.get(k.as_str()), g.queue == DEFAULT_QUEUE)
-                    {
+                    if let (Some(q), true) = (member_queue.get(k), g.queue == DEFAULT_QUEUE) {
                         g.queue = q.to_string();
                     }
                     group_names.insert(k.as_str());
@@ -402,7 +444,7 @@ impl World {
             match g {
                 Ok(g) => {
                     let mut g = g.clone();
-                    if let Some(q) = member_queue.get(k.as_str()) {
+                    if let Some(q) = member_queue.get(k) {
                         g.queue = q.to_string();
                     }
                     out.snapshot.groups.push(g);
@@ -470,10 +512,9 @@ impl World {
                         }
                     };
                     out.pods.push(pref(v));
-                    out.snapshot.pods.push(PodState {
-                        pod: pod.clone(),
-                        phase,
-                    });
+                    let mut pod = pod.clone();
+                    pod.group = self.group_of(v);
+                    out.snapshot.pods.push(PodState { pod, phase });
                 }
                 PodKind::Bound {
                     pod,
@@ -537,10 +578,9 @@ impl World {
                         }
                     };
                     out.pods.push(pref(v));
-                    out.snapshot.pods.push(PodState {
-                        pod: pod.clone(),
-                        phase,
-                    });
+                    let mut pod = pod.clone();
+                    pod.group = self.group_of(v);
+                    out.snapshot.pods.push(PodState { pod, phase });
                 }
             }
         }

@@ -193,6 +193,14 @@ pub struct Pod {
     pub arrival_ms: u64,
     /// Whether the pod may be preempted or reclaimed.
     pub preemptible: bool,
+    /// Whether the pod may evict others to fit (Kubernetes'
+    /// `preemptionPolicy: Never` is `false`).
+    #[serde(default = "yes")]
+    pub may_evict: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Pod {
@@ -212,6 +220,7 @@ impl Pod {
             tolerations: Vec::new(),
             arrival_ms: 0,
             preemptible: true,
+            may_evict: true,
         }
     }
 

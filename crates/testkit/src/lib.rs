@@ -198,6 +198,11 @@ impl PodBuilder {
         self.0.preemptible = false;
         self
     }
+    /// `preemptionPolicy: Never`: never evicts others.
+    pub fn never_evicts(mut self) -> Self {
+        self.0.may_evict = false;
+        self
+    }
     pub fn build(self) -> Pod {
         self.0
     }

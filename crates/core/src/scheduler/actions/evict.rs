@@ -30,6 +30,10 @@ impl Action for Evict {
             let job = &jobs[j];
             if job.pods.iter().any(|&p| c.placed[p as usize])
                 || job.need == 0 && job.group.is_some()
+                || job
+                    .pods
+                    .iter()
+                    .any(|&p| !c.snap.pods[p as usize].pod.may_evict)
             {
                 continue;
             }
