@@ -768,3 +768,54 @@ fn a_pod_that_never_evicts_waits() {
         "the same pod allowed to preempt does"
     );
 }
+
+/// PodDisruptionBudgets the way kube-scheduler's preemption treats them:
+/// victims whose budget is exhausted are avoided when others free enough,
+/// and taken when nothing else does.
+#[test]
+fn preemption_prefers_victims_whose_budget_allows_it() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(2).build(), node("b").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("guarded")
+                .gpus(2)
+                .priority(1)
+                .budget_exhausted()
+                .build(),
+            pod("free").gpus(2).priority(5).build(),
+        ],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods
+        .push(PodState::pending(pod("vip").gpus(2).priority(10).build()));
+    let out = run(&mut s, &snap, 1000);
+    assert_eq!(
+        evictions(&snap, &out),
+        vec!["free".to_string()],
+        "the unguarded victim goes although its priority is higher"
+    );
+    // with both guarded, preemption still happens (budgets are best effort)
+    let mut snap2 = snapshot(
+        vec![node("a").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("guarded")
+                .gpus(2)
+                .priority(1)
+                .budget_exhausted()
+                .build(),
+        ],
+    );
+    let out = run(&mut s, &snap2, 0);
+    apply(&mut snap2, &out, 0);
+    snap2
+        .pods
+        .push(PodState::pending(pod("vip").gpus(2).priority(10).build()));
+    let out = run(&mut s, &snap2, 1000);
+    assert_eq!(evictions(&snap2, &out), vec!["guarded".to_string()]);
+}

@@ -296,6 +296,8 @@ pub struct PodView {
     pub created_ms: u64,
     /// `status.phase` is Running.
     pub running: bool,
+    /// `metadata.labels` (for PodDisruptionBudget selectors).
+    pub labels: BTreeMap<String, String>,
     /// What to do with it.
     pub kind: PodKind,
 }
@@ -559,6 +561,7 @@ pub fn pod(p: &Pod) -> PodView {
         never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
         created_ms: unix_ms(meta.creation_timestamp.as_ref()),
         running: phase == "Running",
+        labels: labels.clone(),
         kind: PodKind::Ignored,
     };
     if phase == "Succeeded" || phase == "Failed" {
@@ -775,4 +778,91 @@ pub fn sp_group(g: &SpPodGroup) -> Result<MGroup, TranslateError> {
             .filter(|&s| s > 0)
             .map(|s| s as u64 * 1000),
     })
+}
+
+/// What the scheduler needs of a PodDisruptionBudget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdbView {
+    /// Namespace it covers.
+    pub namespace: String,
+    /// `spec.selector` (`None`: selects nothing).
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// `spec.minAvailable`.
+    pub min_available: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// `spec.maxUnavailable`.
+    pub max_unavailable: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// `status.disruptionsAllowed` when the disruption controller has
+    /// observed the current spec.
+    pub observed_allowed: Option<i32>,
+}
+
+/// PodDisruptionBudget → what the scheduler needs of it.
+pub fn pdb(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> PdbView {
+    let spec = p.spec.clone().unwrap_or_default();
+    let generation = p.metadata.generation.unwrap_or(0);
+    let observed_allowed = p.status.as_ref().and_then(|s| {
+        (s.observed_generation.unwrap_or(-1) >= generation && generation > 0)
+            .then_some(s.disruptions_allowed)
+            .flatten()
+    });
+    PdbView {
+        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+        selector: spec.selector,
+        min_available: spec.min_available,
+        max_unavailable: spec.max_unavailable,
+        observed_allowed,
+    }
+}
+
+/// Whether a label selector selects `labels` (an empty selector selects
+/// everything; an unknown operator selects nothing).
+pub fn selects(
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    if let Some(m) = &sel.match_labels
+        && m.iter().any(|(k, v)| labels.get(k) != Some(v))
+    {
+        return false;
+    }
+    sel.match_expressions.iter().flatten().all(|e| {
+        let v = labels.get(&e.key);
+        let vals = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => v.is_some_and(|v| vals.contains(v)),
+            "NotIn" => !v.is_some_and(|v| vals.contains(v)),
+            "Exists" => v.is_some(),
+            "DoesNotExist" => v.is_none(),
+            _ => false,
+        }
+    })
+}
+
+impl PdbView {
+    /// Disruptions allowed now: the controller's figure when it is current,
+    /// else computed the way the disruption controller does from the pods
+    /// it selects (`expected`) and how many of them run (`healthy`).
+    pub fn allowed(&self, expected: u32, healthy: u32) -> i64 {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        if let Some(a) = self.observed_allowed {
+            return i64::from(a);
+        }
+        let scaled = |v: &IntOrString| -> i64 {
+            match v {
+                IntOrString::Int(i) => i64::from(*i),
+                IntOrString::String(s) => {
+                    let pct: i64 = s.trim_end_matches('%').parse().unwrap_or(100);
+                    (pct * i64::from(expected) + 99) / 100
+                }
+            }
+        };
+        let desired = if let Some(m) = &self.min_available {
+            scaled(m)
+        } else if let Some(m) = &self.max_unavailable {
+            i64::from(expected) - scaled(m)
+        } else {
+            return 1;
+        };
+        i64::from(healthy) - desired
+    }
 }

@@ -145,6 +145,14 @@ pub fn start(client: &Client, shared: &Shared) -> Vec<(ObjectKind, Arc<AtomicBoo
         true
     );
     spawn!(
+        k8s_openapi::api::policy::v1::PodDisruptionBudget,
+        ObjectKind::Pdb,
+        Api::all(client.clone()),
+        ns_key,
+        |w, o| w.upsert_pdb(o),
+        true
+    );
+    spawn!(
         Queue,
         ObjectKind::Queue,
         Api::all(client.clone()),

@@ -28,6 +28,8 @@ pub enum ObjectKind {
     SpPodGroup,
     /// PriorityClasses.
     PriorityClass,
+    /// PodDisruptionBudgets (by `namespace/name`).
+    Pdb,
 }
 
 /// A placement the scheduler made and is binding.
@@ -132,6 +134,7 @@ pub struct World {
     assumed: BTreeMap<String, Assumed>,
     nominated: BTreeMap<String, String>,
     evicting: BTreeSet<String>,
+    pdbs: BTreeMap<String, translate::PdbView>,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -204,6 +207,7 @@ impl World {
             ObjectKind::PodGroup => self.groups.keys().cloned().collect(),
             ObjectKind::SpPodGroup => self.sp_groups.keys().cloned().collect(),
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
+            ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
         }
     }
 
@@ -216,6 +220,10 @@ impl World {
             ObjectKind::PodGroup => self.delete_group(key),
             ObjectKind::SpPodGroup => self.delete_sp_group(key),
             ObjectKind::PriorityClass => self.delete_priority_class(key),
+            ObjectKind::Pdb => {
+                self.pdbs.remove(key);
+                self.generation += 1;
+            }
         }
     }
 
@@ -270,6 +278,41 @@ impl World {
     pub fn delete_sp_group(&mut self, key: &str) {
         self.sp_groups.remove(key);
         self.generation += 1;
+    }
+
+    /// A PodDisruptionBudget was added or changed.
+    pub fn upsert_pdb(&mut self, p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
+        let k = key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref());
+        self.pdbs.insert(k, translate::pdb(p));
+        self.generation += 1;
+    }
+
+    /// Pods (by uid) whose PodDisruptionBudget allows no disruption now.
+    fn budget_exhausted(&self) -> BTreeSet<&str> {
+        let mut out = BTreeSet::new();
+        for pdb in self.pdbs.values() {
+            let Some(sel) = &pdb.selector else { continue };
+            let covered: Vec<&PodView> = self
+                .pods
+                .values()
+                .filter(|v| {
+                    v.namespace == pdb.namespace
+                        && matches!(
+                            v.kind,
+                            PodKind::Bound {
+                                terminating: false,
+                                ..
+                            }
+                        )
+                        && translate::selects(sel, &v.labels)
+                })
+                .collect();
+            let healthy = covered.iter().filter(|v| v.running).count() as u32;
+            if pdb.allowed(covered.len() as u32, healthy) <= 0 {
+                out.extend(covered.iter().map(|v| v.uid.as_str()));
+            }
+        }
+        out
     }
 
     /// A PriorityClass was added or changed.
@@ -467,6 +510,7 @@ impl World {
             namespace: v.namespace.clone(),
             name: v.name.clone(),
         };
+        let exhausted = self.budget_exhausted();
         // GPUs taken per node by pods whose GPUs are known
         let mut taken: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); out.snapshot.nodes.len()];
         let mut shared: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); out.snapshot.nodes.len()];
@@ -579,6 +623,7 @@ impl World {
                     };
                     out.pods.push(pref(v));
                     let mut pod = pod.clone();
+                    pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
                     pod.group = self.group_of(v);
                     out.snapshot.pods.push(PodState { pod, phase });
                 }

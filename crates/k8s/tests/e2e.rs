@@ -624,3 +624,52 @@ async fn jobs_become_gangs_and_failed_gpus_and_nodes_get_no_pods() {
     assert!(st.is_some(), "PodGroup status counts members");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn preemption_prefers_victims_whose_disruption_budget_allows_it() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    priority_class(&c, "low", 100).await;
+    priority_class(&c, "mid", 200).await;
+    priority_class(&c, "high", 1000).await;
+    let pdbs: kube::Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    create_obj(&pdbs, json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "guard"}, "spec": {"minAvailable": 8, "selector": {"matchLabels": {"app": "guarded"}}}})).await;
+    let pods = c.pods("ml");
+    let s = c.scheduler(opts()).await;
+    // fill one node with guarded low pods, then the other with unguarded mid ones
+    for (app, class, n) in [("guarded", "low", 8), ("free", "mid", 8)] {
+        for i in 0..n {
+            let mut p = gpu_pod(&format!("{app}{i}"), 1);
+            p["metadata"]["labels"] = json!({"app": app});
+            p["spec"]["priorityClassName"] = json!(class);
+            create(&pods, p).await;
+        }
+        wait_for(Duration::from_secs(60), || async {
+            let b = bound(&pods).await;
+            (b.keys().filter(|k| k.starts_with(app)).count() == n).then_some(())
+        })
+        .await
+        .expect("filled");
+    }
+    // wait until kwok reports them Running (the budget counts healthy pods)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut hi = gpu_pod("high", 8);
+    hi["spec"]["priorityClassName"] = json!("high");
+    create(&pods, hi).await;
+    let b = wait_for(Duration::from_secs(60), || async {
+        let b = bound(&pods).await;
+        b.contains_key("high").then_some(b)
+    })
+    .await
+    .expect("the preemptor is bound");
+    assert_eq!(
+        b.keys().filter(|k| k.starts_with("guarded")).count(),
+        8,
+        "the budget-protected pods stay although their priority is lower"
+    );
+    assert_eq!(b.keys().filter(|k| k.starts_with("free")).count(), 0);
+    s.stop().await;
+}

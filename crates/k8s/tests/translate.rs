@@ -337,3 +337,26 @@ fn queues_groups_and_priorities() {
     );
     assert_eq!(b.pending_by_queue.get("research"), Some(&1));
 }
+
+#[test]
+fn disruption_budgets_allowed_like_the_disruption_controller() {
+    let p: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "b", "namespace": "ml", "generation": 1},
+        "spec": {"minAvailable": "50%", "selector": {"matchLabels": {"app": "x"}}}}))
+    .unwrap();
+    let v = translate::pdb(&p);
+    assert_eq!(v.allowed(4, 4), 2);
+    assert_eq!(v.allowed(4, 2), 0);
+    assert_eq!(v.allowed(3, 3), 1, "50% of 3 rounds up to 2");
+    let p: k8s_openapi::api::policy::v1::PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "b", "namespace": "ml", "generation": 2},
+        "spec": {"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["x"]}]}},
+        "status": {"observedGeneration": 2, "disruptionsAllowed": 0, "currentHealthy": 5, "desiredHealthy": 4, "expectedPods": 5}})).unwrap();
+    let v = translate::pdb(&p);
+    assert_eq!(v.allowed(5, 5), 0, "the controller's current figure wins");
+    let sel = v.selector.unwrap();
+    let mut labels = std::collections::BTreeMap::new();
+    assert!(!translate::selects(&sel, &labels));
+    labels.insert("app".to_string(), "x".to_string());
+    assert!(translate::selects(&sel, &labels));
+}

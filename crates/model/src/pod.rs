@@ -197,6 +197,10 @@ pub struct Pod {
     /// `preemptionPolicy: Never` is `false`).
     #[serde(default = "yes")]
     pub may_evict: bool,
+    /// Evicting it would break a PodDisruptionBudget: chosen as a victim
+    /// only when nothing else frees enough (kube-scheduler's rule).
+    #[serde(default)]
+    pub disruption_budget_exhausted: bool,
 }
 
 fn yes() -> bool {
@@ -221,6 +225,7 @@ impl Pod {
             arrival_ms: 0,
             preemptible: true,
             may_evict: true,
+            disruption_budget_exhausted: false,
         }
     }
 

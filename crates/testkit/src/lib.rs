@@ -198,6 +198,11 @@ impl PodBuilder {
         self.0.preemptible = false;
         self
     }
+    /// Covered by a PodDisruptionBudget that allows no disruption now.
+    pub fn budget_exhausted(mut self) -> Self {
+        self.0.disruption_budget_exhausted = true;
+        self
+    }
     /// `preemptionPolicy: Never`: never evicts others.
     pub fn never_evicts(mut self) -> Self {
         self.0.may_evict = false;

@@ -117,7 +117,7 @@ impl<'s> Cycle<'s> {
             // find the cheapest node to free
             let s = self.sig_of(p);
             let pod = self.pod(p);
-            let mut best: Option<((i32, usize, NodeId), Vec<PodId>)> = None;
+            let mut best: Option<((usize, i32, usize, NodeId), Vec<PodId>)> = None;
             let cands = self.sigs[s].ok_list.clone();
             // candidate victims on one node (reused: this loop is hot)
             let mut vs: Vec<PodId> = Vec::new();
@@ -146,7 +146,12 @@ impl<'s> Cycle<'s> {
                         PodPhase::Running { since_ms, .. } => since_ms,
                         _ => 0,
                     };
-                    (ps.pod.priority, Reverse(since), v)
+                    (
+                        ps.pod.disruption_budget_exhausted,
+                        ps.pod.priority,
+                        Reverse(since),
+                        v,
+                    )
                 });
                 let cp = st.checkpoint();
                 let mut removed: Vec<PodId> = Vec::new();
@@ -164,9 +169,13 @@ impl<'s> Cycle<'s> {
                     fits = self.place_on(pod, n).is_some();
                 }
                 if fits {
-                    // reprieve: give back victims not needed, highest priority first
+                    // reprieve: give back victims not needed, those a
+                    // disruption budget protects first, then highest priority
                     let mut order = removed.clone();
-                    order.sort_by_key(|&v| Reverse(self.pod(v).priority));
+                    order.sort_by_key(|&v| {
+                        let p = self.pod(v);
+                        (Reverse(p.disruption_budget_exhausted), Reverse(p.priority))
+                    });
                     let mut kept = removed.clone();
                     for v in order {
                         if !kept.contains(&v) {
@@ -195,14 +204,20 @@ impl<'s> Cycle<'s> {
                         .map(|&v| self.pod(v).priority)
                         .max()
                         .unwrap_or(i32::MIN);
-                    let key = (maxp, kept.len(), n);
+                    // fewest budget violations, then lowest top priority,
+                    // then fewest victims (kube-scheduler's order)
+                    let violations = kept
+                        .iter()
+                        .filter(|&&v| self.pod(v).disruption_budget_exhausted)
+                        .count();
+                    let key = (violations, maxp, kept.len(), n);
                     if best.as_ref().is_none_or(|(k, _)| key < *k) {
                         best = Some((key, kept));
                     }
                 }
                 self.rollback(&mut st, cp);
             }
-            let Some(((_, _, n), kept)) = best else {
+            let Some(((_, _, _, n), kept)) = best else {
                 self.rollback(&mut st, 0);
                 for &v in &victims {
                     self.gone[v as usize] = false;
