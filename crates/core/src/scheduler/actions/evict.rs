@@ -16,6 +16,10 @@ use crate::statement::Statement;
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
+/// How much freeing a node costs, lowest first: budget violations, the
+/// highest victim priority, the number of victims, then the node id.
+type VictimCost = (usize, i32, usize, NodeId);
+
 /// The preempt or the reclaim action.
 pub(super) struct Evict(pub EvictionKind);
 
@@ -117,7 +121,7 @@ impl<'s> Cycle<'s> {
             // find the cheapest node to free
             let s = self.sig_of(p);
             let pod = self.pod(p);
-            let mut best: Option<((usize, i32, usize, NodeId), Vec<PodId>)> = None;
+            let mut best: Option<(VictimCost, Vec<PodId>)> = None;
             let cands = self.sigs[s].ok_list.clone();
             // candidate victims on one node (reused: this loop is hot)
             let mut vs: Vec<PodId> = Vec::new();
