@@ -76,11 +76,58 @@ pub trait Filter: Send + Sync {
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult;
 }
 
+/// A packer's score of one placement: keys compared in order
+/// (lexicographically), higher is better. Most policies use one key
+/// ([`Score::new`]); a policy with a tie-break states it as further keys
+/// ([`Score::keys`]) instead of packing them into one integer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Score {
+    /// The policy's main score.
+    pub primary: i64,
+    /// Compared when the primary keys are equal.
+    pub secondary: i64,
+    /// Compared when both are equal (then the lower node id wins).
+    pub tie: i64,
+}
+
+impl Score {
+    /// A one-key score.
+    pub const fn new(primary: i64) -> Self {
+        Score {
+            primary,
+            secondary: 0,
+            tie: 0,
+        }
+    }
+
+    /// A score of three keys, compared in this order.
+    pub const fn keys(primary: i64, secondary: i64, tie: i64) -> Self {
+        Score {
+            primary,
+            secondary,
+            tie,
+        }
+    }
+}
+
+impl From<i64> for Score {
+    fn from(v: i64) -> Self {
+        Score::new(v)
+    }
+}
+
+/// A one-key score equals its key (convenient in tests).
+impl PartialEq<i64> for Score {
+    fn eq(&self, other: &i64) -> bool {
+        *self == Score::new(*other)
+    }
+}
+
 /// A packer's choice on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// Higher is better.
-    pub score: i64,
+    pub score: Score,
     pub gpus: GpuAssignment,
 }
 

@@ -12,7 +12,7 @@
 
 use gpusched_core::{
     ClusterState, CycleOutput, Decision, GpuAssignment, NodeId, Packer, Placement, PodPhase,
-    PodState, Snapshot,
+    PodState, Score, Snapshot,
 };
 use gpusched_model::spec::{GpuLayoutSpec, Interconnect, NodeGroupSpec};
 use gpusched_model::*;
@@ -245,7 +245,10 @@ impl Packer for TestBestFit {
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
         let gpus = state.default_gpu_choice(pod, node)?;
         let free = state.get(node).free.gpu_milli as i64;
-        Some(Placement { score: -free, gpus })
+        Some(Placement {
+            score: Score::new(-free),
+            gpus,
+        })
     }
 }
 

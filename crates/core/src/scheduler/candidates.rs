@@ -7,7 +7,7 @@
 
 use super::cycle::Cycle;
 use super::jobs::JobId;
-use crate::plugin::{FilterResult, Placement, SchedulingKey};
+use crate::plugin::{FilterResult, Placement, SchedulingKey, Score};
 use crate::reason::NodeReason;
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use gpusched_model::Pod;
@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(super) struct HeapItem {
-    score: i64,
+    score: Score,
     node: Reverse<NodeId>,
     version: u64,
 }
@@ -120,7 +120,7 @@ impl<'s> Cycle<'s> {
         let pod = self.pod(p);
         let allowed = |r: Option<JobId>| r.is_none() || r == Some(job);
         if let Some(only) = only {
-            let mut best: Option<(i64, Reverse<NodeId>, GpuAssignment)> = None;
+            let mut best: Option<(Score, Reverse<NodeId>, GpuAssignment)> = None;
             for &n in only {
                 if !self.sigs[s].ok[n as usize] || !allowed(self.reserved[n as usize]) {
                     continue;

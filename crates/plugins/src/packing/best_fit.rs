@@ -47,7 +47,8 @@ impl Packer for BestFitPacker {
                 free.gpu_milli,
                 pod.requests.cpu_milli,
                 gpus.milli(),
-            ),
+            )
+            .into(),
             gpus,
         })
     }

@@ -31,7 +31,7 @@ impl Packer for BinpackPacker {
             .whole
             .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
         Some(Placement {
-            score: -left_score(state, pod, node, &gpus),
+            score: (-left_score(state, pod, node, &gpus)).into(),
             gpus,
         })
     }

@@ -52,7 +52,8 @@ impl Packer for DotProdPacker {
                 free.gpu_milli,
                 pod.requests.cpu_milli,
                 gpus.milli(),
-            ),
+            )
+            .into(),
             gpus,
         })
     }

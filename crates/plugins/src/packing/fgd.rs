@@ -479,14 +479,17 @@ impl Packer for FgdPacker {
                     }
                 });
                 best.map(|(score, g, m)| Placement {
-                    score,
+                    score: score.into(),
                     gpus: share_on(pod, g, m),
                 })
             }),
             _ => {
                 let gpus = self.whole.assignment(state, pod, node, || None)?;
                 let (_, s) = self.engine.with_eval(pod, node, state, |e| e.first())?;
-                Some(Placement { score: s, gpus })
+                Some(Placement {
+                    score: s.into(),
+                    gpus,
+                })
             }
         }
     }

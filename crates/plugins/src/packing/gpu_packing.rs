@@ -61,7 +61,7 @@ impl Packer for GpuPackingPacker {
             .whole
             .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
         Some(Placement {
-            score: gpu_packing_score(state, node, &gpus),
+            score: gpu_packing_score(state, node, &gpus).into(),
             gpus,
         })
     }

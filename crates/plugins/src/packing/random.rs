@@ -50,7 +50,7 @@ impl Packer for RandomPacker {
             best.map(|(_, g, m)| share_on(pod, g, m))
         })?;
         Some(Placement {
-            score: (self.draw(node, version, 0) >> 2) as i64,
+            score: ((self.draw(node, version, 0) >> 2) as i64).into(),
             gpus,
         })
     }

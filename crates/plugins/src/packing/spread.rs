@@ -43,7 +43,7 @@ impl Packer for SpreadPacker {
             .whole
             .assignment(state, pod, node, || share_worst_fit(state, pod, node))?;
         Some(Placement {
-            score: left_score(state, pod, node, &gpus),
+            score: left_score(state, pod, node, &gpus).into(),
             gpus,
         })
     }
