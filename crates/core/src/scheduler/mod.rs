@@ -2,13 +2,13 @@
 //!
 //! Where things go (see also docs/scheduling.md):
 //!
-//! - [`cycle`]: the mutable state of one cycle ([`cycle::Cycle`]) and its
+//! - `cycle`: the mutable state of one cycle (`cycle::Cycle`) and its
 //!   bookkeeping (placing and removing through a [`crate::Statement`],
 //!   binding, the change log);
-//! - [`jobs`]: grouping pending pods into jobs and ordering them;
-//! - [`candidates`]: the candidate index: static filter verdicts cached per
+//! - `jobs`: grouping pending pods into jobs and ordering them;
+//! - `candidates`: the candidate index: static filter verdicts cached per
 //!   pod signature, and a lazy heap of node scores per signature;
-//! - [`actions`]: one module per action behind the [`actions::Action`]
+//! - `actions`: one module per action behind the `actions::Action`
 //!   seam; the pipeline is built from [`SchedulerOptions`].
 //!
 //! The pipeline: admit → allocate (with backfill and reservations)
