@@ -17,7 +17,7 @@ impl<'a> Sim<'a> {
         }
         let cycle_seed = self
             .seed
-            .wrapping_add(self.cycles.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            .wrapping_add(self.cycles.wrapping_mul(gpusched_model::mix::GOLDEN));
         hooks.before_cycle(self.now);
         let out = sched.cycle(&snap, self.now, cycle_seed);
         hooks.after_cycle(self.now, &out);
