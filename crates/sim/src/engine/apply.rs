@@ -30,10 +30,10 @@ impl<'a> Sim<'a> {
         }
         self.t.backfilled += out.stats.backfilled as u64;
         let mut changed = false;
-        let rev_snap = |sim_node: u32| node_map.iter().position(|&n| n == sim_node);
+        let rev_snap = |sim_node: SimNode| node_map.iter().position(|&n| n == sim_node);
 
         // pass 1: evictions
-        let mut stopped_now: BTreeSet<u32> = BTreeSet::new();
+        let mut stopped_now: BTreeSet<SimPod> = BTreeSet::new();
         for d in &out.decisions {
             let Decision::Evict { pod, reason } = d else {
                 continue;
@@ -45,8 +45,8 @@ impl<'a> Sim<'a> {
             if stopped_now.contains(&sp) {
                 continue; // already stopped with its gang in this cycle
             }
-            if !matches!(self.pods[sp as usize].phase, Ph::Running { .. }) {
-                let name = self.pods[sp as usize].pod.name.clone();
+            if !matches!(self.pods[sp.ix()].phase, Ph::Running { .. }) {
+                let name = self.pods[sp.ix()].pod.name.clone();
                 self.error(format!("evict of pod {name} that is not running"));
                 continue;
             }
@@ -60,12 +60,12 @@ impl<'a> Sim<'a> {
                 EvictionKind::Reclaim => self.t.reclaims += 1,
                 EvictionKind::Preempt => self.t.preemptions += 1,
             }
-            let q = self.pods[sp as usize].queue;
+            let q = self.pods[sp.ix()].queue;
             self.queue_preempted[q] += 1;
             for (t, n, g) in self.kill(sp, Cause::Preempt) {
                 stopped_now.insert(t);
                 if let Some(sn) = rev_snap(n) {
-                    cs.release(sn as u32, &self.pods[t as usize].pod.requests, &g);
+                    cs.release(sn as NodeId, &self.pods[t.ix()].pod.requests, &g);
                 }
             }
             changed = true;
@@ -82,10 +82,10 @@ impl<'a> Sim<'a> {
         let mut binds_by_group: BTreeMap<u32, u32> = BTreeMap::new();
         // A nomination holds its node for the next cycle only: the core
         // renews the ones still needed (reservations, pending preemptors).
-        let mut prev_nominated: BTreeSet<(u32, u32)> = BTreeSet::new();
+        let mut prev_nominated: BTreeSet<(SimPod, SimNode)> = BTreeSet::new();
         for (i, p) in self.pods.iter_mut().enumerate() {
             if let Ph::Pending { nominated: Some(n) } = p.phase {
-                prev_nominated.insert((i as u32, n));
+                prev_nominated.insert((SimPod(i as u32), n));
             }
         }
         for p in &mut self.pods {
@@ -99,7 +99,7 @@ impl<'a> Sim<'a> {
                 Decision::Bind { pod, node, gpus } => {
                     if self.bind(*pod, *node, gpus, &pod_map, &node_map, &mut cs) {
                         changed = true;
-                        if let Some(g) = self.pods[pod_map[*pod as usize] as usize].group {
+                        if let Some(g) = self.pods[pod_map[*pod as usize].ix()].group {
                             *binds_by_group.entry(g).or_insert(0) += 1;
                         }
                     }
@@ -111,7 +111,7 @@ impl<'a> Sim<'a> {
                         self.error(format!("nominate with unknown ids pod {pod} node {node}"));
                         continue;
                     };
-                    if let Ph::Pending { nominated } = &mut self.pods[sp as usize].phase {
+                    if let Ph::Pending { nominated } = &mut self.pods[sp.ix()].phase {
                         if !prev_nominated.contains(&(sp, sn)) {
                             self.t.nominations += 1;
                         }
@@ -155,11 +155,11 @@ impl<'a> Sim<'a> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn bind(
         &mut self,
-        pod: u32,
-        node: u32,
+        pod: PodId,
+        node: NodeId,
         gpus: &GpuAssignment,
-        pod_map: &[u32],
-        node_map: &[u32],
+        pod_map: &[SimPod],
+        node_map: &[SimNode],
         cs: &mut ClusterState<'_>,
     ) -> bool {
         let (Some(&sp), Some(&sn)) = (pod_map.get(pod as usize), node_map.get(node as usize))
@@ -167,9 +167,9 @@ impl<'a> Sim<'a> {
             self.error(format!("bind with unknown ids pod {pod} node {node}"));
             return false;
         };
-        let p = &self.pods[sp as usize];
+        let p = &self.pods[sp.ix()];
         let name = p.pod.name.clone();
-        let n = &self.nodes[sn as usize];
+        let n = &self.nodes[sn.ix()];
         if !matches!(p.phase, Ph::Pending { .. }) {
             self.error(format!("bind of pod {name} that is not pending"));
             return false;
@@ -214,7 +214,7 @@ impl<'a> Sim<'a> {
             return false;
         }
         let now = self.now;
-        let p = &mut self.pods[sp as usize];
+        let p = &mut self.pods[sp.ix()];
         p.phase = Ph::Running {
             node: sn,
             gpus: gpus.clone(),
@@ -233,8 +233,8 @@ impl<'a> Sim<'a> {
             self.groups[g as usize].running += 1;
         }
         self.queue_used[q] += gpus.milli();
-        self.node_used[sn as usize] += gpus.milli();
-        self.node_pods[sn as usize].insert(sp);
+        self.node_used[sn.ix()] += gpus.milli();
+        self.node_pods[sn.ix()].insert(sp);
         self.t.binds += 1;
         let dur = self.jobs[job].duration;
         self.push(now + dur, Ev::Complete { pod: sp, epoch });

@@ -10,7 +10,7 @@ impl<'a> Sim<'a> {
             self.error(format!("event on unknown node {:?}", e.node));
             return;
         };
-        let on_node = |s: &Self| -> Vec<u32> { s.node_pods[n as usize].iter().copied().collect() };
+        let on_node = |s: &Self| -> Vec<SimPod> { s.node_pods[n.ix()].iter().copied().collect() };
         self.node_cache = None;
         self.frag = None;
         let mut stopped = 0u32;
@@ -18,20 +18,20 @@ impl<'a> Sim<'a> {
         match e.kind {
             EventKind::NodeFailure => {
                 what = "node failure".to_string();
-                self.nodes[n as usize].up = false;
+                self.nodes[n.ix()].up = false;
                 for p in on_node(self) {
                     stopped += self.kill(p, Cause::Failure).len() as u32;
                 }
             }
             EventKind::NodeRecovery => {
                 what = "node recovery".to_string();
-                self.nodes[n as usize].up = true;
+                self.nodes[n.ix()].up = true;
             }
             EventKind::GpuFailure | EventKind::GpuRecovery => {
                 let g = e.gpu.unwrap_or(0) as usize;
                 let fail = e.kind == EventKind::GpuFailure;
                 what = format!("gpu {g} {}", if fail { "failure" } else { "recovery" });
-                let node = &mut self.nodes[n as usize].node;
+                let node = &mut self.nodes[n.ix()].node;
                 if let Some(gpu) = node.gpus.get_mut(g) {
                     gpu.health = if fail {
                         GpuHealth::Unhealthy
@@ -41,9 +41,9 @@ impl<'a> Sim<'a> {
                 }
                 node.sync_gpu_allocatable();
                 if fail {
-                    let victims: Vec<u32> = on_node(self)
+                    let victims: Vec<SimPod> = on_node(self)
                         .into_iter()
-                        .filter(|&p| match &self.pods[p as usize].phase {
+                        .filter(|&p| match &self.pods[p.ix()].phase {
                             Ph::Running { gpus, .. } => match gpus {
                                 GpuAssignment::Whole(l) => l.contains(&(g as u32)),
                                 GpuAssignment::Share { gpu, .. } => *gpu as usize == g,
@@ -59,14 +59,14 @@ impl<'a> Sim<'a> {
             }
             EventKind::Drain => {
                 what = "drain".to_string();
-                self.nodes[n as usize].node.unschedulable = true;
+                self.nodes[n.ix()].node.unschedulable = true;
                 for p in on_node(self) {
                     stopped += self.kill(p, Cause::Drain).len() as u32;
                 }
             }
             EventKind::Uncordon => {
                 what = "uncordon".to_string();
-                self.nodes[n as usize].node.unschedulable = false;
+                self.nodes[n.ix()].node.unschedulable = false;
             }
         }
         // forget nominations of a node that can no longer take them
@@ -75,7 +75,7 @@ impl<'a> Sim<'a> {
             EventKind::NodeFailure | EventKind::Drain | EventKind::GpuFailure
         ) {
             for &p in &self.active {
-                if let Ph::Pending { nominated } = &mut self.pods[p as usize].phase
+                if let Ph::Pending { nominated } = &mut self.pods[p.ix()].phase
                     && *nominated == Some(n)
                 {
                     *nominated = None;

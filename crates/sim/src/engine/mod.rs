@@ -25,8 +25,8 @@ use crate::metrics::{self, Cdf, Heatmap, Incident, QueueReport, Series, SimResul
 use crate::workload::{EventKind, Scenario, fmt_duration};
 use gpusched_core::state::share_milli;
 use gpusched_core::{
-    ClusterState, CycleOutput, Decision, EvictionKind, GpuAssignment, GroupPhase, PodPhase,
-    PodState, Scheduler, Snapshot,
+    ClusterState, CycleOutput, Decision, EvictionKind, GpuAssignment, GroupPhase, NodeId, PodId,
+    PodPhase, PodState, Scheduler, Snapshot,
 };
 use gpusched_model::{GPU_MILLI, GpuHealth, GpuRequest, Node, Pod, PodGroup};
 use gpusched_plugins::packing::fgd::FragEngine;
@@ -57,12 +57,35 @@ const MAX_ERRORS: usize = 50;
 /// At most this many buckets in the time series and heat map.
 const BUCKETS: u64 = 150;
 
+/// A pod of the simulation: an index into `Sim::pods`. Not a snapshot's
+/// `PodId` (an index into `Snapshot::pods`, which holds only active pods);
+/// the snapshot's maps translate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SimPod(u32);
+
+/// A node of the simulation: an index into `Sim::nodes`. Not a snapshot's
+/// `NodeId` (down nodes are left out of the snapshot); the maps translate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SimNode(u32);
+
+impl SimPod {
+    fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl SimNode {
+    fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Cluster(u32),
-    Complete { pod: u32, epoch: u32 },
+    Complete { pod: SimPod, epoch: u32 },
     Arrival(u32),
-    Retry { pod: u32, epoch: u32 },
+    Retry { pod: SimPod, epoch: u32 },
     Cycle,
 }
 
@@ -82,11 +105,11 @@ impl Ev {
 enum Ph {
     NotArrived,
     Pending {
-        nominated: Option<u32>,
+        nominated: Option<SimNode>,
     },
     Backoff,
     Running {
-        node: u32,
+        node: SimNode,
         gpus: GpuAssignment,
         since: u64,
     },
@@ -107,14 +130,14 @@ struct PodRt {
 
 struct GroupRt {
     pg: PodGroup,
-    members: Vec<u32>,
+    members: Vec<SimPod>,
     retries: u32,
     running: u32,
 }
 
 struct JobRt {
     /// Pod ids `first_pod .. first_pod + pods` (contiguous).
-    first_pod: u32,
+    first_pod: SimPod,
     arrival: u64,
     duration: u64,
     left: u32,
@@ -158,13 +181,13 @@ struct Sim<'a> {
     last_cycle: Option<u64>,
     last_change: u64,
     nodes: Vec<NodeRt>,
-    node_idx: BTreeMap<String, u32>,
+    node_idx: BTreeMap<String, SimNode>,
     pods: Vec<PodRt>,
     groups: Vec<GroupRt>,
     group_idx: BTreeMap<String, u32>,
     jobs: Vec<JobRt>,
     /// Pods pending or running, in id order.
-    active: BTreeSet<u32>,
+    active: BTreeSet<SimPod>,
     /// FGD fragmentation engine; rebuilt with the node cache.
     frag: Option<FragEngine>,
     horizon: u64,
@@ -177,15 +200,15 @@ struct Sim<'a> {
     /// GPU milli held per node.
     node_used: Vec<u64>,
     /// Running pods per node.
-    node_pods: Vec<BTreeSet<u32>>,
+    node_pods: Vec<BTreeSet<SimPod>>,
     /// Node maps of the snapshot (snapshot → sim, sim → snapshot), rebuilt
     /// when a node changed; `cached_nodes` holds the snapshot's nodes
     /// between cycles (lent to each snapshot and given back).
-    node_cache: Option<(Vec<u32>, Vec<Option<u32>>)>,
+    node_cache: Option<(Vec<SimNode>, Vec<Option<NodeId>>)>,
     cached_nodes: Vec<Node>,
     /// Pod states of the last snapshot and their sim ids, reused.
     snap_pods: Vec<PodState>,
-    snap_ids: Vec<u32>,
+    snap_ids: Vec<SimPod>,
     queue_preempted: Vec<u64>,
     waits: Vec<Vec<u64>>,
     series: Vec<(u64, [f64; 6])>,
@@ -213,7 +236,7 @@ impl<'a> Sim<'a> {
         let node_idx = nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| (n.node.name.clone(), i as u32))
+            .map(|(i, n)| (n.node.name.clone(), SimNode(i as u32)))
             .collect();
         let qidx: BTreeMap<&str, usize> = sc
             .queues
@@ -228,7 +251,7 @@ impl<'a> Sim<'a> {
         let mut horizon = 0u64;
         for (ji, j) in sc.jobs.iter().enumerate() {
             let queue = qidx.get(j.queue.as_str()).copied().unwrap_or(0);
-            let first_pod = pods.len() as u32;
+            let first_pod = SimPod(pods.len() as u32);
             let gid = j.group.as_ref().map(|g| {
                 let id = groups.len() as u32;
                 group_idx.insert(g.name.clone(), id);
@@ -243,7 +266,7 @@ impl<'a> Sim<'a> {
             for p in 0..j.pods {
                 let mut pod = j.template.clone();
                 pod.name = format!("{}-p{p}", j.name);
-                let id = pods.len() as u32;
+                let id = SimPod(pods.len() as u32);
                 if let Some(g) = gid {
                     groups[g as usize].members.push(id);
                 }
@@ -383,7 +406,7 @@ impl<'a> Sim<'a> {
                     let waiting = self
                         .active
                         .iter()
-                        .any(|&p| matches!(self.pods[p as usize].phase, Ph::Pending { .. }));
+                        .any(|&p| matches!(self.pods[p.ix()].phase, Ph::Pending { .. }));
                     if waiting {
                         if self.non_cycle_events == 0
                             && self.now.saturating_sub(self.last_change)
@@ -408,7 +431,7 @@ impl<'a> Sim<'a> {
                     }
                 }
                 Ev::Retry { pod, epoch } => {
-                    let p = &mut self.pods[pod as usize];
+                    let p = &mut self.pods[pod.ix()];
                     if p.epoch == epoch && p.phase == Ph::Backoff {
                         p.phase = Ph::Pending { nominated: None };
                         self.active.insert(pod);

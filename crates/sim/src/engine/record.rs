@@ -42,7 +42,7 @@ impl<'a> Sim<'a> {
         let nq = self.sc.queues.len();
         let mut qdemand = vec![0u64; nq];
         for &p in &self.active {
-            let pr = &self.pods[p as usize];
+            let pr = &self.pods[p.ix()];
             match pr.phase {
                 Ph::Pending { .. } => {
                     pending += 1;

@@ -7,15 +7,17 @@ use super::*;
 impl<'a> Sim<'a> {
     /// Builds the snapshot of the live cluster: nodes that are up, pods
     /// pending or running. Returns it with the maps snapshot id → sim id.
-    pub(super) fn snapshot(&mut self) -> (Snapshot, Vec<u32>, Vec<u32>, Vec<Option<u32>>) {
+    pub(super) fn snapshot(
+        &mut self,
+    ) -> (Snapshot, Vec<SimPod>, Vec<SimNode>, Vec<Option<NodeId>>) {
         if self.node_cache.is_none() {
             let mut node_map = Vec::new();
             let mut rev = vec![None; self.nodes.len()];
             let mut nodes = Vec::new();
             for (i, n) in self.nodes.iter().enumerate() {
                 if n.up {
-                    rev[i] = Some(nodes.len() as u32);
-                    node_map.push(i as u32);
+                    rev[i] = Some(nodes.len() as NodeId);
+                    node_map.push(SimNode(i as u32));
                     nodes.push(n.node.clone());
                 }
             }
@@ -33,10 +35,10 @@ impl<'a> Sim<'a> {
         let old_pods = std::mem::take(&mut self.snap_pods);
         let mut old = old_ids.into_iter().zip(old_pods).peekable();
         for &id in &self.active {
-            let p = &self.pods[id as usize];
+            let p = &self.pods[id.ix()];
             let same = |ph: &PodPhase| match (&p.phase, ph) {
                 (Ph::Pending { nominated }, PodPhase::Pending { nominated: sn }) => {
-                    nominated.and_then(|n| rev[n as usize]) == *sn
+                    nominated.and_then(|n| rev[n.ix()]) == *sn
                 }
                 (
                     Ph::Running { node, gpus, since },
@@ -45,20 +47,18 @@ impl<'a> Sim<'a> {
                         gpus: sg,
                         since_ms,
                     },
-                ) => rev[*node as usize] == Some(*sn) && gpus == sg && since == since_ms,
+                ) => rev[node.ix()] == Some(*sn) && gpus == sg && since == since_ms,
                 _ => false,
             };
             let phase = || match &p.phase {
                 Ph::Pending { nominated } => Some(PodPhase::Pending {
-                    nominated: nominated.and_then(|n| rev[n as usize]),
+                    nominated: nominated.and_then(|n| rev[n.ix()]),
                 }),
-                Ph::Running { node, gpus, since } => {
-                    rev[*node as usize].map(|sn| PodPhase::Running {
-                        node: sn,
-                        gpus: gpus.clone(),
-                        since_ms: *since,
-                    })
-                }
+                Ph::Running { node, gpus, since } => rev[node.ix()].map(|sn| PodPhase::Running {
+                    node: sn,
+                    gpus: gpus.clone(),
+                    since_ms: *since,
+                }),
                 _ => None,
             };
             while old.peek().is_some_and(|(o, _)| *o < id) {
@@ -105,12 +105,12 @@ impl<'a> Sim<'a> {
 
     /// The snapshot built from scratch, without the caches of
     /// [`Sim::snapshot`]; verify mode checks that both agree.
-    pub(super) fn snapshot_uncached(&self) -> (Snapshot, Vec<u32>) {
+    pub(super) fn snapshot_uncached(&self) -> (Snapshot, Vec<SimPod>) {
         let mut rev = vec![None; self.nodes.len()];
         let mut nodes = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if n.up {
-                rev[i] = Some(nodes.len() as u32);
+                rev[i] = Some(nodes.len() as NodeId);
                 nodes.push(n.node.clone());
             }
         }
@@ -118,12 +118,12 @@ impl<'a> Sim<'a> {
         let mut pods = Vec::new();
         let mut groups_in: BTreeSet<u32> = BTreeSet::new();
         for &id in &self.active {
-            let p = &self.pods[id as usize];
+            let p = &self.pods[id.ix()];
             let phase = match &p.phase {
                 Ph::Pending { nominated } => PodPhase::Pending {
-                    nominated: nominated.and_then(|n| rev[n as usize]),
+                    nominated: nominated.and_then(|n| rev[n.ix()]),
                 },
-                Ph::Running { node, gpus, since } => match rev[*node as usize] {
+                Ph::Running { node, gpus, since } => match rev[node.ix()] {
                     Some(sn) => PodPhase::Running {
                         node: sn,
                         gpus: gpus.clone(),
@@ -155,7 +155,7 @@ impl<'a> Sim<'a> {
     }
 
     /// Takes back the nodes and pod states lent to a snapshot.
-    pub(super) fn give_back(&mut self, snap: Snapshot, pod_map: Vec<u32>) {
+    pub(super) fn give_back(&mut self, snap: Snapshot, pod_map: Vec<SimPod>) {
         if self.node_cache.is_some() {
             self.cached_nodes = snap.nodes;
         }

@@ -7,8 +7,8 @@ impl<'a> Sim<'a> {
     pub(super) fn arrive(&mut self, j: u32) {
         let first = self.jobs[j as usize].first_pod;
         let n = self.sc.jobs[j as usize].pods;
-        for id in first..first + n {
-            let p = &mut self.pods[id as usize];
+        for id in (first.0..first.0 + n).map(SimPod) {
+            let p = &mut self.pods[id.ix()];
             if p.phase == Ph::NotArrived {
                 p.phase = Ph::Pending { nominated: None };
                 self.active.insert(id);
@@ -16,13 +16,13 @@ impl<'a> Sim<'a> {
         }
     }
 
-    pub(super) fn complete(&mut self, pod: u32, epoch: u32) -> bool {
-        let p = &self.pods[pod as usize];
+    pub(super) fn complete(&mut self, pod: SimPod, epoch: u32) -> bool {
+        let p = &self.pods[pod.ix()];
         if p.epoch != epoch || !matches!(p.phase, Ph::Running { .. }) {
             return false;
         }
         self.stop(pod);
-        let p = &mut self.pods[pod as usize];
+        let p = &mut self.pods[pod.ix()];
         p.phase = Ph::Succeeded;
         self.t.pods_succeeded += 1;
         let j = &mut self.jobs[p.job as usize];
@@ -34,16 +34,16 @@ impl<'a> Sim<'a> {
     }
 
     /// Takes a running pod off its node (accounting only).
-    pub(super) fn stop(&mut self, pod: u32) -> Option<(u32, GpuAssignment)> {
-        let p = &mut self.pods[pod as usize];
+    pub(super) fn stop(&mut self, pod: SimPod) -> Option<(SimNode, GpuAssignment)> {
+        let p = &mut self.pods[pod.ix()];
         let Ph::Running { node, gpus, .. } = std::mem::replace(&mut p.phase, Ph::Backoff) else {
             return None;
         };
         p.epoch += 1;
         self.active.remove(&pod);
         self.queue_used[p.queue] = self.queue_used[p.queue].saturating_sub(gpus.milli());
-        self.node_used[node as usize] = self.node_used[node as usize].saturating_sub(gpus.milli());
-        self.node_pods[node as usize].remove(&pod);
+        self.node_used[node.ix()] = self.node_used[node.ix()].saturating_sub(gpus.milli());
+        self.node_pods[node.ix()].remove(&pod);
         if let Some(g) = p.group {
             let g = &mut self.groups[g as usize];
             g.running = g.running.saturating_sub(1);
@@ -53,14 +53,18 @@ impl<'a> Sim<'a> {
 
     /// Stops `pod` for `cause`, with its gang, and decides what comes next.
     /// Returns the pods stopped with what they held.
-    pub(super) fn kill(&mut self, pod: u32, cause: Cause) -> Vec<(u32, u32, GpuAssignment)> {
-        let targets: Vec<u32> = match self.pods[pod as usize].group {
+    pub(super) fn kill(
+        &mut self,
+        pod: SimPod,
+        cause: Cause,
+    ) -> Vec<(SimPod, SimNode, GpuAssignment)> {
+        let targets: Vec<SimPod> = match self.pods[pod.ix()].group {
             Some(g) => {
-                let mut v: Vec<u32> = self.groups[g as usize]
+                let mut v: Vec<SimPod> = self.groups[g as usize]
                     .members
                     .iter()
                     .copied()
-                    .filter(|&m| matches!(self.pods[m as usize].phase, Ph::Running { .. }))
+                    .filter(|&m| matches!(self.pods[m.ix()].phase, Ph::Running { .. }))
                     .collect();
                 if !v.contains(&pod) {
                     v.push(pod);
@@ -78,14 +82,14 @@ impl<'a> Sim<'a> {
         if stopped.is_empty() {
             return stopped;
         }
-        let group = self.pods[pod as usize].group;
+        let group = self.pods[pod.ix()].group;
         if group.is_some() {
             self.t.gang_restarts += 1;
         }
         match cause {
             Cause::Preempt | Cause::Drain => {
                 for &(t, _, _) in &stopped {
-                    self.pods[t as usize].phase = Ph::Pending { nominated: None };
+                    self.pods[t.ix()].phase = Ph::Pending { nominated: None };
                     self.active.insert(t);
                     self.t.requeues += 1;
                 }
@@ -98,18 +102,18 @@ impl<'a> Sim<'a> {
                         self.groups[g as usize].retries
                     }
                     None => {
-                        self.pods[pod as usize].retries += 1;
-                        self.pods[pod as usize].retries
+                        self.pods[pod.ix()].retries += 1;
+                        self.pods[pod.ix()].retries
                     }
                 };
                 if retries > self.sc.settings.retry_limit {
                     // give up on the whole unit (its waiting members too)
-                    let unit: Vec<u32> = match group {
+                    let unit: Vec<SimPod> = match group {
                         Some(g) => self.groups[g as usize].members.clone(),
                         None => vec![pod],
                     };
                     for m in unit {
-                        let p = &mut self.pods[m as usize];
+                        let p = &mut self.pods[m.ix()];
                         if matches!(p.phase, Ph::Succeeded | Ph::Failed) {
                             continue;
                         }
@@ -134,7 +138,7 @@ impl<'a> Sim<'a> {
                         .saturating_mul(1u64 << (retries - 1).min(30))
                         .min(s.backoff_max_ms.max(s.backoff_ms));
                     for &(t, _, _) in &stopped {
-                        let p = &mut self.pods[t as usize];
+                        let p = &mut self.pods[t.ix()];
                         p.phase = Ph::Backoff;
                         let epoch = p.epoch;
                         self.t.retries += 1;
@@ -153,7 +157,7 @@ impl<'a> Sim<'a> {
         };
         let mut any = false;
         for m in self.groups[g as usize].members.clone() {
-            let p = &mut self.pods[m as usize];
+            let p = &mut self.pods[m.ix()];
             if matches!(p.phase, Ph::Pending { .. } | Ph::Backoff | Ph::NotArrived) {
                 p.phase = Ph::Failed;
                 p.epoch += 1;
