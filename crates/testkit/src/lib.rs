@@ -18,6 +18,7 @@ use gpusched_model::spec::{GpuLayoutSpec, Interconnect, NodeGroupSpec};
 use gpusched_model::*;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod packing;
 pub mod strategies;
 
 /// Builder of a node (via the cluster-file vocabulary).

@@ -57,8 +57,8 @@ impl Packer for BestFitPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::GpuAssignment;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn formula() {

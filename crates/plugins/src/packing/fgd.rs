@@ -498,8 +498,8 @@ impl Packer for FgdPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, PodState, Snapshot};
+    use gpusched_testkit::packing::*;
 
     fn class(cpu: u64, milli: u32, count: u32) -> PodClass {
         PodClass {

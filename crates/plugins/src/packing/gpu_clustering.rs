@@ -107,8 +107,8 @@ impl Packer for GpuClusteringPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, PodPhase, PodState, Snapshot};
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn keeps_shapes_together() {

@@ -349,8 +349,8 @@ impl Packer for GpuschedPacker {
 mod tests {
     use super::*;
     use crate::packing::profile::PodClass;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, Snapshot};
+    use gpusched_testkit::packing::*;
 
     fn profile() -> Profile {
         let c = |milli, count| PodClass {

@@ -59,9 +59,9 @@ impl Packer for RandomPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::Snapshot;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn deterministic_per_seed_and_roughly_uniform() {
