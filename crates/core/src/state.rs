@@ -80,8 +80,8 @@ pub enum StateError {
 /// The free capacity of a set of nodes.
 #[derive(Clone, Debug)]
 pub struct ClusterState<'a> {
-    pub nodes: &'a [Node],
-    pub state: Vec<NodeState>,
+    nodes: &'a [Node],
+    state: Vec<NodeState>,
 }
 
 /// Effective milli-GPU of a share on a given GPU: a memory-only share
@@ -123,6 +123,17 @@ impl<'a> ClusterState<'a> {
 
     pub fn node(&self, id: NodeId) -> &'a Node {
         &self.nodes[id as usize]
+    }
+
+    /// The nodes, by [`NodeId`].
+    pub fn nodes(&self) -> &'a [Node] {
+        self.nodes
+    }
+
+    /// The state of every node, by [`NodeId`] (read-only: changes go
+    /// through [`ClusterState::assign`] and [`ClusterState::release`]).
+    pub fn states(&self) -> &[NodeState] {
+        &self.state
     }
 
     pub fn get(&self, id: NodeId) -> &NodeState {

@@ -145,7 +145,7 @@ impl<'s> Cycle<'s> {
                     items.push(HeapItem {
                         score: pl.score,
                         node: Reverse(n),
-                        version: self.cs.state[n as usize].version,
+                        version: self.cs.get(n).version,
                     });
                 }
             }
@@ -165,7 +165,7 @@ impl<'s> Cycle<'s> {
         for n in fresh {
             self.out.stats.nodes_scored += 1;
             if let Some(pl) = self.place_on(pod, n) {
-                let version = self.cs.state[n as usize].version;
+                let version = self.cs.get(n).version;
                 if let Some(h) = self.sigs[s].heap.as_mut() {
                     h.push(HeapItem {
                         score: pl.score,
@@ -180,7 +180,7 @@ impl<'s> Cycle<'s> {
         let mut found = None;
         while let Some(top) = self.sigs[s].heap.as_ref().and_then(|h| h.peek().copied()) {
             let n = top.node.0;
-            if top.version != self.cs.state[n as usize].version {
+            if top.version != self.cs.get(n).version {
                 if let Some(h) = self.sigs[s].heap.as_mut() {
                     h.pop();
                 }

@@ -297,7 +297,7 @@ impl Packer for GpuschedPacker {
         if self.cfg.sum_of_squares {
             self.levels.clear();
             self.levels.resize(1001, 0);
-            for st in &env.state.state {
+            for st in env.state.states() {
                 for (g, &f) in st.gpu_free_milli.iter().enumerate() {
                     if st.gpu_usable[g] && f > 0 && f < 1000 {
                         self.levels[f as usize] += 1;

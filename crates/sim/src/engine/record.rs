@@ -21,11 +21,11 @@ impl<'a> Sim<'a> {
     pub(super) fn sample(&mut self, cs: &ClusterState<'_>) {
         let mut cap = 0u64;
         let mut used = 0u64;
-        for (i, st) in cs.state.iter().enumerate() {
+        for (i, st) in cs.states().iter().enumerate() {
             let usable = st.gpu_usable.iter().filter(|u| **u).count() as u64 * GPU_MILLI;
             let u = usable - st.free.gpu_milli.min(usable);
             used += u;
-            if !cs.nodes[i].unschedulable {
+            if !cs.nodes()[i].unschedulable {
                 cap += usable;
             }
         }
