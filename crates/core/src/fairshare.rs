@@ -46,8 +46,6 @@ pub struct QueueTree {
     pub roots: Vec<QueueIdx>,
     pub acct: Vec<QueueAcct>,
     pub by_name: BTreeMap<String, QueueIdx>,
-    /// Queue names that pods referenced but the snapshot did not define.
-    pub unknown: Vec<String>,
 }
 
 const DIMS: usize = 4;
@@ -156,7 +154,6 @@ impl QueueTree {
                 roots,
                 acct,
                 by_name,
-                unknown: Vec::new(),
             },
             problems,
         )
@@ -199,10 +196,8 @@ impl QueueTree {
     /// Usage and pending demand from the snapshot's pods.
     pub fn account(&mut self, snap: &Snapshot) {
         for p in &snap.pods {
+            // pods of an unknown queue are explained (QueueMissing), not counted
             let Some(q) = self.idx(&p.pod.queue) else {
-                if !self.unknown.contains(&p.pod.queue) {
-                    self.unknown.push(p.pod.queue.clone());
-                }
                 continue;
             };
             let d = p.pod.demand();

@@ -11,8 +11,7 @@ use crate::error::LoadError;
 pub use gpusched_model::duration::{fmt_duration, parse_duration_ms};
 use gpusched_model::validate::{ContainerResources, pod_resources};
 use gpusched_model::{
-    GpuRequest, Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint,
-    TopologyLevel,
+    Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint, TopologyLevel,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -634,21 +633,6 @@ impl WorkloadFile {
             events,
             settings,
         })
-    }
-}
-
-/// GPU request of a pod in words (`8 GPU`, `0.25 GPU`, `-`).
-pub fn gpu_request_label(g: &GpuRequest) -> String {
-    match *g {
-        GpuRequest::None | GpuRequest::Whole(0) => "-".into(),
-        GpuRequest::Whole(n) => format!("{n} GPU"),
-        GpuRequest::Share { milli, memory_mib } if milli > 0 => {
-            format!("{}.{:03} GPU", milli / 1000, milli % 1000)
-                .trim_end_matches('0')
-                .to_string()
-                + if memory_mib > 0 { "+mem" } else { "" }
-        }
-        GpuRequest::Share { memory_mib, .. } => format!("{memory_mib}Mi GPU mem"),
     }
 }
 
