@@ -12,16 +12,26 @@ use gpusched_model::ResourceVec;
 /// One tentative change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// A pod placed on a node.
     Place {
+        /// The pod.
         pod: PodId,
+        /// The node.
         node: NodeId,
+        /// Its CPU, memory and extended requests.
         requests: ResourceVec,
+        /// Its GPUs.
         gpus: GpuAssignment,
     },
+    /// A pod's holdings removed (a tentative eviction).
     Remove {
+        /// The pod.
         pod: PodId,
+        /// The node.
         node: NodeId,
+        /// Its CPU, memory and extended requests.
         requests: ResourceVec,
+        /// Its GPUs.
         gpus: GpuAssignment,
     },
 }
@@ -33,6 +43,7 @@ pub struct Statement {
 }
 
 impl Statement {
+    /// An empty statement.
     pub fn new() -> Self {
         Statement::default()
     }
@@ -74,10 +85,12 @@ impl Statement {
         });
     }
 
+    /// How many changes it holds.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// Whether it holds no change.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

@@ -85,12 +85,15 @@ impl Default for SchedulerOptions {
 
 /// The scheduler: the action pipeline plus explicitly registered plugins.
 pub struct Scheduler {
+    /// The pipeline's knobs (read at every cycle).
     pub opts: SchedulerOptions,
     filters: Vec<Box<dyn Filter>>,
     packer: Box<dyn Packer>,
 }
 
 impl Scheduler {
+    /// A scheduler with these knobs, filters (ANDed in this order) and
+    /// packer.
     pub fn new(
         opts: SchedulerOptions,
         filters: Vec<Box<dyn Filter>>,
@@ -103,10 +106,12 @@ impl Scheduler {
         }
     }
 
+    /// The packer's name.
     pub fn packer_name(&self) -> &'static str {
         self.packer.name()
     }
 
+    /// The filters' names, in order.
     pub fn filter_names(&self) -> Vec<&'static str> {
         self.filters.iter().map(|f| f.name()).collect()
     }
