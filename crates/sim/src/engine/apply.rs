@@ -72,14 +72,14 @@ impl<'a> Sim<'a> {
         }
 
         // pass 2: binds, nominations, group phases
-        let fresh: BTreeMap<u32, bool> = self
+        let fresh: BTreeMap<SimGroup, bool> = self
             .groups
             .iter()
             .enumerate()
-            .map(|(i, g)| (i as u32, g.running == 0))
+            .map(|(i, g)| (SimGroup(i as u32), g.running == 0))
             .filter(|(_, f)| *f)
             .collect();
-        let mut binds_by_group: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut binds_by_group: BTreeMap<SimGroup, u32> = BTreeMap::new();
         // A nomination holds its node for the next cycle only: the core
         // renews the ones still needed (reservations, pending preemptors).
         let mut prev_nominated: BTreeSet<(SimPod, SimNode)> = BTreeSet::new();
@@ -130,12 +130,12 @@ impl<'a> Sim<'a> {
             if !fresh.contains_key(&g) {
                 continue;
             }
-            let min = self.groups[g as usize].pg.min_member;
+            let min = self.groups[g.ix()].pg.min_member;
             if n >= min {
                 self.t.gang_starts += 1;
             } else {
                 self.t.gangs_started_partially += 1;
-                let name = self.groups[g as usize].pg.name.clone();
+                let name = self.groups[g.ix()].pg.name.clone();
                 self.error(format!(
                     "gang {name} started partially: {n} of minMember {min} bound in one cycle"
                 ));
@@ -228,9 +228,9 @@ impl<'a> Sim<'a> {
             let arrival = p.pod.arrival_ms;
             self.waits[q].push(now.saturating_sub(arrival));
         }
-        let job = p.job as usize;
+        let job = p.job.ix();
         if let Some(g) = p.group {
-            self.groups[g as usize].running += 1;
+            self.groups[g.ix()].running += 1;
         }
         self.queue_used[q] += gpus.milli();
         self.node_used[sn.ix()] += gpus.milli();

@@ -68,6 +68,26 @@ struct SimPod(u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct SimNode(u32);
 
+/// A job of the scenario: an index into `Sim::jobs` (and `Scenario::jobs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SimJob(u32);
+
+/// A pod group of the simulation: an index into `Sim::groups`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct SimGroup(u32);
+
+impl SimJob {
+    fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl SimGroup {
+    fn ix(self) -> usize {
+        self.0 as usize
+    }
+}
+
 impl SimPod {
     fn ix(self) -> usize {
         self.0 as usize
@@ -84,7 +104,7 @@ impl SimNode {
 enum Ev {
     Cluster(u32),
     Complete { pod: SimPod, epoch: u32 },
-    Arrival(u32),
+    Arrival(SimJob),
     Retry { pod: SimPod, epoch: u32 },
     Cycle,
 }
@@ -119,8 +139,8 @@ enum Ph {
 
 struct PodRt {
     pod: Pod,
-    job: u32,
-    group: Option<u32>,
+    job: SimJob,
+    group: Option<SimGroup>,
     queue: usize,
     phase: Ph,
     epoch: u32,
@@ -184,7 +204,7 @@ struct Sim<'a> {
     node_idx: BTreeMap<String, SimNode>,
     pods: Vec<PodRt>,
     groups: Vec<GroupRt>,
-    group_idx: BTreeMap<String, u32>,
+    group_idx: BTreeMap<String, SimGroup>,
     jobs: Vec<JobRt>,
     /// Pods pending or running, in id order.
     active: BTreeSet<SimPod>,
@@ -253,7 +273,7 @@ impl<'a> Sim<'a> {
             let queue = qidx.get(j.queue.as_str()).copied().unwrap_or(0);
             let first_pod = SimPod(pods.len() as u32);
             let gid = j.group.as_ref().map(|g| {
-                let id = groups.len() as u32;
+                let id = SimGroup(groups.len() as u32);
                 group_idx.insert(g.name.clone(), id);
                 groups.push(GroupRt {
                     pg: g.clone(),
@@ -268,11 +288,11 @@ impl<'a> Sim<'a> {
                 pod.name = format!("{}-p{p}", j.name);
                 let id = SimPod(pods.len() as u32);
                 if let Some(g) = gid {
-                    groups[g as usize].members.push(id);
+                    groups[g.ix()].members.push(id);
                 }
                 pods.push(PodRt {
                     pod,
-                    job: ji as u32,
+                    job: SimJob(ji as u32),
                     group: gid,
                     queue,
                     phase: Ph::NotArrived,
@@ -343,7 +363,7 @@ impl<'a> Sim<'a> {
             incidents: Vec::new(),
         };
         for (i, j) in sc.jobs.iter().enumerate() {
-            sim.push(j.arrival_ms, Ev::Arrival(i as u32));
+            sim.push(j.arrival_ms, Ev::Arrival(SimJob(i as u32)));
         }
         for (i, e) in sc.events.iter().enumerate() {
             sim.push(e.at_ms, Ev::Cluster(i as u32));

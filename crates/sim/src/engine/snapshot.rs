@@ -28,7 +28,7 @@ impl<'a> Sim<'a> {
         let nodes = std::mem::take(&mut self.cached_nodes);
         let mut pod_map = Vec::with_capacity(self.active.len());
         let mut pods = Vec::with_capacity(self.active.len());
-        let mut groups_in: BTreeSet<u32> = BTreeSet::new();
+        let mut groups_in: BTreeSet<SimGroup> = BTreeSet::new();
         // Reuse last snapshot's pod states (same id order): only new pods
         // are cloned, only changed phases rebuilt.
         let old_ids = std::mem::take(&mut self.snap_ids);
@@ -96,7 +96,7 @@ impl<'a> Sim<'a> {
             queues: self.sc.queues.clone(),
             groups: groups_in
                 .iter()
-                .map(|&g| self.groups[g as usize].pg.clone())
+                .map(|&g| self.groups[g.ix()].pg.clone())
                 .collect(),
             pods,
         };
@@ -116,7 +116,7 @@ impl<'a> Sim<'a> {
         }
         let mut pod_map = Vec::new();
         let mut pods = Vec::new();
-        let mut groups_in: BTreeSet<u32> = BTreeSet::new();
+        let mut groups_in: BTreeSet<SimGroup> = BTreeSet::new();
         for &id in &self.active {
             let p = &self.pods[id.ix()];
             let phase = match &p.phase {
@@ -147,7 +147,7 @@ impl<'a> Sim<'a> {
             queues: self.sc.queues.clone(),
             groups: groups_in
                 .iter()
-                .map(|&g| self.groups[g as usize].pg.clone())
+                .map(|&g| self.groups[g.ix()].pg.clone())
                 .collect(),
             pods,
         };

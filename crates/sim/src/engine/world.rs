@@ -4,9 +4,9 @@
 use super::*;
 
 impl<'a> Sim<'a> {
-    pub(super) fn arrive(&mut self, j: u32) {
-        let first = self.jobs[j as usize].first_pod;
-        let n = self.sc.jobs[j as usize].pods;
+    pub(super) fn arrive(&mut self, j: SimJob) {
+        let first = self.jobs[j.ix()].first_pod;
+        let n = self.sc.jobs[j.ix()].pods;
         for id in (first.0..first.0 + n).map(SimPod) {
             let p = &mut self.pods[id.ix()];
             if p.phase == Ph::NotArrived {
@@ -25,7 +25,7 @@ impl<'a> Sim<'a> {
         let p = &mut self.pods[pod.ix()];
         p.phase = Ph::Succeeded;
         self.t.pods_succeeded += 1;
-        let j = &mut self.jobs[p.job as usize];
+        let j = &mut self.jobs[p.job.ix()];
         j.left = j.left.saturating_sub(1);
         if j.left == 0 && !j.failed {
             j.end = Some(self.now);
@@ -45,7 +45,7 @@ impl<'a> Sim<'a> {
         self.node_used[node.ix()] = self.node_used[node.ix()].saturating_sub(gpus.milli());
         self.node_pods[node.ix()].remove(&pod);
         if let Some(g) = p.group {
-            let g = &mut self.groups[g as usize];
+            let g = &mut self.groups[g.ix()];
             g.running = g.running.saturating_sub(1);
         }
         Some((node, gpus))
@@ -60,7 +60,7 @@ impl<'a> Sim<'a> {
     ) -> Vec<(SimPod, SimNode, GpuAssignment)> {
         let targets: Vec<SimPod> = match self.pods[pod.ix()].group {
             Some(g) => {
-                let mut v: Vec<SimPod> = self.groups[g as usize]
+                let mut v: Vec<SimPod> = self.groups[g.ix()]
                     .members
                     .iter()
                     .copied()
@@ -98,8 +98,8 @@ impl<'a> Sim<'a> {
                 self.t.failure_kills += stopped.len() as u64;
                 let retries = match group {
                     Some(g) => {
-                        self.groups[g as usize].retries += 1;
-                        self.groups[g as usize].retries
+                        self.groups[g.ix()].retries += 1;
+                        self.groups[g.ix()].retries
                     }
                     None => {
                         self.pods[pod.ix()].retries += 1;
@@ -109,7 +109,7 @@ impl<'a> Sim<'a> {
                 if retries > self.sc.settings.retry_limit {
                     // give up on the whole unit (its waiting members too)
                     let unit: Vec<SimPod> = match group {
-                        Some(g) => self.groups[g as usize].members.clone(),
+                        Some(g) => self.groups[g.ix()].members.clone(),
                         None => vec![pod],
                     };
                     for m in unit {
@@ -125,7 +125,7 @@ impl<'a> Sim<'a> {
                         self.active.remove(&m);
                         self.t.pods_failed += 1;
                         self.t.retry_limit_failures += 1;
-                        let j = &mut self.jobs[p.job as usize];
+                        let j = &mut self.jobs[p.job.ix()];
                         if !j.failed {
                             j.failed = true;
                             j.end = None;
@@ -156,14 +156,14 @@ impl<'a> Sim<'a> {
             return;
         };
         let mut any = false;
-        for m in self.groups[g as usize].members.clone() {
+        for m in self.groups[g.ix()].members.clone() {
             let p = &mut self.pods[m.ix()];
             if matches!(p.phase, Ph::Pending { .. } | Ph::Backoff | Ph::NotArrived) {
                 p.phase = Ph::Failed;
                 p.epoch += 1;
                 self.active.remove(&m);
                 self.t.pods_failed += 1;
-                self.jobs[p.job as usize].failed = true;
+                self.jobs[p.job.ix()].failed = true;
                 any = true;
             }
         }
