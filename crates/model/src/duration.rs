@@ -9,18 +9,45 @@ use thiserror::Error;
 /// A duration that does not follow the grammar.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum DurationError {
+    /// Nothing given.
     #[error("empty duration")]
     Empty,
+    /// A unit without a number before it.
     #[error("invalid duration {input:?}: expected a number at {at:?}")]
-    ExpectedNumber { input: String, at: String },
+    ExpectedNumber {
+        /// The whole input.
+        input: String,
+        /// The rest of the input where a number was expected.
+        at: String,
+    },
+    /// Digits and dots that are not a number (`1.2.3`).
     #[error("invalid duration {input:?}: bad number {number:?}")]
-    BadNumber { input: String, number: String },
+    BadNumber {
+        /// The whole input.
+        input: String,
+        /// The offending number.
+        number: String,
+    },
+    /// A number without a unit.
     #[error("invalid duration {input:?}: missing unit (ms, s, m, h, d)")]
-    MissingUnit { input: String },
+    MissingUnit {
+        /// The whole input.
+        input: String,
+    },
+    /// A unit other than ms, s, m, h, d.
     #[error("invalid duration {input:?}: unknown unit {unit:?}")]
-    UnknownUnit { input: String, unit: String },
+    UnknownUnit {
+        /// The whole input.
+        input: String,
+        /// The unit given.
+        unit: String,
+    },
+    /// More than about 30,000 years.
     #[error("invalid duration {input:?}: out of range")]
-    OutOfRange { input: String },
+    OutOfRange {
+        /// The whole input.
+        input: String,
+    },
 }
 
 /// Parses a duration: `250ms`, `30s`, `5m`, `2h`, `1d`, `1h30m`, `0`.
