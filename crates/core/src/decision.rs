@@ -22,17 +22,35 @@ pub enum GroupPhase {
 pub enum Decision {
     /// Bind a pending pod to a node with these GPUs.
     Bind {
+        /// The pending pod.
         pod: PodId,
+        /// Its node.
         node: NodeId,
+        /// The GPUs it gets there (what the node agent allocates).
         gpus: GpuAssignment,
     },
     /// Evict a running pod (preemption, reclaim); `reason.kind()` tells
     /// which, `reason.to_string()` renders it.
-    Evict { pod: PodId, reason: EvictionReason },
+    Evict {
+        /// The running pod to evict.
+        pod: PodId,
+        /// Why, with its facts.
+        reason: EvictionReason,
+    },
     /// Remember that a node is being freed for a pending pod.
-    Nominate { pod: PodId, node: NodeId },
+    Nominate {
+        /// The pending pod.
+        pod: PodId,
+        /// The node held for it (the next cycle keeps it for its job).
+        node: NodeId,
+    },
     /// A pod group changed phase.
-    Group { group: String, phase: GroupPhase },
+    Group {
+        /// The pod group's name.
+        group: String,
+        /// Its new phase.
+        phase: GroupPhase,
+    },
 }
 
 /// Whether a pending pod may fit later.
@@ -55,8 +73,11 @@ pub enum Verdict {
 /// of the 4 required pods fit now (all-or-nothing).`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
+    /// The pending pod.
     pub pod: PodId,
+    /// Whether it may fit later.
     pub verdict: Verdict,
+    /// Why it is pending (see the type's documentation for the order).
     pub reasons: Vec<PendingReason>,
 }
 
@@ -81,20 +102,30 @@ impl std::fmt::Display for Explanation {
 /// Counters of one cycle.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CycleStats {
+    /// Pods pending in the snapshot.
     pub pending: u32,
+    /// Bind decisions.
     pub bound: u32,
+    /// Evict decisions.
     pub evicted: u32,
+    /// Packer calls that scored a node.
     pub nodes_scored: u64,
+    /// Gangs that reached `minMember` this cycle.
     pub gangs_started: u32,
+    /// Gangs tried that did not fit.
     pub gangs_waiting: u32,
+    /// Jobs placed while an earlier job of their queue waited.
     pub backfilled: u32,
 }
 
 /// Everything a cycle produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CycleOutput {
+    /// What to do, in order (evictions before the nominations they free).
     pub decisions: Vec<Decision>,
+    /// One per pod left pending.
     pub explanations: Vec<Explanation>,
+    /// Counters.
     pub stats: CycleStats,
     /// Problems with the snapshot's queue tree (the cycle went on with the
     /// tree repaired; see [`QueueProblem`]).

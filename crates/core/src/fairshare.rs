@@ -28,26 +28,36 @@ use std::collections::BTreeMap;
 /// Index of a queue in [`QueueTree::queues`].
 pub type QueueIdx = usize;
 
+/// The accounting of one queue (its subtree: children add up into it).
 #[derive(Clone, Debug, Default)]
 pub struct QueueAcct {
+    /// What its running pods hold.
     pub usage: ResourceVec,
+    /// What its pending pods ask for.
     pub pending: ResourceVec,
+    /// `min(usage + pending, limit)`.
     pub demand: ResourceVec,
+    /// Its fair share (water-filled; see the module documentation).
     pub deserved: ResourceVec,
+    /// Its guarantee (GPU: plain plus per-model, [`gpu_guarantee`]).
     pub guarantee: ResourceVec,
 }
 
 /// The queue tree of a snapshot with its accounting.
 #[derive(Clone, Debug)]
 pub struct QueueTree {
+    /// The queues (the first definition of each name).
     pub queues: Vec<Queue>,
+    /// Each queue's parent (`None`: a child of the root).
     pub parent: Vec<Option<QueueIdx>>,
+    /// Each queue's children.
     pub children: Vec<Vec<QueueIdx>>,
+    /// The children of the root.
     pub roots: Vec<QueueIdx>,
+    /// Each queue's accounting.
     pub acct: Vec<QueueAcct>,
+    /// Queue index by name.
     pub by_name: BTreeMap<String, QueueIdx>,
-    /// Queue names that pods referenced but the snapshot did not define.
-    pub unknown: Vec<String>,
 }
 
 const DIMS: usize = 4;
@@ -156,12 +166,12 @@ impl QueueTree {
                 roots,
                 acct,
                 by_name,
-                unknown: Vec::new(),
             },
             problems,
         )
     }
 
+    /// The queue called `name`.
     pub fn idx(&self, name: &str) -> Option<QueueIdx> {
         self.by_name.get(name).copied()
     }
@@ -184,12 +194,14 @@ impl QueueTree {
         }
     }
 
+    /// Removes `r` from the usage of `q` and its ancestors.
     pub fn sub_usage(&mut self, q: QueueIdx, r: &ResourceVec) {
         for a in self.path(q) {
             self.acct[a].usage.sub(r);
         }
     }
 
+    /// Adds `r` to the pending demand of `q` and its ancestors.
     pub fn add_pending(&mut self, q: QueueIdx, r: &ResourceVec) {
         for a in self.path(q) {
             self.acct[a].pending.add(r);
@@ -199,10 +211,8 @@ impl QueueTree {
     /// Usage and pending demand from the snapshot's pods.
     pub fn account(&mut self, snap: &Snapshot) {
         for p in &snap.pods {
+            // pods of an unknown queue are explained (QueueMissing), not counted
             let Some(q) = self.idx(&p.pod.queue) else {
-                if !self.unknown.contains(&p.pod.queue) {
-                    self.unknown.push(p.pod.queue.clone());
-                }
                 continue;
             };
             let d = p.pod.demand();

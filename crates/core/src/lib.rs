@@ -20,7 +20,7 @@ pub mod state;
 pub mod statement;
 
 pub use decision::{CycleOutput, CycleStats, Decision, Explanation, GroupPhase, Verdict};
-pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement, SchedulingKey};
+pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement, SchedulingKey, Score};
 pub use reason::{
     EvictionKind, EvictionReason, NodeReason, NodeSummary, PendingReason, QueueProblem, QuotaRule,
     QuotaViolation,

@@ -53,6 +53,7 @@ impl Hasher for KeyWriter<'_> {
 /// A filter's verdict for one pod on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FilterResult {
+    /// The node suits the pod.
     Pass,
     /// The node does not suit the pod now; preemption cannot change that
     /// either, but another node may suit. The reason is a short phrase in
@@ -68,26 +69,79 @@ pub enum FilterResult {
 /// verdicts per [`SchedulingKey`] within a cycle. Capacity is checked by the
 /// core, not by filters.
 pub trait Filter: Send + Sync {
+    /// The filter's name (in configuration and in typed reasons).
     fn name(&self) -> &'static str;
     /// Adds to `key` every pod field [`Filter::filter`] reads (nothing if it
     /// reads none). A field read but not declared makes the core reuse
     /// another pod's verdicts.
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey);
+    /// Whether `node` suits `pod`.
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult;
+}
+
+/// A packer's score of one placement: keys compared in order
+/// (lexicographically), higher is better. Most policies use one key
+/// ([`Score::new`]); a policy with a tie-break states it as further keys
+/// ([`Score::keys`]) instead of packing them into one integer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Score {
+    /// The policy's main score.
+    pub primary: i64,
+    /// Compared when the primary keys are equal.
+    pub secondary: i64,
+    /// Compared when both are equal (then the lower node id wins).
+    pub tie: i64,
+}
+
+impl Score {
+    /// A one-key score.
+    pub const fn new(primary: i64) -> Self {
+        Score {
+            primary,
+            secondary: 0,
+            tie: 0,
+        }
+    }
+
+    /// A score of three keys, compared in this order.
+    pub const fn keys(primary: i64, secondary: i64, tie: i64) -> Self {
+        Score {
+            primary,
+            secondary,
+            tie,
+        }
+    }
+}
+
+impl From<i64> for Score {
+    fn from(v: i64) -> Self {
+        Score::new(v)
+    }
+}
+
+/// A one-key score equals its key (convenient in tests).
+impl PartialEq<i64> for Score {
+    fn eq(&self, other: &i64) -> bool {
+        *self == Score::new(*other)
+    }
 }
 
 /// A packer's choice on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     /// Higher is better.
-    pub score: i64,
+    pub score: Score,
+    /// The GPUs the pod gets.
     pub gpus: GpuAssignment,
 }
 
 /// What a packer may look at when it prepares a cycle.
 pub struct PackEnv<'s, 'c> {
+    /// The cycle's snapshot.
     pub snapshot: &'s Snapshot,
+    /// The cluster state at the start of the cycle.
     pub state: &'c ClusterState<'s>,
+    /// The cycle's seed (the only source of randomness).
     pub seed: u64,
 }
 
@@ -104,11 +158,13 @@ pub struct PackEnv<'s, 'c> {
 ///   pod key and node version.
 /// - Deterministic: randomness only from the seed given to `prepare`.
 pub trait Packer: Send + Sync {
+    /// The policy's name.
     fn name(&self) -> &'static str;
     /// Called once at the start of every cycle.
     fn prepare(&mut self, _env: &PackEnv<'_, '_>) {}
     /// Adds to `key` the pod fields `place` reads beyond those the core
     /// keys on already (see the contract); most packers read none.
     fn scheduling_key(&self, _pod: &Pod, _key: &mut SchedulingKey) {}
+    /// Where `pod` would go on `node` and how good that is.
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement>;
 }

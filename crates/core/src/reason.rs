@@ -117,37 +117,85 @@ pub enum PendingReason {
     /// No node takes the pod now (kube-scheduler's summary).
     Nodes(NodeSummary),
     /// The pod's queue is not defined.
-    QueueMissing { queue: String },
+    QueueMissing {
+        /// The queue the pod names.
+        queue: String,
+    },
     /// The pod's pod group is not defined.
-    GroupMissing { group: String },
+    GroupMissing {
+        /// The group the pod names.
+        group: String,
+    },
     /// The pod group's queue is not defined.
-    GroupQueueMissing { group: String, queue: String },
+    GroupQueueMissing {
+        /// The pod group.
+        group: String,
+        /// The queue it names.
+        queue: String,
+    },
     /// The pod group gave up after its schedule timeout.
-    GangTimedOut { group: String, after_ms: u64 },
+    GangTimedOut {
+        /// The pod group.
+        group: String,
+        /// Its schedule timeout.
+        after_ms: u64,
+    },
     /// Fewer than `minMember` pods of the group exist yet.
-    GangIncomplete { group: String, have: u32, need: u32 },
+    GangIncomplete {
+        /// The pod group.
+        group: String,
+        /// Members that exist (running and pending).
+        have: u32,
+        /// Its `minMember`.
+        need: u32,
+    },
     /// Only `fit` of the `need` pods that must start together fit now.
-    GangShort { group: String, fit: u32, need: u32 },
+    GangShort {
+        /// The pod group.
+        group: String,
+        /// Members that fit now.
+        fit: u32,
+        /// Members that must start together.
+        need: u32,
+    },
     /// No topology domain of `level` can hold the gang's `need` pods.
     NoTopologyDomain {
+        /// The pod group.
         group: String,
+        /// The level of its topology constraint.
         level: TopologyLevel,
+        /// Members that must fit in one domain.
         need: u32,
+        /// Whether the constraint is required (else preferred).
         required: bool,
     },
     /// Placing the job would break a queue limit or no-borrow rule.
     Quota(QuotaViolation),
     /// The job waited past the reservation threshold; `node` is reserved
     /// for it and drains.
-    Reserved { node: String },
+    Reserved {
+        /// The reserved node.
+        node: String,
+    },
     /// Victims were evicted for the pod; it waits for them to go on `node`.
-    VictimsTerminating { victims: u32, node: String },
+    VictimsTerminating {
+        /// Pods evicted for it.
+        victims: u32,
+        /// The node it is nominated to.
+        node: String,
+    },
     /// Fits once pods already terminating on `node` are gone; waits there.
-    TerminatingPods { node: String },
+    TerminatingPods {
+        /// The node it is nominated to.
+        node: String,
+    },
     /// Nominated to a node; waiting for capacity there.
     Nominated,
     /// The snapshot puts a pod where it does not fit.
-    SnapshotInconsistent { error: String },
+    SnapshotInconsistent {
+        /// What is inconsistent.
+        error: String,
+    },
 }
 
 /// Human name of a topology level, as used in messages.
@@ -283,11 +331,22 @@ impl fmt::Display for EvictionReason {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum QueueProblem {
     /// The queue is defined more than once; the first definition is used.
-    Duplicate { queue: String },
+    Duplicate {
+        /// The queue.
+        queue: String,
+    },
     /// The queue's parent does not exist; the queue hangs off the root.
-    MissingParent { queue: String, parent: String },
+    MissingParent {
+        /// The queue.
+        queue: String,
+        /// The parent it names.
+        parent: String,
+    },
     /// The queue's parent chain forms a cycle; the queue hangs off the root.
-    Cycle { queue: String },
+    Cycle {
+        /// A queue on the cycle.
+        queue: String,
+    },
 }
 
 impl QueueProblem {

@@ -12,12 +12,18 @@ pub type PodId = u32;
 /// [`Node::gpus`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum GpuAssignment {
+    /// No GPU.
     #[default]
     None,
+    /// Whole GPUs (positions in [`Node::gpus`]).
     Whole(Vec<u32>),
+    /// A share of one GPU.
     Share {
+        /// The GPU's position.
         gpu: u32,
+        /// Compute share in milli-GPU.
         milli: u32,
+        /// GPU memory in MiB (0: not asked by memory).
         memory_mib: u64,
     },
 }
@@ -37,24 +43,39 @@ impl GpuAssignment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PodPhase {
     /// Waiting for a node. `nominated`: a node freed for it by preemption.
-    Pending { nominated: Option<NodeId> },
+    Pending {
+        /// A node freed (or reserved) for it in an earlier cycle.
+        nominated: Option<NodeId>,
+    },
     /// Bound to a node and holding resources.
     Running {
+        /// Its node.
         node: NodeId,
+        /// Its GPUs there.
         gpus: GpuAssignment,
+        /// When it started (virtual ms).
         since_ms: u64,
     },
     /// Being evicted: still holds its resources until it is gone.
-    Terminating { node: NodeId, gpus: GpuAssignment },
+    Terminating {
+        /// Its node.
+        node: NodeId,
+        /// Its GPUs there.
+        gpus: GpuAssignment,
+    },
 }
 
+/// A pod and where it is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodState {
+    /// The pod.
     pub pod: Pod,
+    /// Its phase.
     pub phase: PodPhase,
 }
 
 impl PodState {
+    /// A pending pod without nomination.
     pub fn pending(pod: Pod) -> Self {
         PodState {
             pod,
@@ -62,6 +83,7 @@ impl PodState {
         }
     }
 
+    /// Whether it waits for a node.
     pub fn is_pending(&self) -> bool {
         matches!(self.phase, PodPhase::Pending { .. })
     }
@@ -81,8 +103,12 @@ impl PodState {
 /// tie-break (it is part of the deterministic input).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// The nodes ([`NodeId`] = position).
     pub nodes: Vec<Node>,
+    /// The queue tree (parents by name).
     pub queues: Vec<Queue>,
+    /// The pod groups (gangs).
     pub groups: Vec<PodGroup>,
+    /// The pods ([`PodId`] = position).
     pub pods: Vec<PodState>,
 }

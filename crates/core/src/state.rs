@@ -28,6 +28,7 @@ pub struct NodeState {
 }
 
 impl NodeState {
+    /// An empty node (healthy GPUs usable, everything free).
     pub fn new(node: &Node) -> Self {
         let usable: Vec<bool> = node.gpus.iter().map(|g| g.is_healthy()).collect();
         let mut free = node.allocatable.clone();
@@ -67,12 +68,31 @@ impl NodeState {
 /// Why an assignment was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
+    /// Not enough of a resource is free.
     #[error("node {node}: not enough {what}")]
-    Insufficient { node: String, what: String },
+    Insufficient {
+        /// The node's name.
+        node: String,
+        /// The resource.
+        what: String,
+    },
+    /// The GPU does not exist or is unusable.
     #[error("node {node}: gpu {gpu} does not exist or is unusable")]
-    BadGpu { node: String, gpu: u32 },
+    BadGpu {
+        /// The node's name.
+        node: String,
+        /// The GPU's position.
+        gpu: u32,
+    },
+    /// A GPU listed twice in one assignment.
     #[error("node {node}: gpu {gpu} listed twice")]
-    DuplicateGpu { node: String, gpu: u32 },
+    DuplicateGpu {
+        /// The node's name.
+        node: String,
+        /// The GPU's position.
+        gpu: u32,
+    },
+    /// No such node.
     #[error("node id {0} out of range")]
     BadNode(NodeId),
 }
@@ -80,8 +100,8 @@ pub enum StateError {
 /// The free capacity of a set of nodes.
 #[derive(Clone, Debug)]
 pub struct ClusterState<'a> {
-    pub nodes: &'a [Node],
-    pub state: Vec<NodeState>,
+    nodes: &'a [Node],
+    state: Vec<NodeState>,
 }
 
 /// Effective milli-GPU of a share on a given GPU: a memory-only share
@@ -121,18 +141,33 @@ impl<'a> ClusterState<'a> {
         (cs, errors)
     }
 
+    /// Node `id`.
     pub fn node(&self, id: NodeId) -> &'a Node {
         &self.nodes[id as usize]
     }
 
+    /// The nodes, by [`NodeId`].
+    pub fn nodes(&self) -> &'a [Node] {
+        self.nodes
+    }
+
+    /// The state of every node, by [`NodeId`] (read-only: changes go
+    /// through [`ClusterState::assign`] and [`ClusterState::release`]).
+    pub fn states(&self) -> &[NodeState] {
+        &self.state
+    }
+
+    /// The state of node `id`.
     pub fn get(&self, id: NodeId) -> &NodeState {
         &self.state[id as usize]
     }
 
+    /// How many nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
 
+    /// Whether there are no nodes.
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }

@@ -12,16 +12,26 @@ use gpusched_model::ResourceVec;
 /// One tentative change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// A pod placed on a node.
     Place {
+        /// The pod.
         pod: PodId,
+        /// The node.
         node: NodeId,
+        /// Its CPU, memory and extended requests.
         requests: ResourceVec,
+        /// Its GPUs.
         gpus: GpuAssignment,
     },
+    /// A pod's holdings removed (a tentative eviction).
     Remove {
+        /// The pod.
         pod: PodId,
+        /// The node.
         node: NodeId,
+        /// Its CPU, memory and extended requests.
         requests: ResourceVec,
+        /// Its GPUs.
         gpus: GpuAssignment,
     },
 }
@@ -33,6 +43,7 @@ pub struct Statement {
 }
 
 impl Statement {
+    /// An empty statement.
     pub fn new() -> Self {
         Statement::default()
     }
@@ -74,10 +85,12 @@ impl Statement {
         });
     }
 
+    /// How many changes it holds.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// Whether it holds no change.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
@@ -127,5 +140,111 @@ impl Statement {
     /// The changes recorded after `checkpoint`.
     pub fn ops_since(&self, checkpoint: usize) -> &[Op] {
         &self.ops[checkpoint.min(self.ops.len())..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::NodeState;
+    use gpusched_model::Node;
+    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
+
+    fn nodes() -> Vec<Node> {
+        ClusterSpec {
+            nodes: vec![NodeGroupSpec {
+                name: "n".into(),
+                count: 2,
+                cpu: "16".into(),
+                memory: "64Gi".into(),
+                gpus: Some(GpuLayoutSpec {
+                    count: 4,
+                    model: "L40S".into(),
+                    memory: "48Gi".into(),
+                    interconnect: Interconnect::Pcie,
+                    pcie_switches: 2,
+                    numa_nodes: 1,
+                    devices: vec![],
+                }),
+                ..Default::default()
+            }],
+        }
+        .nodes()
+        .unwrap()
+    }
+
+    /// What a node holds, without its version (which every change bumps).
+    fn held(s: &NodeState) -> (ResourceVec, Vec<u32>, Vec<u64>, u32) {
+        (
+            s.free.clone(),
+            s.gpu_free_milli.clone(),
+            s.gpu_free_mem.clone(),
+            s.pods,
+        )
+    }
+
+    fn all(cs: &ClusterState<'_>) -> Vec<(ResourceVec, Vec<u32>, Vec<u64>, u32)> {
+        (0..cs.len() as NodeId).map(|n| held(cs.get(n))).collect()
+    }
+
+    #[test]
+    fn rollback_to_a_checkpoint_undoes_only_what_came_after() {
+        let ns = nodes();
+        let mut cs = ClusterState::new(&ns);
+        let req = ResourceVec::new(1000, 1 << 30, 0);
+        let mut st = Statement::new();
+        st.place(&mut cs, 0, 0, &req, GpuAssignment::Whole(vec![0, 1]))
+            .unwrap();
+        let cp = st.checkpoint();
+        let at_cp = all(&cs);
+        st.place(&mut cs, 1, 1, &req, GpuAssignment::Whole(vec![2]))
+            .unwrap();
+        st.remove(&mut cs, 0, 0, &req, GpuAssignment::Whole(vec![0, 1]));
+        assert_eq!(st.len(), 3);
+        assert_eq!(st.ops_since(cp).len(), 2);
+        st.rollback_to(&mut cs, cp);
+        assert_eq!(st.len(), cp);
+        assert_eq!(all(&cs), at_cp, "back to the checkpoint");
+        assert_eq!(cs.get(0).free.gpu_milli, 2000, "the first placement stays");
+    }
+
+    #[test]
+    fn a_failed_place_records_nothing_and_discard_undoes_everything() {
+        let ns = nodes();
+        let mut cs = ClusterState::new(&ns);
+        let before = all(&cs);
+        let req = ResourceVec::new(1000, 1 << 30, 0);
+        let mut st = Statement::new();
+        st.place(&mut cs, 0, 0, &req, GpuAssignment::Whole(vec![0]))
+            .unwrap();
+        assert!(
+            st.place(&mut cs, 1, 0, &req, GpuAssignment::Whole(vec![0]))
+                .is_err(),
+            "GPU 0 is taken"
+        );
+        assert_eq!(st.len(), 1, "a refused placement is not recorded");
+        st.discard(&mut cs);
+        assert_eq!(all(&cs), before);
+    }
+
+    #[test]
+    fn commit_keeps_the_changes_in_order() {
+        let ns = nodes();
+        let mut cs = ClusterState::new(&ns);
+        let req = ResourceVec::new(1000, 1 << 30, 0);
+        let mut st = Statement::new();
+        st.place(&mut cs, 3, 1, &req, GpuAssignment::Whole(vec![1]))
+            .unwrap();
+        st.place(&mut cs, 4, 0, &req, GpuAssignment::Whole(vec![2]))
+            .unwrap();
+        let ops = st.commit();
+        let pods: Vec<PodId> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Place { pod, .. } | Op::Remove { pod, .. } => *pod,
+            })
+            .collect();
+        assert_eq!(pods, vec![3, 4]);
+        assert_eq!(cs.get(1).free.gpu_milli, 3000, "committed changes stay");
     }
 }

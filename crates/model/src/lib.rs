@@ -5,8 +5,10 @@
 //! the node agent all share these types. The node agent shares only
 //! [`topology`] (GPU-set scoring) and [`spec`] (the node/cluster vocabulary).
 
+pub mod duration;
 pub mod gpu;
 pub mod labels;
+pub mod mix;
 pub mod node;
 pub mod pod;
 pub mod protocol;

@@ -59,6 +59,19 @@ pub enum FilterName {
     GpuFit,
 }
 
+impl FilterName {
+    /// The name (what the filter's [`Filter::name`] returns, and its YAML
+    /// form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FilterName::NodeUnschedulable => "node-unschedulable",
+            FilterName::NodeAffinity => "node-affinity",
+            FilterName::TaintToleration => "taint-toleration",
+            FilterName::GpuFit => "gpu-fit",
+        }
+    }
+}
+
 fn all_filters() -> Vec<FilterName> {
     vec![
         FilterName::NodeUnschedulable,
@@ -121,6 +134,14 @@ mod tests {
                 "gpu-fit"
             ]
         );
+    }
+
+    #[test]
+    fn filter_names_match_their_yaml_form() {
+        for f in all_filters() {
+            let yaml = serde_saphyr::to_string(&f).unwrap();
+            assert_eq!(yaml.trim(), f.as_str());
+        }
     }
 
     #[test]

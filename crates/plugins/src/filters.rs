@@ -1,6 +1,7 @@
 //! Filter plugins (the [`Filter`] extension point). Each checks one static
 //! property of a node; capacity is the core's job.
 
+use crate::config::FilterName;
 use gpusched_core::{Filter, FilterResult, SchedulingKey};
 use gpusched_model::{GpuRequest, Node, Pod};
 
@@ -10,7 +11,7 @@ pub struct NodeUnschedulable;
 
 impl Filter for NodeUnschedulable {
     fn name(&self) -> &'static str {
-        "node-unschedulable"
+        FilterName::NodeUnschedulable.as_str()
     }
     fn scheduling_key(&self, _pod: &Pod, _key: &mut SchedulingKey) {}
     fn filter(&self, _pod: &Pod, node: &Node) -> FilterResult {
@@ -29,7 +30,7 @@ pub struct NodeAffinity;
 
 impl Filter for NodeAffinity {
     fn name(&self) -> &'static str {
-        "node-affinity"
+        FilterName::NodeAffinity.as_str()
     }
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
         key.add(&pod.node_selector);
@@ -56,7 +57,7 @@ pub struct TaintToleration;
 
 impl Filter for TaintToleration {
     fn name(&self) -> &'static str {
-        "taint-toleration"
+        FilterName::TaintToleration.as_str()
     }
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
         key.add(&pod.tolerations);
@@ -77,7 +78,7 @@ pub struct GpuFit;
 
 impl Filter for GpuFit {
     fn name(&self) -> &'static str {
-        "gpu-fit"
+        FilterName::GpuFit.as_str()
     }
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
         key.add(&pod.gpu);

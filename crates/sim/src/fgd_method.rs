@@ -329,7 +329,7 @@ pub fn run_seed(
         packer.prepare(&PackEnv {
             snapshot: &snap,
             state: &cs,
-            seed: gpusched_plugins_mix(seed, step as u64),
+            seed: gpusched_model::mix::mix_indexed(seed, step as u64),
         });
         let mut best: Option<(NodeId, gpusched_core::Placement)> = None;
         let mut ties = 0u32;
@@ -497,14 +497,6 @@ pub fn parse_published(
         out.entry(policy.to_string()).or_default().push((seed, v));
     }
     Ok(out)
-}
-
-/// Per-decision seed: a mix of the run's seed and the pod's position.
-fn gpusched_plugins_mix(seed: u64, step: u64) -> u64 {
-    let mut z = seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub fn engine_for<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> FragEngine {
 /// or a node's GPUs change.
 pub fn fragmentation_milli(cs: &ClusterState<'_>, engine: &FragEngine) -> u64 {
     let mut f = 0.0;
-    for (i, node) in cs.nodes.iter().enumerate() {
+    for (i, node) in cs.nodes().iter().enumerate() {
         if !node.unschedulable {
             f += engine.node_frag(cs, i as NodeId);
         }
@@ -46,11 +46,11 @@ pub fn fragmentation_milli(cs: &ClusterState<'_>, engine: &FragEngine) -> u64 {
 /// Nodes marked unschedulable and unusable GPUs are not counted.
 pub fn typical_request_fragmentation(cs: &ClusterState<'_>, typical: &Pod) -> u64 {
     let mut frag = 0u64;
-    for (i, node) in cs.nodes.iter().enumerate() {
+    for (i, node) in cs.nodes().iter().enumerate() {
         if node.unschedulable {
             continue;
         }
-        let st = &cs.state[i];
+        let st = &cs.states()[i];
         let fits_cpu = cs.fits_non_gpu(typical, i as u32);
         let mut whole_free = 0u64;
         for (g, &free) in st.gpu_free_milli.iter().enumerate() {

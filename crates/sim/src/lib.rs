@@ -8,6 +8,7 @@
 //! Same scenario, scheduler and seed: same result, byte for byte.
 
 pub mod engine;
+pub mod error;
 pub mod fgd_method;
 pub mod frag;
 pub mod load;

@@ -1,6 +1,8 @@
 //! Reading cluster and workload files, with errors that name the file, the
 //! line and the field.
 
+pub use crate::error::LoadError;
+use crate::error::source_line;
 use crate::workload::{Ctx, Scenario, WorkloadFile};
 use gpusched_model::Node;
 use gpusched_model::spec::ClusterSpec;
@@ -13,71 +15,7 @@ pub const DEFAULT_CLUSTER: &str = include_str!("../../../fixtures/clusters/mixed
 /// The embedded default workload (also `fixtures/workloads/mixed.yaml`).
 pub const DEFAULT_WORKLOAD: &str = include_str!("../../../fixtures/workloads/mixed.yaml");
 
-/// A refused file: where and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadError {
-    pub file: String,
-    /// 1-based; 0 when unknown (e.g. the file could not be read).
-    pub line: u64,
-    pub column: u64,
-    /// Path of the offending field (`jobs[2].requests.nvidia.com/gpu`);
-    /// empty when the error is not about one field (YAML syntax).
-    pub field: String,
-    pub message: String,
-    /// The offending source line, for display.
-    pub source_line: String,
-}
-
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if self.line > 0 {
-            write!(f, ":{}:{}", self.line, self.column)?;
-        }
-        if !self.field.is_empty() {
-            write!(f, ": field `{}`", self.field)?;
-        }
-        write!(f, ": {}", self.message)?;
-        if self.line > 0 && !self.source_line.trim().is_empty() {
-            write!(f, "\n  {:>4} | {}", self.line, self.source_line)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for LoadError {}
-
 impl LoadError {
-    pub(crate) fn at(
-        file: &str,
-        text: &str,
-        line: u64,
-        column: u64,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        LoadError {
-            file: file.to_string(),
-            line,
-            column,
-            field: field.into(),
-            message: message.into(),
-            source_line: source_line(text, line),
-        }
-    }
-
-    /// An error about the file as a whole.
-    pub fn file(file: &str, message: impl Into<String>) -> Self {
-        LoadError {
-            file: file.to_string(),
-            line: 0,
-            column: 0,
-            field: String::new(),
-            message: message.into(),
-            source_line: String::new(),
-        }
-    }
-
     fn from_yaml(file: &str, text: &str, e: &serde_saphyr::Error) -> Self {
         let (line, column) = e
             .location()
@@ -135,17 +73,6 @@ fn between(s: &str, a: &str, b: &str) -> Option<String> {
     let i = s.find(a)? + a.len();
     let j = s[i..].find(b)? + i;
     Some(s[i..j].to_string())
-}
-
-fn source_line(text: &str, line: u64) -> String {
-    if line == 0 {
-        return String::new();
-    }
-    text.lines()
-        .nth(line as usize - 1)
-        .unwrap_or("")
-        .trim_end()
-        .to_string()
 }
 
 fn key_on_line(text: &str, line: u64) -> Option<String> {

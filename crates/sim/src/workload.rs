@@ -7,11 +7,11 @@
 //! error can name the line they came from. See `docs/simulator.md` for the
 //! schema with examples.
 
-use crate::load::LoadError;
+use crate::error::LoadError;
+pub use gpusched_model::duration::{fmt_duration, parse_duration_ms};
 use gpusched_model::validate::{ContainerResources, pod_resources};
 use gpusched_model::{
-    GpuRequest, Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint,
-    TopologyLevel,
+    Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint, TopologyLevel,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -266,83 +266,6 @@ pub struct Scenario {
     pub settings: SimSettings,
 }
 
-/// Parses a duration: `250ms`, `30s`, `5m`, `2h`, `1d`, `1h30m`, `0`.
-pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    if t == "0" {
-        return Ok(0);
-    }
-    if t.is_empty() {
-        return Err("empty duration".into());
-    }
-    let b = t.as_bytes();
-    let mut i = 0;
-    let mut total: u64 = 0;
-    while i < b.len() {
-        let start = i;
-        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
-            i += 1;
-        }
-        if start == i {
-            return Err(format!(
-                "invalid duration {s:?}: expected a number at {:?}",
-                &t[start..]
-            ));
-        }
-        let num: f64 = t[start..i]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}: bad number {:?}", &t[start..i]))?;
-        let ustart = i;
-        while i < b.len() && b[i].is_ascii_alphabetic() {
-            i += 1;
-        }
-        let mult: u64 = match &t[ustart..i] {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            "" => {
-                return Err(format!(
-                    "invalid duration {s:?}: missing unit (ms, s, m, h, d)"
-                ));
-            }
-            u => return Err(format!("invalid duration {s:?}: unknown unit {u:?}")),
-        };
-        let v = num * mult as f64;
-        if !v.is_finite() || v > 1e15 {
-            return Err(format!("invalid duration {s:?}: out of range"));
-        }
-        total = total.saturating_add(v.round() as u64);
-    }
-    Ok(total)
-}
-
-/// Formats milliseconds for people: `1h05m`, `42s`, `350ms`.
-pub fn fmt_duration(ms: u64) -> String {
-    if ms < 1_000 {
-        return format!("{ms}ms");
-    }
-    let s = ms / 1000;
-    if s < 60 {
-        let tenth = (ms % 1000) / 100;
-        return if tenth > 0 && s < 10 {
-            format!("{s}.{tenth}s")
-        } else {
-            format!("{s}s")
-        };
-    }
-    let m = s / 60;
-    if m < 60 {
-        return format!("{m}m{:02}s", s % 60);
-    }
-    let h = m / 60;
-    if h < 48 {
-        return format!("{h}h{:02}m", m % 60);
-    }
-    format!("{}d{:02}h", h / 24, h % 24)
-}
-
 /// Builds errors that point into one file.
 pub(crate) struct Ctx<'a> {
     pub file: &'a str,
@@ -367,7 +290,7 @@ impl Ctx<'_> {
     }
 
     fn dur(&self, v: &S<String>, field: impl Into<String>) -> Result<u64, LoadError> {
-        parse_duration_ms(&v.value).map_err(|e| self.err(v, field, e))
+        parse_duration_ms(&v.value).map_err(|e| self.err(v, field, e.to_string()))
     }
 
     fn opt_dur(&self, v: &Option<S<String>>, field: &str) -> Result<Option<u64>, LoadError> {
@@ -710,21 +633,6 @@ impl WorkloadFile {
             events,
             settings,
         })
-    }
-}
-
-/// GPU request of a pod in words (`8 GPU`, `0.25 GPU`, `-`).
-pub fn gpu_request_label(g: &GpuRequest) -> String {
-    match *g {
-        GpuRequest::None | GpuRequest::Whole(0) => "-".into(),
-        GpuRequest::Whole(n) => format!("{n} GPU"),
-        GpuRequest::Share { milli, memory_mib } if milli > 0 => {
-            format!("{}.{:03} GPU", milli / 1000, milli % 1000)
-                .trim_end_matches('0')
-                .to_string()
-                + if memory_mib > 0 { "+mem" } else { "" }
-        }
-        GpuRequest::Share { memory_mib, .. } => format!("{memory_mib}Mi GPU mem"),
     }
 }
 

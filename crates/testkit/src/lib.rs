@@ -12,12 +12,13 @@
 
 use gpusched_core::{
     ClusterState, CycleOutput, Decision, GpuAssignment, NodeId, Packer, Placement, PodPhase,
-    PodState, Snapshot,
+    PodState, Score, Snapshot,
 };
 use gpusched_model::spec::{GpuLayoutSpec, Interconnect, NodeGroupSpec};
 use gpusched_model::*;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod packing;
 pub mod strategies;
 
 /// Builder of a node (via the cluster-file vocabulary).
@@ -255,7 +256,10 @@ impl Packer for TestBestFit {
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
         let gpus = state.default_gpu_choice(pod, node)?;
         let free = state.get(node).free.gpu_milli as i64;
-        Some(Placement { score: -free, gpus })
+        Some(Placement {
+            score: Score::new(-free),
+            gpus,
+        })
     }
 }
 

@@ -7,7 +7,7 @@
 
 use super::cycle::Cycle;
 use super::jobs::JobId;
-use crate::plugin::{FilterResult, Placement, SchedulingKey};
+use crate::plugin::{FilterResult, Placement, SchedulingKey, Score};
 use crate::reason::NodeReason;
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use gpusched_model::Pod;
@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(super) struct HeapItem {
-    score: i64,
+    score: Score,
     node: Reverse<NodeId>,
     version: u64,
 }
@@ -120,7 +120,7 @@ impl<'s> Cycle<'s> {
         let pod = self.pod(p);
         let allowed = |r: Option<JobId>| r.is_none() || r == Some(job);
         if let Some(only) = only {
-            let mut best: Option<(i64, Reverse<NodeId>, GpuAssignment)> = None;
+            let mut best: Option<(Score, Reverse<NodeId>, GpuAssignment)> = None;
             for &n in only {
                 if !self.sigs[s].ok[n as usize] || !allowed(self.reserved[n as usize]) {
                     continue;
@@ -145,7 +145,7 @@ impl<'s> Cycle<'s> {
                     items.push(HeapItem {
                         score: pl.score,
                         node: Reverse(n),
-                        version: self.cs.state[n as usize].version,
+                        version: self.cs.get(n).version,
                     });
                 }
             }
@@ -165,7 +165,7 @@ impl<'s> Cycle<'s> {
         for n in fresh {
             self.out.stats.nodes_scored += 1;
             if let Some(pl) = self.place_on(pod, n) {
-                let version = self.cs.state[n as usize].version;
+                let version = self.cs.get(n).version;
                 if let Some(h) = self.sigs[s].heap.as_mut() {
                     h.push(HeapItem {
                         score: pl.score,
@@ -180,7 +180,7 @@ impl<'s> Cycle<'s> {
         let mut found = None;
         while let Some(top) = self.sigs[s].heap.as_ref().and_then(|h| h.peek().copied()) {
             let n = top.node.0;
-            if top.version != self.cs.state[n as usize].version {
+            if top.version != self.cs.get(n).version {
                 if let Some(h) = self.sigs[s].heap.as_mut() {
                     h.pop();
                 }

@@ -70,7 +70,7 @@ impl<'s> Cycle<'s> {
         for (i, n) in snap.nodes.iter().enumerate() {
             if !n.unschedulable {
                 let mut a = n.allocatable.clone();
-                a.gpu_milli = cs.state[i].gpu_usable.iter().filter(|u| **u).count() as u64
+                a.gpu_milli = cs.states()[i].gpu_usable.iter().filter(|u| **u).count() as u64
                     * gpusched_model::GPU_MILLI;
                 capacity.add(&a);
             }

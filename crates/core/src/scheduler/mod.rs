@@ -2,13 +2,13 @@
 //!
 //! Where things go (see also docs/scheduling.md):
 //!
-//! - [`cycle`]: the mutable state of one cycle ([`cycle::Cycle`]) and its
+//! - `cycle`: the mutable state of one cycle (`cycle::Cycle`) and its
 //!   bookkeeping (placing and removing through a [`crate::Statement`],
 //!   binding, the change log);
-//! - [`jobs`]: grouping pending pods into jobs and ordering them;
-//! - [`candidates`]: the candidate index: static filter verdicts cached per
+//! - `jobs`: grouping pending pods into jobs and ordering them;
+//! - `candidates`: the candidate index: static filter verdicts cached per
 //!   pod signature, and a lazy heap of node scores per signature;
-//! - [`actions`]: one module per action behind the [`actions::Action`]
+//! - `actions`: one module per action behind the `actions::Action`
 //!   seam; the pipeline is built from [`SchedulerOptions`].
 //!
 //! The pipeline: admit → allocate (with backfill and reservations)
@@ -85,12 +85,15 @@ impl Default for SchedulerOptions {
 
 /// The scheduler: the action pipeline plus explicitly registered plugins.
 pub struct Scheduler {
+    /// The pipeline's knobs (read at every cycle).
     pub opts: SchedulerOptions,
     filters: Vec<Box<dyn Filter>>,
     packer: Box<dyn Packer>,
 }
 
 impl Scheduler {
+    /// A scheduler with these knobs, filters (ANDed in this order) and
+    /// packer.
     pub fn new(
         opts: SchedulerOptions,
         filters: Vec<Box<dyn Filter>>,
@@ -103,10 +106,12 @@ impl Scheduler {
         }
     }
 
+    /// The packer's name.
     pub fn packer_name(&self) -> &'static str {
         self.packer.name()
     }
 
+    /// The filters' names, in order.
     pub fn filter_names(&self) -> Vec<&'static str> {
         self.filters.iter().map(|f| f.name()).collect()
     }

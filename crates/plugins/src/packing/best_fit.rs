@@ -47,7 +47,8 @@ impl Packer for BestFitPacker {
                 free.gpu_milli,
                 pod.requests.cpu_milli,
                 gpus.milli(),
-            ),
+            )
+            .into(),
             gpus,
         })
     }
@@ -56,8 +57,8 @@ impl Packer for BestFitPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::GpuAssignment;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn formula() {

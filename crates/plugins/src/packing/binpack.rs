@@ -31,7 +31,7 @@ impl Packer for BinpackPacker {
             .whole
             .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
         Some(Placement {
-            score: -left_score(state, pod, node, &gpus),
+            score: (-left_score(state, pod, node, &gpus)).into(),
             gpus,
         })
     }
@@ -40,9 +40,9 @@ impl Packer for BinpackPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::GpuAssignment;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn prefers_the_fullest_node_and_gpu() {

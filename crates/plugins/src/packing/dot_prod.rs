@@ -52,7 +52,8 @@ impl Packer for DotProdPacker {
                 free.gpu_milli,
                 pod.requests.cpu_milli,
                 gpus.milli(),
-            ),
+            )
+            .into(),
             gpus,
         })
     }
@@ -61,8 +62,8 @@ impl Packer for DotProdPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn formula() {

@@ -479,14 +479,17 @@ impl Packer for FgdPacker {
                     }
                 });
                 best.map(|(score, g, m)| Placement {
-                    score,
+                    score: score.into(),
                     gpus: share_on(pod, g, m),
                 })
             }),
             _ => {
                 let gpus = self.whole.assignment(state, pod, node, || None)?;
                 let (_, s) = self.engine.with_eval(pod, node, state, |e| e.first())?;
-                Some(Placement { score: s, gpus })
+                Some(Placement {
+                    score: s.into(),
+                    gpus,
+                })
             }
         }
     }
@@ -495,8 +498,8 @@ impl Packer for FgdPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, PodState, Snapshot};
+    use gpusched_testkit::packing::*;
 
     fn class(cpu: u64, milli: u32, count: u32) -> PodClass {
         PodClass {

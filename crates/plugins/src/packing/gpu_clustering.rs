@@ -98,7 +98,7 @@ impl Packer for GpuClusteringPacker {
         let empty = NodeTags::default();
         let tags = self.tags.get(node as usize).unwrap_or(&empty);
         Some(Placement {
-            score: gpu_clustering_score(tag(&pod.gpu), tags, state.get(node).free.gpu_milli),
+            score: gpu_clustering_score(tag(&pod.gpu), tags, state.get(node).free.gpu_milli).into(),
             gpus,
         })
     }
@@ -107,8 +107,8 @@ impl Packer for GpuClusteringPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, PodPhase, PodState, Snapshot};
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn keeps_shapes_together() {

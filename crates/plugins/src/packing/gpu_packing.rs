@@ -61,7 +61,7 @@ impl Packer for GpuPackingPacker {
             .whole
             .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
         Some(Placement {
-            score: gpu_packing_score(state, node, &gpus),
+            score: gpu_packing_score(state, node, &gpus).into(),
             gpus,
         })
     }
@@ -70,8 +70,8 @@ impl Packer for GpuPackingPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn tiers() {

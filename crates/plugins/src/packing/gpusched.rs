@@ -15,7 +15,7 @@
 //! ```text
 //! v       = Δ − λ · L
 //! primary = ⌊100 · sigmoid(v / (s · gᵃ))⌋     (quantize; else ⌊v⌋)
-//! score   = primary · 2⁴⁴ + secondary · 2²⁴ + tie
+//! score   = (primary, secondary, tie), compared in that order
 //! ```
 //!
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
@@ -33,7 +33,7 @@
 use super::fgd::{FragEngine, derive_profile, sigmoid_score};
 use super::profile::Profile;
 use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
-use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement};
+use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 
 /// Knobs of [`GpuschedPacker`] (the `gpusched` policy's arguments in the
@@ -174,7 +174,7 @@ impl GpuschedPacker {
         pod: &Pod,
         node: NodeId,
         gpu_left: u64,
-    ) -> i64 {
+    ) -> Score {
         let mut value = delta - self.cfg.pack_weight * gpu_left as f64;
         if self.cfg.cpu_reserve > 0.0 && self.cpu_per_gpu > 0.0 {
             value -= self.cfg.cpu_reserve * self.stranded(state, pod, node, gpu_left);
@@ -215,7 +215,7 @@ impl GpuschedPacker {
                 _ => 0,
             }
         };
-        primary * (1 << 44) + secondary * (1 << 24) + tie
+        Score::keys(primary, secondary, tie)
     }
 
     /// Fully free GPUs (after placing) that the node's CPU left cannot feed
@@ -297,7 +297,7 @@ impl Packer for GpuschedPacker {
         if self.cfg.sum_of_squares {
             self.levels.clear();
             self.levels.resize(1001, 0);
-            for st in &env.state.state {
+            for st in env.state.states() {
                 for (g, &f) in st.gpu_free_milli.iter().enumerate() {
                     if st.gpu_usable[g] && f > 0 && f < 1000 {
                         self.levels[f as usize] += 1;
@@ -311,7 +311,7 @@ impl Packer for GpuschedPacker {
         let node_free = state.get(node).free.gpu_milli;
         match pod.gpu {
             GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
-                let mut best: Option<(i64, u32, usize, u32)> = None;
+                let mut best: Option<(Score, u32, usize, u32)> = None;
                 for_each_share(state, pod, node, |g, m, free| {
                     let Some(d) = e.for_left(free) else { return };
                     let left = free - m;
@@ -349,8 +349,8 @@ impl Packer for GpuschedPacker {
 mod tests {
     use super::*;
     use crate::packing::profile::PodClass;
-    use crate::packing::testutil::*;
     use gpusched_core::{GpuAssignment, Snapshot};
+    use gpusched_testkit::packing::*;
 
     fn profile() -> Profile {
         let c = |milli, count| PodClass {

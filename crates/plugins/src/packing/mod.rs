@@ -37,9 +37,6 @@ pub mod random;
 pub mod spread;
 pub(crate) mod util;
 
-#[cfg(test)]
-pub(crate) mod testutil;
-
 use gpusched_core::Packer;
 pub use profile::{PodClass, Profile};
 use serde::{Deserialize, Serialize};

@@ -152,12 +152,6 @@ impl Profile {
         Profile::new(keep)
     }
 
-    /// The same classes with each weight multiplied by `f(class)` (then
-    /// renormalised).
-    pub fn reweighted(&self, f: impl Fn(&PodClass) -> f64) -> Profile {
-        Profile::new(self.classes.iter().map(|(c, w)| (c.clone(), w * f(c))))
-    }
-
     pub fn classes(&self) -> &[(PodClass, f64)] {
         &self.classes
     }

@@ -50,7 +50,7 @@ impl Packer for RandomPacker {
             best.map(|(_, g, m)| share_on(pod, g, m))
         })?;
         Some(Placement {
-            score: (self.draw(node, version, 0) >> 2) as i64,
+            score: ((self.draw(node, version, 0) >> 2) as i64).into(),
             gpus,
         })
     }
@@ -59,9 +59,9 @@ impl Packer for RandomPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::Snapshot;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn deterministic_per_seed_and_roughly_uniform() {

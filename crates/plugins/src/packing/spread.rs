@@ -43,7 +43,7 @@ impl Packer for SpreadPacker {
             .whole
             .assignment(state, pod, node, || share_worst_fit(state, pod, node))?;
         Some(Placement {
-            score: left_score(state, pod, node, &gpus),
+            score: left_score(state, pod, node, &gpus).into(),
             gpus,
         })
     }
@@ -52,9 +52,9 @@ impl Packer for SpreadPacker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packing::testutil::*;
     use gpusched_core::GpuAssignment;
     use gpusched_model::GpuRequest;
+    use gpusched_testkit::packing::*;
 
     #[test]
     fn prefers_the_emptiest_node_and_gpu() {

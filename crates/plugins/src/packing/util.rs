@@ -65,14 +65,7 @@ impl Hasher for FxHasher {
 pub type FxBuild = BuildHasherDefault<FxHasher>;
 pub type FxMap<K, V> = HashMap<K, V, FxBuild>;
 
-/// SplitMix64 finalizer: a well-mixed 64-bit function of its input.
-#[inline]
-pub fn mix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+pub use gpusched_model::mix::mix64;
 
 /// GPU model of a node (its first GPU's), `""` for a node without GPUs.
 pub fn node_model<'a>(state: &ClusterState<'a>, node: NodeId) -> &'a str {

@@ -180,7 +180,7 @@ impl<'s> Cycle<'s> {
         for (i, n) in self.snap.nodes.iter().enumerate() {
             if let Some(d) = t.level.domain_of(n) {
                 let e = by.entry(d).or_default();
-                e.0 += self.cs.state[i].free.gpu_milli;
+                e.0 += self.cs.states()[i].free.gpu_milli;
                 e.1.insert(i as NodeId);
             }
         }

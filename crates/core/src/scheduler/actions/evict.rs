@@ -139,7 +139,7 @@ impl<'s> Cycle<'s> {
                     continue;
                 }
                 // quick bound: even all victims gone, not enough GPU
-                let free = self.cs.state[n as usize].free.gpu_milli
+                let free = self.cs.get(n).free.gpu_milli
                     + vs.iter().map(|&v| self.pod(v).gpu.milli()).sum::<u64>();
                 if free < pod.gpu.milli() {
                     continue;

@@ -38,9 +38,7 @@ impl<'s> Cycle<'s> {
                 1
             } else {
                 let usable = (0..node.gpus.len())
-                    .filter(|&g| {
-                        self.cs.state[n as usize].gpu_usable[g] && self.cs.gpu_allowed(pod, n, g)
-                    })
+                    .filter(|&g| self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g))
                     .count();
                 match pod.gpu {
                     GpuRequest::Share { .. } => usable.min(1),
@@ -52,7 +50,7 @@ impl<'s> Cycle<'s> {
             }
             cands.push((
                 !job.nominated.contains(&n),
-                Reverse(self.cs.state[n as usize].free.gpu_milli).0,
+                Reverse(self.cs.get(n).free.gpu_milli).0,
                 n,
                 slots,
             ));

@@ -1,4 +1,5 @@
-//! Small hand-made clusters for the policy unit tests.
+//! Small hand-made clusters and helpers for packing-policy unit tests
+//! (used by `gpusched-plugins`; import with `use gpusched_testkit::packing::*`).
 
 use gpusched_core::{ClusterState, GpuAssignment, NodeId, PackEnv, Packer, Snapshot};
 use gpusched_model::topology::shapes;

@@ -1,0 +1,243 @@
+//! One scheduling cycle: build the snapshot, call the scheduler and apply
+//! its decisions defensively (evictions, binds, nominations, group phases),
+//! each checked against a cluster state built from the same snapshot.
+
+use super::*;
+
+impl<'a> Sim<'a> {
+    pub(super) fn cycle(&mut self, sched: &mut Scheduler, hooks: &mut dyn Hooks) {
+        self.last_cycle = Some(self.now);
+        self.cycles += 1;
+        let (snap, pod_map, node_map, _) = self.snapshot();
+        if self.sc.settings.verify {
+            let (fresh, fresh_map) = self.snapshot_uncached();
+            if fresh != snap || fresh_map != pod_map {
+                self.error("incremental snapshot differs from a fresh one".into());
+            }
+        }
+        let cycle_seed = self
+            .seed
+            .wrapping_add(self.cycles.wrapping_mul(gpusched_model::mix::GOLDEN));
+        hooks.before_cycle(self.now);
+        let out = sched.cycle(&snap, self.now, cycle_seed);
+        hooks.after_cycle(self.now, &out);
+        let (mut cs, errs) = ClusterState::from_snapshot(&snap);
+        for (i, e) in errs {
+            self.error(format!(
+                "conservation: pod {} does not fit where it runs: {e}",
+                snap.pods[i].pod.name
+            ));
+        }
+        self.t.backfilled += out.stats.backfilled as u64;
+        let mut changed = false;
+        let rev_snap = |sim_node: SimNode| node_map.iter().position(|&n| n == sim_node);
+
+        // pass 1: evictions
+        let mut stopped_now: BTreeSet<SimPod> = BTreeSet::new();
+        for d in &out.decisions {
+            let Decision::Evict { pod, reason } = d else {
+                continue;
+            };
+            let Some(&sp) = pod_map.get(*pod as usize) else {
+                self.error(format!("evict of unknown pod id {pod}"));
+                continue;
+            };
+            if stopped_now.contains(&sp) {
+                continue; // already stopped with its gang in this cycle
+            }
+            if !matches!(self.pods[sp.ix()].phase, Ph::Running { .. }) {
+                let name = self.pods[sp.ix()].pod.name.clone();
+                self.error(format!("evict of pod {name} that is not running"));
+                continue;
+            }
+            let kind = reason.kind();
+            *self
+                .t
+                .evictions_by_reason
+                .entry(kind.label().to_string())
+                .or_insert(0) += 1;
+            match kind {
+                EvictionKind::Reclaim => self.t.reclaims += 1,
+                EvictionKind::Preempt => self.t.preemptions += 1,
+            }
+            let q = self.pods[sp.ix()].queue;
+            self.queue_preempted[q] += 1;
+            for (t, n, g) in self.kill(sp, Cause::Preempt) {
+                stopped_now.insert(t);
+                if let Some(sn) = rev_snap(n) {
+                    cs.release(sn as NodeId, &self.pods[t.ix()].pod.requests, &g);
+                }
+            }
+            changed = true;
+        }
+
+        // pass 2: binds, nominations, group phases
+        let fresh: BTreeMap<SimGroup, bool> = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (SimGroup(i as u32), g.running == 0))
+            .filter(|(_, f)| *f)
+            .collect();
+        let mut binds_by_group: BTreeMap<SimGroup, u32> = BTreeMap::new();
+        // A nomination holds its node for the next cycle only: the core
+        // renews the ones still needed (reservations, pending preemptors).
+        let mut prev_nominated: BTreeSet<(SimPod, SimNode)> = BTreeSet::new();
+        for (i, p) in self.pods.iter_mut().enumerate() {
+            if let Ph::Pending { nominated: Some(n) } = p.phase {
+                prev_nominated.insert((SimPod(i as u32), n));
+            }
+        }
+        for p in &mut self.pods {
+            if let Ph::Pending { nominated } = &mut p.phase {
+                *nominated = None;
+            }
+        }
+        for d in &out.decisions {
+            match d {
+                Decision::Evict { .. } => {}
+                Decision::Bind { pod, node, gpus } => {
+                    if self.bind(*pod, *node, gpus, &pod_map, &node_map, &mut cs) {
+                        changed = true;
+                        if let Some(g) = self.pods[pod_map[*pod as usize].ix()].group {
+                            *binds_by_group.entry(g).or_insert(0) += 1;
+                        }
+                    }
+                }
+                Decision::Nominate { pod, node } => {
+                    let (Some(&sp), Some(&sn)) =
+                        (pod_map.get(*pod as usize), node_map.get(*node as usize))
+                    else {
+                        self.error(format!("nominate with unknown ids pod {pod} node {node}"));
+                        continue;
+                    };
+                    if let Ph::Pending { nominated } = &mut self.pods[sp.ix()].phase {
+                        if !prev_nominated.contains(&(sp, sn)) {
+                            self.t.nominations += 1;
+                        }
+                        *nominated = Some(sn);
+                    }
+                }
+                Decision::Group { group, phase } => {
+                    if *phase == GroupPhase::TimedOut {
+                        self.time_out(group);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        for (g, n) in binds_by_group {
+            if !fresh.contains_key(&g) {
+                continue;
+            }
+            let min = self.groups[g.ix()].pg.min_member;
+            if n >= min {
+                self.t.gang_starts += 1;
+            } else {
+                self.t.gangs_started_partially += 1;
+                let name = self.groups[g.ix()].pg.name.clone();
+                self.error(format!(
+                    "gang {name} started partially: {n} of minMember {min} bound in one cycle"
+                ));
+            }
+        }
+        if changed {
+            self.last_change = self.now;
+        }
+        self.sample(&cs);
+        drop(cs);
+        self.give_back(snap, pod_map);
+        if self.sc.settings.verify {
+            self.verify("after cycle");
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn bind(
+        &mut self,
+        pod: PodId,
+        node: NodeId,
+        gpus: &GpuAssignment,
+        pod_map: &[SimPod],
+        node_map: &[SimNode],
+        cs: &mut ClusterState<'_>,
+    ) -> bool {
+        let (Some(&sp), Some(&sn)) = (pod_map.get(pod as usize), node_map.get(node as usize))
+        else {
+            self.error(format!("bind with unknown ids pod {pod} node {node}"));
+            return false;
+        };
+        let p = &self.pods[sp.ix()];
+        let name = p.pod.name.clone();
+        let n = &self.nodes[sn.ix()];
+        if !matches!(p.phase, Ph::Pending { .. }) {
+            self.error(format!("bind of pod {name} that is not pending"));
+            return false;
+        }
+        if !n.up || n.node.unschedulable {
+            let nn = n.node.name.clone();
+            self.error(format!("bind of pod {name} onto unschedulable node {nn}"));
+            return false;
+        }
+        let ok_shape = match (p.pod.gpu, gpus) {
+            (GpuRequest::None | GpuRequest::Whole(0), GpuAssignment::None) => true,
+            (GpuRequest::Whole(k), GpuAssignment::Whole(l)) => l.len() == k as usize,
+            (
+                GpuRequest::Share { milli, memory_mib },
+                GpuAssignment::Share {
+                    gpu,
+                    milli: m,
+                    memory_mib: mm,
+                },
+            ) => {
+                let gm = n
+                    .node
+                    .gpus
+                    .get(*gpu as usize)
+                    .map(|g| g.memory_mib)
+                    .unwrap_or(0);
+                *m == share_milli(milli, memory_mib, gm) && *mm == memory_mib
+            }
+            _ => false,
+        };
+        if !ok_shape {
+            self.error(format!(
+                "bind of pod {name}: assignment {gpus:?} does not match request {:?}",
+                p.pod.gpu
+            ));
+            return false;
+        }
+        if let Err(e) = cs.assign(node, &p.pod.requests, gpus) {
+            self.error(format!(
+                "bind of pod {name} refused (would overcommit): {e}"
+            ));
+            return false;
+        }
+        let now = self.now;
+        let p = &mut self.pods[sp.ix()];
+        p.phase = Ph::Running {
+            node: sn,
+            gpus: gpus.clone(),
+            since: now,
+        };
+        p.epoch += 1;
+        let epoch = p.epoch;
+        let q = p.queue;
+        if p.first_start.is_none() {
+            p.first_start = Some(now);
+            let arrival = p.pod.arrival_ms;
+            self.waits[q].push(now.saturating_sub(arrival));
+        }
+        let job = p.job.ix();
+        if let Some(g) = p.group {
+            self.groups[g.ix()].running += 1;
+        }
+        self.queue_used[q] += gpus.milli();
+        self.node_used[sn.ix()] += gpus.milli();
+        self.node_pods[sn.ix()].insert(sp);
+        self.t.binds += 1;
+        let dur = self.jobs[job].duration;
+        self.push(now + dur, Ev::Complete { pod: sp, epoch });
+        true
+    }
+}
