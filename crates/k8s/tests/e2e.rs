@@ -77,6 +77,30 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
     unknown_q["metadata"]["labels"] = json!({"gpusched.io/queue": "nope"});
     create(&pods, unknown_q).await;
     create(&pods, gpu_pod("good", 1)).await;
+    // PodGroups: minMember 0 is refused by the CRD schema; a group of an
+    // unknown queue leaves its members pending with the reason
+    let groups: kube::Api<gpusched_k8s::crd::PodGroup> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    let zero = groups
+        .create(
+            &Default::default(),
+            &serde_json::from_value(
+                json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "zero"}, "spec": {"minMember": 0}}),
+            )
+            .unwrap(),
+        )
+        .await;
+    assert!(zero.is_err(), "schema validation of minMember");
+    create_obj(
+        &groups,
+        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": "ghostly"}, "spec": {"minMember": 1, "queue": "ghost"}}),
+    )
+    .await;
+    let mut member = gpu_pod("ghost-member", 1);
+    member["metadata"]["labels"] = json!({"gpusched.io/pod-group": "ghostly"});
+    create(&pods, member).await;
     let s = c.scheduler(opts()).await;
     wait_for(Duration::from_secs(30), || async {
         bound(&pods).await.contains_key("good").then_some(())
@@ -105,6 +129,15 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
     .await
     .expect("FailedScheduling for the pod of an unknown queue");
     assert!(ev.iter().any(|e| e.contains("nope")), "{ev:?}");
+    let ev = wait_for(Duration::from_secs(20), || async {
+        let e = events_for(&c.client, "ml", "ghost-member").await;
+        e.iter()
+            .any(|e| e.starts_with("FailedScheduling:"))
+            .then_some(e)
+    })
+    .await
+    .expect("FailedScheduling for the member of a group of an unknown queue");
+    assert!(ev.iter().any(|e| e.contains("ghost")), "{ev:?}");
     // the condition is set the way kube-scheduler sets it
     let p = pods.get("fractional").await.unwrap();
     let cond = p
