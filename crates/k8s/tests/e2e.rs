@@ -40,12 +40,13 @@ async fn one_gpu_pods_are_bound_with_their_gpus_recorded() {
         assert!(d.gpus[0].starts_with("GPU-"), "{:?}", d.gpus);
     }
     assert_no_double_booking(&c.client).await;
-    let ev = wait_for(Duration::from_secs(10), || async {
-        let e = events_for(&c.client, "ml", "p0").await;
-        e.iter()
-            .any(|e| e.starts_with("Scheduled: Successfully assigned ml/p0 to "))
-            .then_some(e)
-    })
+    let ev = wait_event(
+        &c,
+        "ml",
+        "p0",
+        "Scheduled: Successfully assigned ml/p0 to ",
+        10,
+    )
     .await;
     assert!(ev.is_some(), "Scheduled event for p0");
     s.stop().await;
@@ -107,36 +108,21 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
     })
     .await
     .expect("the good pod is bound");
-    let ev = wait_for(Duration::from_secs(20), || async {
-        let e = events_for(&c.client, "ml", "fractional").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling:"))
-            .then_some(e)
-    })
-    .await
-    .expect("FailedScheduling for the fractional pod");
+    let ev = wait_event(&c, "ml", "fractional", "FailedScheduling:", 20)
+        .await
+        .expect("FailedScheduling for the fractional pod");
     assert!(
         ev.iter()
             .any(|e| e.contains("gpusched.io/gpu-milli") && e.contains("\"main\"")),
         "{ev:?}"
     );
-    let ev = wait_for(Duration::from_secs(20), || async {
-        let e = events_for(&c.client, "ml", "lost").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling:"))
-            .then_some(e)
-    })
-    .await
-    .expect("FailedScheduling for the pod of an unknown queue");
+    let ev = wait_event(&c, "ml", "lost", "FailedScheduling:", 20)
+        .await
+        .expect("FailedScheduling for the pod of an unknown queue");
     assert!(ev.iter().any(|e| e.contains("nope")), "{ev:?}");
-    let ev = wait_for(Duration::from_secs(20), || async {
-        let e = events_for(&c.client, "ml", "ghost-member").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling:"))
-            .then_some(e)
-    })
-    .await
-    .expect("FailedScheduling for the member of a group of an unknown queue");
+    let ev = wait_event(&c, "ml", "ghost-member", "FailedScheduling:", 20)
+        .await
+        .expect("FailedScheduling for the member of a group of an unknown queue");
     assert!(ev.iter().any(|e| e.contains("ghost")), "{ev:?}");
     // the condition is set the way kube-scheduler sets it
     let p = pods.get("fractional").await.unwrap();
@@ -267,14 +253,9 @@ async fn a_gang_binds_all_or_nothing() {
         create(&pods, p).await;
     }
     let s = c.scheduler(opts()).await;
-    let ev = wait_for(Duration::from_secs(30), || async {
-        let e = events_for(&c.client, "ml", "w00").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling"))
-            .then_some(e)
-    })
-    .await
-    .expect("gang members explained");
+    let ev = wait_event(&c, "ml", "w00", "FailedScheduling", 30)
+        .await
+        .expect("gang members explained");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(bound(&pods).await.len(), 1, "only the blocker: {ev:?}");
     pods.delete("blocker", &Default::default()).await.unwrap();
@@ -601,14 +582,9 @@ async fn jobs_become_gangs_and_failed_gpus_and_nodes_get_no_pods() {
         p
     };
     create(&pods, job_pod(0)).await;
-    let ev = wait_for(Duration::from_secs(20), || async {
-        let e = events_for(&c.client, "ml", "ddp-0").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling"))
-            .then_some(e)
-    })
-    .await
-    .expect("a lone member waits");
+    let ev = wait_event(&c, "ml", "ddp-0", "FailedScheduling", 20)
+        .await
+        .expect("a lone member waits");
     assert!(ev.iter().any(|e| e.contains("ml/ddp")), "{ev:?}");
     assert!(bound(&pods).await.is_empty());
     create(&pods, job_pod(1)).await;
@@ -633,14 +609,9 @@ async fn jobs_become_gangs_and_failed_gpus_and_nodes_get_no_pods() {
     }
     // a third pod finds no healthy GPU anywhere it may go
     create(&pods, gpu_pod("extra", 1)).await;
-    let ev = wait_for(Duration::from_secs(20), || async {
-        let e = events_for(&c.client, "ml", "extra").await;
-        e.iter()
-            .any(|e| e.starts_with("FailedScheduling"))
-            .then_some(e)
-    })
-    .await
-    .expect("explained");
+    let ev = wait_event(&c, "ml", "extra", "FailedScheduling", 20)
+        .await
+        .expect("explained");
     assert!(
         ev.iter().any(|e| e.contains("0/2 nodes are available")),
         "{ev:?}"

@@ -357,3 +357,19 @@ pub async fn patch_labels(api: &Api<Pod>, name: &str, labels: Value) {
     .await
     .unwrap();
 }
+
+/// Waits until an event about `ns/name` starts with `prefix` (`reason:
+/// note`); returns all its events.
+pub async fn wait_event(
+    c: &Cluster,
+    ns: &str,
+    name: &str,
+    prefix: &str,
+    secs: u64,
+) -> Option<Vec<String>> {
+    wait_for(Duration::from_secs(secs), || async {
+        let e = events_for(&c.client, ns, name).await;
+        e.iter().any(|e| e.starts_with(prefix)).then_some(e)
+    })
+    .await
+}
