@@ -421,3 +421,130 @@ async fn scheduler_and_agent_agree_on_gpus() {
     s.stop().await;
     let _ = fixture("dgx-h100.yaml");
 }
+
+/// Documents of a multi-document YAML file, as JSON values.
+fn documents(text: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut flush = |cur: &mut String| {
+        let has_content = cur
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+        if has_content {
+            let v: serde_json::Value =
+                serde_saphyr::from_str(cur).unwrap_or_else(|e| panic!("{e}\n{cur}"));
+            out.push(v);
+        }
+        cur.clear();
+    };
+    for line in text.lines() {
+        if line.trim_end() == "---" {
+            flush(&mut cur);
+        } else {
+            cur.push_str(line);
+            cur.push('\n');
+        }
+    }
+    flush(&mut cur);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn deploy_manifests_apply_to_the_apiserver() {
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::discovery::{Discovery, Scope};
+    let c = Cluster::up().await;
+    let root = k8s::repo_root();
+    let mut docs = documents(
+        &std::fs::read_to_string(root.join("deploy/helm/gpusched/crds/crds.yaml")).unwrap(),
+    );
+    let rendered = documents(&std::fs::read_to_string(root.join("deploy/gpusched.yaml")).unwrap());
+    assert!(rendered.len() >= 15, "{} documents", rendered.len());
+    docs.extend(rendered);
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "gpusched-system"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let discovery = Discovery::new(c.client.clone()).run().await.unwrap();
+    let pp = PatchParams::apply("gpusched-deploy-test").force();
+    let mut kinds = BTreeSet::new();
+    for d in &docs {
+        let (group, version) = match d["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), d["apiVersion"].as_str().unwrap().to_string()),
+        };
+        let kind = d["kind"].as_str().unwrap();
+        let gvk = kube::api::GroupVersionKind::gvk(&group, &version, kind);
+        let (ar, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("the apiserver does not serve {gvk:?}"));
+        let name = d["metadata"]["name"].as_str().unwrap();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                c.client.clone(),
+                d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("gpusched-system"),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(c.client.clone(), &ar),
+        };
+        api.patch(name, &pp, &Patch::Apply(d))
+            .await
+            .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+        kinds.insert(kind.to_string());
+    }
+    for k in [
+        "Deployment",
+        "DaemonSet",
+        "ClusterRole",
+        "ValidatingAdmissionPolicy",
+        "CustomResourceDefinition",
+    ] {
+        assert!(
+            kinds.contains(k),
+            "{k} missing from the manifests: {kinds:?}"
+        );
+    }
+    // The decision policy is in force: a pod with a decision made by
+    // anyone but the scheduler is refused at admission.
+    let pods = c.pods("ml");
+    let mut p = pod("sneaky", json!({"nvidia.com/gpu": "1"}));
+    p["metadata"]["annotations"] = json!({"gpusched.io/decision": "{}"});
+    let refused = wait_for(Duration::from_secs(20), || {
+        let pods = pods.clone();
+        let p = p.clone();
+        async move {
+            match pods
+                .create(&PostParams::default(), &serde_json::from_value(p).unwrap())
+                .await
+            {
+                Err(kube::Error::Api(s))
+                    if s.message
+                        .contains("only the gpusched scheduler may set gpusched.io/decision") =>
+                {
+                    Some(s.message)
+                }
+                Ok(_) => {
+                    let _ = pods
+                        .delete(
+                            "sneaky",
+                            &kube::api::DeleteParams::default().grace_period(0),
+                        )
+                        .await;
+                    None
+                }
+                Err(_) => None,
+            }
+        }
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "the admission policy never refused a forged decision"
+    );
+}
