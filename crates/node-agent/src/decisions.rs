@@ -653,3 +653,128 @@ impl Ledger {
 }
 
 const CONFLICT: &str = "conflict:";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_model::protocol::DECISION_VERSION;
+
+    fn gpus(n: u32) -> Vec<LedgerGpu> {
+        (0..n)
+            .map(|i| LedgerGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                memory_mib: 80 * 1024,
+            })
+            .collect()
+    }
+
+    fn pod(name: &str, created: &str, idx: &[u32], share: Option<(u32, u64)>) -> PodInfo {
+        let d = GpuDecision {
+            v: DECISION_VERSION,
+            uid: format!("u-{name}"),
+            node: "n".into(),
+            seq: 1,
+            indices: idx.to_vec(),
+            gpus: idx.iter().map(|i| format!("GPU-{i}")).collect(),
+            share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+        };
+        PodInfo {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("u-{name}"),
+            node: "n".into(),
+            created: created.into(),
+            decision: Some(d.to_annotation()),
+            terminal: false,
+        }
+    }
+
+    #[test]
+    fn conflict_refused_decision_comes_back_when_the_holder_ends() {
+        let mut l = Ledger::new("n", gpus(4));
+        assert!(l.observe(pod("a", "1", &[0], None)).is_none());
+        let r = l.observe(pod("b", "2", &[0, 1], None)).expect("b refused");
+        assert!(
+            r.message.contains("GPU 0 is already held by pod ns/a"),
+            "{}",
+            r.message
+        );
+        let ok = vec![true; 4];
+        assert!(l.allocate_whole(&[1], &ok).is_err());
+        let mut a = pod("a", "1", &[0], None);
+        a.terminal = true;
+        l.observe(a);
+        assert_eq!(l.allocate_whole(&[0, 1], &ok).unwrap(), "ns/b");
+    }
+
+    #[test]
+    fn served_decision_beats_an_older_pending_one() {
+        let mut l = Ledger::new("n", gpus(2));
+        l.observe(pod("young", "5", &[1], None));
+        assert!(l.allocate_whole(&[1], &[true, true]).is_ok());
+        // An older pod claiming the same GPU shows up late: refused, the
+        // GPU stays with the pod that has it.
+        assert!(l.observe(pod("old", "1", &[1], None)).is_some());
+        assert_eq!(l.held()[1].0.as_deref(), Some("ns/young"));
+    }
+
+    #[test]
+    fn annotation_changed_after_allocation_is_ignored() {
+        let mut l = Ledger::new("n", gpus(4));
+        l.observe(pod("a", "1", &[0], None));
+        l.allocate_whole(&[0], &[true; 4]).unwrap();
+        let mut moved = pod("a", "1", &[3], None);
+        moved.uid = "u-a".into();
+        let r = l.observe(moved).expect("reported");
+        assert!(r.message.contains("changed after the GPUs were allocated"));
+        assert_eq!(l.held()[0].0.as_deref(), Some("ns/a"));
+        assert!(l.allocate_whole(&[3], &[true; 4]).is_err());
+    }
+
+    #[test]
+    fn multi_container_pod_spends_its_gpus_per_container() {
+        let mut l = Ledger::new("n", gpus(4));
+        l.observe(pod("a", "1", &[0, 1, 2], None));
+        assert_eq!(l.preferred_whole(&[0, 1, 2, 3], &[], 2), Some(vec![0, 1]));
+        l.allocate_whole(&[0, 1], &[true; 4]).unwrap();
+        // The second container: the decision's remaining GPU.
+        assert_eq!(l.preferred_whole(&[2, 3], &[], 1), Some(vec![2]));
+        l.allocate_whole(&[2], &[true; 4]).unwrap();
+        assert!(l.preferred_whole(&[3], &[], 1).is_none());
+    }
+
+    #[test]
+    fn share_memory_is_bounded_by_the_gpu() {
+        let mut l = Ledger::new("n", gpus(1));
+        assert!(
+            l.observe(pod("s1", "1", &[0], Some((100, 60 * 1024))))
+                .is_none()
+        );
+        let r = l
+            .observe(pod("s2", "2", &[0], Some((100, 30 * 1024))))
+            .expect("refused");
+        assert!(r.message.contains("would pass the GPU"), "{}", r.message);
+        let too_big = pod("s3", "3", &[0], Some((100, 100 * 1024)));
+        let r = l.observe(too_big).expect("refused");
+        assert!(r.message.contains("exceeds GPU 0's"), "{}", r.message);
+    }
+
+    #[test]
+    fn wrong_node_and_bad_shapes_are_refused() {
+        let mut l = Ledger::new("other", gpus(2));
+        let mut p = pod("a", "1", &[0], None);
+        p.node = "other".into();
+        let r = l.observe(p).expect("refused");
+        assert!(r.message.contains("made for node \"n\""), "{}", r.message);
+        let mut l = Ledger::new("n", gpus(2));
+        let r = l.observe(pod("b", "1", &[0, 0], None)).expect("refused");
+        assert!(r.message.contains("named twice"), "{}", r.message);
+        let r = l.observe(pod("c", "1", &[5], None)).expect("refused");
+        assert!(r.message.contains("does not exist"), "{}", r.message);
+        let mut long = pod("d", "1", &[0], None);
+        long.decision = Some(" ".repeat(20_000));
+        let r = l.observe(long).expect("refused");
+        assert!(r.message.contains("limit"), "{}", r.message);
+    }
+}
