@@ -510,6 +510,52 @@ async fn deploy_manifests_apply_to_the_apiserver() {
             "{k} missing from the manifests: {kinds:?}"
         );
     }
+    // Least privilege, as the API server's authorizer sees it.
+    let sar: Api<k8s_openapi::api::authorization::v1::SubjectAccessReview> =
+        Api::all(c.client.clone());
+    let can = |who: &str, verb: &str, resource: &str, sub: &str| {
+        let sar = sar.clone();
+        let body = json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": format!("system:serviceaccount:gpusched-system:{who}"),
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:gpusched-system", "system:authenticated"],
+                "resourceAttributes": {"verb": verb, "resource": resource, "subresource": sub,
+                    "group": if resource == "events" { "events.k8s.io" } else { "" },
+                    "namespace": if resource == "nodes" { "" } else { "ml" }}}
+        });
+        async move {
+            let r = sar
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(body).unwrap(),
+                )
+                .await
+                .unwrap();
+            r.status.map(|s| s.allowed).unwrap_or(false)
+        }
+    };
+    for (who, verb, res, sub, want) in [
+        ("gpusched-agent", "patch", "nodes", "", true),
+        ("gpusched-agent", "patch", "nodes", "status", true),
+        ("gpusched-agent", "watch", "pods", "", true),
+        ("gpusched-agent", "create", "events", "", true),
+        ("gpusched-agent", "update", "pods", "", false),
+        ("gpusched-agent", "patch", "pods", "", false),
+        ("gpusched-agent", "delete", "nodes", "", false),
+        ("gpusched-agent", "create", "pods", "binding", false),
+        ("gpusched-agent", "get", "secrets", "", false),
+        ("gpusched-scheduler", "create", "pods", "binding", true),
+        ("gpusched-scheduler", "patch", "pods", "status", true),
+        ("gpusched-scheduler", "delete", "pods", "", true),
+        ("gpusched-scheduler", "patch", "nodes", "", false),
+        ("gpusched-scheduler", "get", "secrets", "", false),
+    ] {
+        assert_eq!(
+            can(who, verb, res, sub).await,
+            want,
+            "{who} {verb} {res}/{sub}"
+        );
+    }
     // The decision policy is in force: a pod with a decision made by
     // anyone but the scheduler is refused at admission.
     let pods = c.pods("ml");
