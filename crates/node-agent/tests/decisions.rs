@@ -565,3 +565,37 @@ async fn node_facts_and_health_are_published() {
     );
     assert!(latency < Duration::from_secs(1));
 }
+
+/// MIG layout and time-slicing replicas reach the Node as GFD labels.
+#[tokio::test]
+async fn mig_layout_and_replicas_are_published() {
+    use gpusched_node_agent::config::{MigStrategy, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKubelet::start(dir.path()).await;
+    let t = TestSide::new(true);
+    let mut s = settings(dir.path(), "mig-a100.yaml");
+    s.node_name = Some("a100".into());
+    s.mig_strategy = MigStrategy::Mixed;
+    s.replication = vec![Replication {
+        name: "nvidia.com/mig-1g.10gb".into(),
+        replicas: 4,
+        advertised: "nvidia.com/mig-1g.10gb".into(),
+    }];
+    s.pod_resources_socket = dir.path().join("none.sock");
+    let agent = start_agent_with(s, t.side("a100", true));
+    k.next_registration(Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    let facts = loop {
+        if let Some(f) = t.node.0.lock().unwrap().first().cloned() {
+            break f.1;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "nothing published");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let l = &facts.labels;
+    assert_eq!(l["nvidia.com/mig.strategy"], "mixed", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-1g.10gb.count"], "7", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-1g.10gb.replicas"], "4", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-3g.40gb.count"], "2", "{l:?}");
+    agent.shutdown().await.unwrap();
+}
