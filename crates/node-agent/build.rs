@@ -1,10 +1,15 @@
-//! Compiles our own copy of the kubelet device plugin API with protox (pure
-//! Rust), so building needs no `protoc`.
+//! Compiles our own copies of the kubelet device plugin API and the
+//! PodResources API with protox (pure Rust), so building needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/deviceplugin_v1beta1.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let fds = protox::compile([proto], ["proto"])?;
+    let protos = [
+        "proto/deviceplugin_v1beta1.proto",
+        "proto/podresources_v1.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(protos, ["proto"])?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

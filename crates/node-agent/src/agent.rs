@@ -43,6 +43,10 @@ pub struct Agent {
     /// MIG device UUID → parent GPU UUID, for events that name a MIG device.
     parent_of: HashMap<String, String>,
     gpu_labels: Vec<GpuLabels>,
+    /// Decisions of this node, when the agent runs with `--node-name`.
+    pub coord: std::sync::OnceLock<Arc<crate::coord::Coordinator>>,
+    /// Bumped on every health change (node publishing waits on it).
+    pub health_gen: watch::Sender<u64>,
 }
 
 impl Agent {
@@ -96,6 +100,8 @@ impl Agent {
             registered,
             parent_of,
             gpu_labels,
+            coord: std::sync::OnceLock::new(),
+            health_gen: watch::channel(0).0,
         };
         // Counters exist from the start at 0, so `increase()` sees the
         // first event (a series born at 1 hides it).
@@ -211,7 +217,8 @@ impl Agent {
         }
     }
 
-    fn gpu_healthy(&self) -> Vec<bool> {
+    /// Health of every GPU (inventory order).
+    pub fn gpu_healthy(&self) -> Vec<bool> {
         let t = self.lock_health();
         (0..self.inventory.gpus.len())
             .map(|i| t.is_healthy(i))
@@ -241,6 +248,7 @@ impl Agent {
             }
         }
         self.refresh_health_metrics();
+        self.health_gen.send_modify(|g| *g += 1);
     }
 
     fn refresh_health_metrics(&self) {

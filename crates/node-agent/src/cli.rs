@@ -59,6 +59,19 @@ pub struct AgentArgs {
     /// NFD local feature file for node labels; empty disables.
     #[arg(long, env = "GPUSCHED_AGENT_FEATURE_FILE")]
     pub feature_file: Option<String>,
+    /// This node's name (downward API `spec.nodeName`): turns on the
+    /// Kubernetes side (decisions, node publishing; in-cluster credentials).
+    #[arg(long, env = "GPUSCHED_AGENT_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Advertise GPU shares as `gpusched.io/gpu-milli` (needs --node-name).
+    #[arg(long, env = "GPUSCHED_AGENT_SHARES", num_args = 0..=1, default_missing_value = "true")]
+    pub shares: Option<bool>,
+    /// Refuse `Allocate` when no scheduler decision matches (with --node-name).
+    #[arg(long, env = "GPUSCHED_AGENT_REQUIRE_DECISION", num_args = 0..=1, default_missing_value = "true")]
+    pub require_decision: Option<bool>,
+    /// The kubelet's PodResources socket (read after a restart).
+    #[arg(long, env = "GPUSCHED_AGENT_POD_RESOURCES_SOCKET")]
+    pub pod_resources_socket: Option<PathBuf>,
     /// Print discovered devices, topology, MIG and health registration, then exit.
     #[arg(long)]
     pub discover_only: bool,
@@ -128,6 +141,23 @@ impl AgentArgs {
         if let Some(v) = &self.feature_file {
             s.feature_file = (!v.is_empty()).then(|| PathBuf::from(v));
         }
+        if let Some(v) = &self.node_name {
+            s.node_name = (!v.is_empty()).then(|| v.clone());
+        }
+        if let Some(v) = self.shares {
+            s.shares = v;
+        }
+        if let Some(v) = self.require_decision {
+            s.require_decision = v;
+        }
+        if let Some(v) = &self.pod_resources_socket {
+            s.pod_resources_socket = v.clone();
+        }
+        if s.shares && s.node_name.is_none() {
+            anyhow::bail!(
+                "flag --shares needs --node-name: which GPU a share gets comes from the scheduler's decision"
+            );
+        }
         s.validate()?;
         Ok(s)
     }
@@ -173,7 +203,30 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(serve(settings, backend, shutdown_signal()))
+    rt.block_on(async move {
+        let side = match &settings.node_name {
+            Some(node) => Some(kube_side(node, settings.require_decision).await?),
+            None => None,
+        };
+        serve_with(settings, backend, side, shutdown_signal()).await
+    })
+}
+
+/// The Kubernetes side with in-cluster (or kubeconfig) credentials.
+pub async fn kube_side(
+    node: &str,
+    require_decision: bool,
+) -> anyhow::Result<crate::coord::KubeSide> {
+    let client = ::kube::Client::try_default().await.context(
+        "--node-name is set but no Kubernetes credentials were found (in-cluster or kubeconfig)",
+    )?;
+    Ok(crate::coord::KubeSide {
+        node: node.to_string(),
+        pods: Arc::new(crate::kube::KubePods::new(client.clone(), node)),
+        events: Arc::new(crate::kube::KubeEvents::new(client.clone(), node)),
+        node_sink: Some(Arc::new(crate::kube::KubeNode::new(client, node))),
+        require_decision,
+    })
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -200,6 +253,18 @@ pub async fn serve(
     backend: Arc<dyn DeviceBackend>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    serve_with(settings, backend, None, shutdown).await
+}
+
+/// [`serve`] with the Kubernetes side (`docs/protocol.md`): decisions are
+/// loaded, and what the kubelet already handed out is read back from
+/// PodResources, before the agent registers with the kubelet.
+pub async fn serve_with(
+    settings: Settings,
+    backend: Arc<dyn DeviceBackend>,
+    side: Option<crate::coord::KubeSide>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
     // One agent per plugin directory: taken before anything is served or
     // written, held until this function returns.
     std::fs::create_dir_all(&settings.plugin_dir)
@@ -217,6 +282,52 @@ pub async fn serve(
         tracing::warn!("{w}");
     }
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut kube_tasks = Vec::new();
+    if let Some(side) = side {
+        let gpus = agent
+            .inventory
+            .gpus
+            .iter()
+            .map(|g| crate::decisions::LedgerGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                memory_mib: g.memory_mib,
+            })
+            .collect();
+        let coord = crate::coord::Coordinator::new(side.clone(), gpus);
+        let _ = agent.coord.set(coord.clone());
+        match coord.refresh().await {
+            Ok(()) => {
+                tracing::info!(node = %side.node, decisions = coord.ledger().entries().len(), "loaded the decisions of this node")
+            }
+            Err(e) => tracing::warn!("initial pod list: {e} (the watch will retry)"),
+        }
+        match crate::podresources::list(&agent.settings.pod_resources_socket).await {
+            Ok(held) => {
+                let n = crate::podresources::restore(&agent, &held);
+                tracing::info!(
+                    pods = held.len(),
+                    restored = n,
+                    "read held devices from PodResources"
+                );
+            }
+            Err(e) => tracing::warn!(
+                socket = %agent.settings.pod_resources_socket.display(),
+                "PodResources unavailable: {e}; decisions already served count as pending"
+            ),
+        }
+        kube_tasks.push(tokio::spawn(
+            side.pods.clone().watch(coord, stop_rx.clone()),
+        ));
+        if let Some(sink) = side.node_sink.clone() {
+            kube_tasks.push(tokio::spawn(crate::kube::publish_loop(
+                agent.clone(),
+                sink,
+                Duration::from_millis(200),
+                stop_rx.clone(),
+            )));
+        }
+    }
     let events = agent.start_health()?;
     let health = tokio::spawn(agent.clone().run_health(events, stop_rx.clone()));
     if let Some(f) = &agent.settings.feature_file {
@@ -269,6 +380,9 @@ pub async fn serve(
         record(r);
     }
     let _ = health.await;
+    for t in kube_tasks {
+        let _ = t.await;
+    }
     if let Some(h) = http {
         let _ = h.await;
     }

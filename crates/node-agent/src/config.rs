@@ -234,6 +234,14 @@ pub struct Settings {
     pub replication: Vec<Replication>,
     pub feature_file: Option<PathBuf>,
     pub metrics_address: Option<String>,
+    /// Advertise `gpusched.io/gpu-milli` (GPU shares).
+    pub shares: bool,
+    /// The Node this agent runs on (enables the Kubernetes side).
+    pub node_name: Option<String>,
+    /// Refuse `Allocate` calls that match no scheduler decision.
+    pub require_decision: bool,
+    /// The kubelet's PodResources socket.
+    pub pod_resources_socket: PathBuf,
 }
 
 impl Default for Settings {
@@ -259,6 +267,10 @@ impl Default for Settings {
                 "/etc/kubernetes/node-feature-discovery/features.d/gpusched",
             )),
             metrics_address: Some("0.0.0.0:9400".into()),
+            shares: false,
+            node_name: None,
+            require_decision: true,
+            pod_resources_socket: PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"),
         }
     }
 }

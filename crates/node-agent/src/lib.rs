@@ -12,12 +12,16 @@ pub mod authority;
 pub mod backend;
 pub mod cli;
 pub mod config;
+pub mod coord;
+pub mod decisions;
 pub mod health;
 pub mod http;
+pub mod kube;
 pub mod labels;
 pub mod lock;
 pub mod metrics;
 pub mod plan;
+pub mod podresources;
 pub mod server;
 pub mod text;
 
@@ -25,4 +29,10 @@ pub mod text;
 #[allow(clippy::all, missing_docs)]
 pub mod api {
     tonic::include_proto!("v1beta1");
+}
+
+/// Generated code for the kubelet PodResources API (package `v1`, `List`).
+#[allow(clippy::all, missing_docs)]
+pub mod podresources_api {
+    tonic::include_proto!("v1");
 }

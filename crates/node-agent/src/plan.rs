@@ -531,7 +531,66 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
         }
         plans.push(p);
     }
+    if s.shares {
+        // GPU shares (`docs/protocol.md`): 1000 tokens per whole, non-MIG
+        // GPU; off (with a warning) where that passes the device limit.
+        let units: Vec<Unit> = (0..inv.gpus.len())
+            .filter(|&i| !inv.gpus[i].mig_enabled)
+            .map(|i| whole(inv, i))
+            .collect();
+        let n = units.len() * SHARE_TOKENS as usize;
+        if units.is_empty() {
+            tracing::warn!("shares: no whole non-MIG GPU; {RESOURCE_GPU_MILLI} not advertised");
+        } else if n > MAX_DEVICES_PER_RESOURCE {
+            tracing::warn!(
+                "shares: {} GPUs × {SHARE_TOKENS} tokens = {n} devices, over {MAX_DEVICES_PER_RESOURCE}; {RESOURCE_GPU_MILLI} not advertised",
+                units.len()
+            );
+        } else {
+            let mut p = ResourcePlan::new(RESOURCE_GPU_MILLI.into(), Vec::new(), s);
+            let mut devices = Vec::with_capacity(n);
+            for (u, unit) in units.iter().enumerate() {
+                for k in 0..SHARE_TOKENS {
+                    devices.push(PlanDevice {
+                        id: format!("{}::{k}", unit.uuid),
+                        unit: u,
+                        replica: Some(k),
+                    });
+                }
+            }
+            p.by_id = devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (d.id.clone(), i))
+                .collect();
+            p.unit_topos = units.iter().map(|u| u.topo).collect();
+            p.units = units;
+            p.devices = devices;
+            p.replicas = SHARE_TOKENS;
+            p.fail_requests_greater_than_one = false;
+            plans.push(p);
+        }
+    }
     Ok(plans)
+}
+
+/// Tokens of `gpusched.io/gpu-milli` per GPU.
+pub const SHARE_TOKENS: u32 = 1000;
+pub use gpusched_model::validate::RESOURCE_GPU_MILLI;
+
+impl ResourcePlan {
+    /// This plan carries GPU shares.
+    pub fn is_share(&self) -> bool {
+        self.name == RESOURCE_GPU_MILLI
+    }
+
+    /// This plan is whole, non-shared GPUs (`nvidia.com/gpu`, no MIG, no
+    /// time-slicing): the resource decisions govern.
+    pub fn is_whole_gpu(&self) -> bool {
+        self.name == RESOURCE_GPU
+            && self.replicas <= 1
+            && self.units.iter().all(|u| u.mig.is_none())
+    }
 }
 
 #[cfg(test)]

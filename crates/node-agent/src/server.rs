@@ -7,6 +7,7 @@ use crate::api;
 use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::api::registration_client::RegistrationClient;
 use crate::authority::{FixAuthority, SERVER_MAX_FRAME_SIZE};
+use crate::decisions::Miss;
 use crate::metrics::{RequestLabels, ResourceLabels};
 use hyper_util::rt::TokioIo;
 use std::os::unix::fs::MetadataExt;
@@ -96,6 +97,140 @@ impl PluginService {
         Ok(out)
     }
 
+    /// `Allocate` honouring the scheduler's decisions (`docs/protocol.md`)
+    /// when the agent runs with `--node-name`; otherwise [`Self::allocate_now`].
+    pub async fn allocate_decided(
+        &self,
+        req: api::AllocateRequest,
+    ) -> Result<api::AllocateResponse, Status> {
+        let plan = &self.agent.plans[self.res];
+        let coord = match self.agent.coord.get() {
+            Some(c) if plan.is_whole_gpu() || plan.is_share() => c.clone(),
+            _ if plan.is_share() => {
+                return Err(Status::failed_precondition(format!(
+                    "allocate: {} needs the scheduler's decisions; run the agent with --node-name",
+                    plan.name
+                )));
+            }
+            _ => return self.allocate_now(req),
+        };
+        if req.container_requests.is_empty() {
+            return Err(Status::invalid_argument("allocate: no container requests"));
+        }
+        let _serial = coord.serial.lock().await;
+        let view = self.agent.view(self.res);
+        let healthy = self.agent.gpu_healthy();
+        let s = &self.agent.settings;
+        let inv = &self.agent.inventory;
+        let mut out = api::AllocateResponse::default();
+        for c in &req.container_requests {
+            // Unknown, duplicated and unhealthy ids are refused first.
+            let r = plan
+                .allocate(&c.devices_ids, &view.unit_healthy, s, inv)
+                .map_err(|e| e.into_status())?;
+            let units: Vec<usize> = c
+                .devices_ids
+                .iter()
+                .filter_map(|id| plan.by_id.get(id).map(|&d| plan.devices[d].unit))
+                .collect();
+            let node = &coord.side.node;
+            if plan.is_whole_gpu() {
+                let gpus: Vec<usize> = units.iter().map(|&u| plan.units[u].gpu).collect();
+                match coord.allocate_whole(&gpus, &healthy).await {
+                    Ok(pod) => {
+                        tracing::info!(resource = %plan.name, pod = %pod, ids = ?c.devices_ids, "allocate: matched decision");
+                        for &g in &gpus {
+                            self.agent.mark_allocated(g);
+                        }
+                        out.container_responses.push(r);
+                    }
+                    Err(Miss::NoDecision(m)) if !coord.side.require_decision => {
+                        tracing::info!(resource = %plan.name, "allocate: {m}; served as asked (--require-decision=false)");
+                        out.container_responses.push(r);
+                    }
+                    Err(m) => {
+                        let msg = format!("allocate {} on node {node}: {m}", plan.name);
+                        coord.report_allocate_refusal(gpus.len(), false, &msg);
+                        return Err(Status::failed_precondition(msg));
+                    }
+                }
+            } else {
+                let n = u32::try_from(c.devices_ids.len()).unwrap_or(u32::MAX);
+                let first = units.first().map(|&u| plan.units[u].gpu);
+                let hint = first.filter(|&g| units.iter().all(|&u| plan.units[u].gpu == g));
+                match coord.allocate_share(n, hint, &healthy).await {
+                    Ok(g) => {
+                        tracing::info!(resource = %plan.name, pod = %g.pod, gpu = g.gpu, milli = n, "allocate: matched share decision");
+                        let Some(u) = plan.units.iter().position(|x| x.gpu == g.gpu) else {
+                            return Err(Status::internal("share GPU not in plan"));
+                        };
+                        let token = format!("{}::0", plan.units[u].uuid);
+                        let mut r = plan
+                            .allocate(&[token], &view.unit_healthy, s, inv)
+                            .map_err(|e| e.into_status())?;
+                        share_env(&mut r, &plan.units[u].uuid, n, g.memory_mib);
+                        self.agent.mark_allocated(g.gpu);
+                        out.container_responses.push(r);
+                    }
+                    Err(m) => {
+                        let msg = format!("allocate {} on node {node}: {m}", plan.name);
+                        coord.report_allocate_refusal(n as usize, true, &msg);
+                        return Err(Status::failed_precondition(msg));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Steers the kubelet to the first pending decision that fits.
+    fn preferred_decided(
+        &self,
+        c: &api::ContainerPreferredAllocationRequest,
+    ) -> Option<Vec<String>> {
+        let plan = &self.agent.plans[self.res];
+        let coord = self.agent.coord.get()?;
+        let size = usize::try_from(c.allocation_size).ok().filter(|&n| n > 0)?;
+        let gpu_of = |id: &String| {
+            plan.by_id
+                .get(id)
+                .map(|&d| plan.units[plan.devices[d].unit].gpu)
+        };
+        if plan.is_whole_gpu() {
+            let avail: Vec<usize> = c.available_device_i_ds.iter().filter_map(gpu_of).collect();
+            let must: Vec<usize> = c
+                .must_include_device_i_ds
+                .iter()
+                .filter_map(gpu_of)
+                .collect();
+            let pick = coord.ledger().preferred_whole(&avail, &must, size)?;
+            let ids: Vec<String> = pick
+                .iter()
+                .filter_map(|&g| {
+                    c.available_device_i_ds
+                        .iter()
+                        .find(|id| gpu_of(id) == Some(g))
+                        .cloned()
+                })
+                .collect();
+            (ids.len() == size).then_some(ids)
+        } else if plan.is_share() {
+            let g = coord.ledger().preferred_share(u32::try_from(size).ok()?)?;
+            let mut ids: Vec<String> = c.must_include_device_i_ds.clone();
+            for id in &c.available_device_i_ds {
+                if ids.len() >= size {
+                    break;
+                }
+                if gpu_of(id) == Some(g) && !ids.contains(id) {
+                    ids.push(id.clone());
+                }
+            }
+            (ids.len() == size).then_some(ids)
+        } else {
+            None
+        }
+    }
+
     /// `GetPreferredAllocation` without the transport.
     pub fn preferred_now(
         &self,
@@ -105,6 +240,11 @@ impl PluginService {
         let view = self.agent.view(self.res);
         let mut out = api::PreferredAllocationResponse::default();
         for c in &req.container_requests {
+            if let Some(ids) = self.preferred_decided(c) {
+                out.container_responses
+                    .push(api::ContainerPreferredAllocationResponse { device_i_ds: ids });
+                continue;
+            }
             let ids = plan
                 .preferred(
                     &c.available_device_i_ds,
@@ -117,6 +257,30 @@ impl PluginService {
                 .push(api::ContainerPreferredAllocationResponse { device_i_ds: ids });
         }
         Ok(out)
+    }
+}
+
+/// The environment of a GPU share (`docs/protocol.md`). Hints only: an
+/// enforcing layer (HAMi-core, MPS) must read them.
+pub fn share_env(r: &mut api::ContainerAllocateResponse, uuid: &str, milli: u32, memory_mib: u64) {
+    r.envs
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), uuid.to_string());
+    r.envs.insert("GPUSCHED_GPU_UUID".into(), uuid.to_string());
+    r.envs
+        .insert("GPUSCHED_GPU_MILLI".into(), milli.to_string());
+    r.envs.insert(
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),
+        (milli / 10).max(1).to_string(),
+    );
+    if memory_mib > 0 {
+        r.envs.insert(
+            "GPUSCHED_GPU_MEMORY_LIMIT_MIB".into(),
+            memory_mib.to_string(),
+        );
+        r.envs.insert(
+            "CUDA_DEVICE_MEMORY_LIMIT_0".into(),
+            format!("{memory_mib}m"),
+        );
     }
 }
 
@@ -176,7 +340,7 @@ impl DevicePlugin for PluginService {
         &self,
         req: Request<api::AllocateRequest>,
     ) -> Result<Response<api::AllocateResponse>, Status> {
-        let r = self.allocate_now(req.into_inner());
+        let r = self.allocate_decided(req.into_inner()).await;
         self.count(
             "Allocate",
             r.as_ref()

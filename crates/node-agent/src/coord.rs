@@ -1,0 +1,180 @@
+//! Glue between the kubelet's calls and the decisions on this node
+//! (`docs/protocol.md`): where pods come from ([`PodSource`]), where
+//! refusals go ([`EventSink`]), where the node's facts go ([`NodeSink`]),
+//! and the serialized `Allocate` path with one fresh LIST on a miss.
+//! Kubernetes implementations live in [`crate::kube`]; tests inject their
+//! own.
+
+use crate::decisions::{Ledger, LedgerGpu, Miss, PodInfo, Refusal, ShareGrant};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+/// A boxed future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The pods bound to this node.
+pub trait PodSource: Send + Sync + 'static {
+    /// Every pod of the node now (a fresh LIST).
+    fn list(&self) -> BoxFuture<'_, Result<Vec<PodInfo>, String>>;
+    /// Feeds changes into `coord` until `stop`; a source without a watch
+    /// may simply wait for `stop` (misses then LIST).
+    fn watch(
+        self: Arc<Self>,
+        coord: Arc<Coordinator>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()>;
+}
+
+/// Where refusals are reported (pod events).
+pub trait EventSink: Send + Sync + 'static {
+    fn refused(&self, pod: &PodInfo, reason: &str, message: &str);
+}
+
+/// The node's facts for the scheduler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Extended resources to put in the node's capacity.
+    pub capacity: BTreeMap<String, String>,
+}
+
+/// Where the node's facts go (the Node object).
+pub trait NodeSink: Send + Sync + 'static {
+    fn publish(&self, facts: NodeFacts) -> BoxFuture<'_, Result<(), String>>;
+}
+
+/// Events nobody reads (no credentials for events).
+pub struct NoEvents;
+impl EventSink for NoEvents {
+    fn refused(&self, _pod: &PodInfo, _reason: &str, _message: &str) {}
+}
+
+/// The Kubernetes side of a running agent.
+#[derive(Clone)]
+pub struct KubeSide {
+    pub node: String,
+    pub pods: Arc<dyn PodSource>,
+    pub events: Arc<dyn EventSink>,
+    pub node_sink: Option<Arc<dyn NodeSink>>,
+    /// Refuse `Allocate` calls that match no decision.
+    pub require_decision: bool,
+}
+
+/// Decisions of this node plus the I/O around them.
+pub struct Coordinator {
+    pub side: KubeSide,
+    ledger: Mutex<Ledger>,
+    /// One `Allocate` at a time.
+    pub serial: tokio::sync::Mutex<()>,
+}
+
+impl Coordinator {
+    pub fn new(side: KubeSide, gpus: Vec<LedgerGpu>) -> Arc<Self> {
+        Arc::new(Coordinator {
+            ledger: Mutex::new(Ledger::new(&side.node, gpus)),
+            side,
+            serial: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn report(&self, r: Vec<Refusal>) {
+        for r in r {
+            tracing::warn!(pod = %r.pod.key(), "decision refused: {}", r.message);
+            self.side
+                .events
+                .refused(&r.pod, "GpuDecisionRefused", &r.message);
+        }
+    }
+
+    /// A pod was added or changed.
+    pub fn observe(&self, pod: PodInfo) {
+        let r = self.ledger().observe(pod);
+        self.report(r.into_iter().collect());
+    }
+
+    /// A pod was deleted.
+    pub fn forget(&self, uid: &str) {
+        self.ledger().forget(uid);
+    }
+
+    /// Replaces the pods with a fresh list.
+    pub fn replace_all(&self, pods: Vec<PodInfo>) {
+        let r = self.ledger().replace_all(pods);
+        self.report(r);
+    }
+
+    /// A fresh LIST from the source.
+    pub async fn refresh(&self) -> Result<(), String> {
+        let pods = self.side.pods.list().await?;
+        self.replace_all(pods);
+        Ok(())
+    }
+
+    /// Whole GPUs through the ledger, with one refresh on a miss.
+    pub async fn allocate_whole(&self, want: &[usize], healthy: &[bool]) -> Result<String, Miss> {
+        let first = self.ledger().allocate_whole(want, healthy);
+        match first {
+            Err(Miss::NoDecision(_)) => {
+                if let Err(e) = self.refresh().await {
+                    tracing::warn!("pod list on an allocate miss failed: {e}");
+                }
+                self.ledger().allocate_whole(want, healthy)
+            }
+            r => r,
+        }
+    }
+
+    /// A share through the ledger, with one refresh on a miss.
+    pub async fn allocate_share(
+        &self,
+        n: u32,
+        hint: Option<usize>,
+        healthy: &[bool],
+    ) -> Result<ShareGrant, Miss> {
+        let first = self.ledger().allocate_share(n, hint, healthy);
+        match first {
+            Err(Miss::NoDecision(_)) => {
+                if let Err(e) = self.refresh().await {
+                    tracing::warn!("pod list on an allocate miss failed: {e}");
+                }
+                self.ledger().allocate_share(n, hint, healthy)
+            }
+            r => r,
+        }
+    }
+
+    /// Reports a refused `Allocate` on the pending pods that could have
+    /// been the caller (those whose decision needs this many GPUs or milli).
+    pub fn report_allocate_refusal(&self, size: usize, share: bool, message: &str) {
+        let pods: Vec<PodInfo> = {
+            let l = self.ledger();
+            l.entries()
+                .values()
+                .filter(|e| match &e.state {
+                    Ok(crate::decisions::Grant::Whole { gpus, served }) => {
+                        !share && gpus.len() - served.len() == size
+                    }
+                    Ok(crate::decisions::Grant::Share {
+                        milli,
+                        served_milli,
+                        ..
+                    }) => share && (milli - served_milli.min(milli)) as usize == size,
+                    Err(_) => false,
+                })
+                .map(|e| e.pod.clone())
+                .collect()
+        };
+        for p in pods {
+            self.side
+                .events
+                .refused(&p, "GpuAllocationRefused", message);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The agent's Kubernetes side (`docs/protocol.md`): the pods of its node
+//! (a watch with `spec.nodeName=<node>`), refusals as pod events, and the
+//! node's GPUs, topology, health and GFD labels published onto its `Node`
+//! with server-side apply (field manager `gpusched-agent`).
+
+use crate::agent::Agent;
+use crate::coord::{BoxFuture, Coordinator, EventSink, NodeFacts, NodeSink, PodSource};
+use crate::decisions::PodInfo;
+use futures::StreamExt;
+use gpusched_model::protocol::{ANNOTATION_DECISION, ANNOTATION_NODE_GPUS, NodeGpu};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Field manager of every apply.
+pub const FIELD_MANAGER: &str = "gpusched-agent";
+/// Node-level extended resource with the GPU memory shares can take.
+pub const RESOURCE_GPU_MEMORY_MIB: &str = gpusched_model::validate::RESOURCE_GPU_MEMORY_MIB;
+
+/// The agent's view of a pod.
+pub fn pod_info(p: &Pod) -> PodInfo {
+    let m = &p.metadata;
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    PodInfo {
+        namespace: m.namespace.clone().unwrap_or_default(),
+        name: m.name.clone().unwrap_or_default(),
+        uid: m.uid.clone().unwrap_or_default(),
+        node: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default(),
+        created: m
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        decision: m
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_DECISION).cloned()),
+        terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
+    }
+}
+
+/// Pods of one node from the API server.
+pub struct KubePods {
+    api: Api<Pod>,
+    node: String,
+}
+
+impl KubePods {
+    pub fn new(client: Client, node: &str) -> Self {
+        KubePods {
+            api: Api::all(client),
+            node: node.to_string(),
+        }
+    }
+
+    fn selector(&self) -> String {
+        format!("spec.nodeName={}", self.node)
+    }
+}
+
+impl PodSource for KubePods {
+    fn list(&self) -> BoxFuture<'_, Result<Vec<PodInfo>, String>> {
+        Box::pin(async move {
+            let l = self
+                .api
+                .list(&ListParams::default().fields(&self.selector()))
+                .await
+                .map_err(|e| format!("list pods on node {}: {e}", self.node))?;
+            Ok(l.items.iter().map(pod_info).collect())
+        })
+    }
+
+    fn watch(
+        self: Arc<Self>,
+        coord: Arc<Coordinator>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let cfg = watcher::Config::default().fields(&self.selector());
+            let mut s = watcher::watcher(self.api.clone(), cfg)
+                .default_backoff()
+                .boxed();
+            let mut init: Vec<PodInfo> = Vec::new();
+            loop {
+                let ev = tokio::select! {
+                    ev = s.next() => ev,
+                    _ = stop.changed() => return,
+                };
+                match ev {
+                    None => return,
+                    Some(Err(e)) => tracing::warn!("pod watch: {e}"),
+                    Some(Ok(watcher::Event::Init)) => init.clear(),
+                    Some(Ok(watcher::Event::InitApply(p))) => init.push(pod_info(&p)),
+                    Some(Ok(watcher::Event::InitDone)) => {
+                        coord.replace_all(std::mem::take(&mut init))
+                    }
+                    Some(Ok(watcher::Event::Apply(p))) => coord.observe(pod_info(&p)),
+                    Some(Ok(watcher::Event::Delete(p))) => {
+                        coord.forget(p.metadata.uid.as_deref().unwrap_or_default())
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// Pod events through events.k8s.io.
+pub struct KubeEvents {
+    recorder: Recorder,
+}
+
+impl KubeEvents {
+    pub fn new(client: Client, node: &str) -> Self {
+        KubeEvents {
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: "gpusched-agent".into(),
+                    instance: Some(node.to_string()),
+                },
+            ),
+        }
+    }
+}
+
+impl EventSink for KubeEvents {
+    fn refused(&self, pod: &PodInfo, reason: &str, message: &str) {
+        let r = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: Some(pod.uid.clone()),
+            ..Default::default()
+        };
+        let mut note = message.to_string();
+        if note.len() > 1000 {
+            let mut end = 997;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+            note.push_str("...");
+        }
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Allocate".into(),
+            secondary: None,
+        };
+        let recorder = self.recorder.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &r).await {
+                tracing::debug!("event: {e}");
+            }
+        });
+    }
+}
+
+/// The agent's own Node.
+pub struct KubeNode {
+    api: Api<Node>,
+    node: String,
+}
+
+impl KubeNode {
+    pub fn new(client: Client, node: &str) -> Self {
+        KubeNode {
+            api: Api::all(client),
+            node: node.to_string(),
+        }
+    }
+}
+
+impl NodeSink for KubeNode {
+    fn publish(&self, f: NodeFacts) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let pp = PatchParams::apply(FIELD_MANAGER).force();
+            let meta = json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": self.node, "labels": f.labels, "annotations": f.annotations},
+            });
+            self.api
+                .patch(&self.node, &pp, &Patch::Apply(&meta))
+                .await
+                .map_err(|e| format!("apply node {}: {e}", self.node))?;
+            if !f.capacity.is_empty() {
+                let st = json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": self.node},
+                    "status": {"capacity": f.capacity},
+                });
+                self.api
+                    .patch_status(&self.node, &pp, &Patch::Apply(&st))
+                    .await
+                    .map_err(|e| format!("apply node {} status: {e}", self.node))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// What the scheduler needs from this node now: GFD labels, the GPU list
+/// with topology and health, and the shares' memory capacity.
+pub fn node_facts(agent: &Agent) -> NodeFacts {
+    let healthy = agent.gpu_healthy();
+    let gpus: Vec<NodeGpu> = agent
+        .inventory
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| NodeGpu {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            model: g.model.clone(),
+            memory_mib: g.memory_mib,
+            nvlink: g.topo.nvlink,
+            pcie_switch: g.topo.pcie_switch,
+            numa: g.topo.numa,
+            healthy: healthy.get(i).copied().unwrap_or(false),
+        })
+        .collect();
+    let mut annotations = BTreeMap::new();
+    annotations.insert(
+        ANNOTATION_NODE_GPUS.to_string(),
+        serde_json::to_string(&gpus).unwrap_or_default(),
+    );
+    let mut capacity = BTreeMap::new();
+    if agent.plans.iter().any(|p| p.is_share()) {
+        let mib: u64 = agent
+            .inventory
+            .gpus
+            .iter()
+            .zip(&healthy)
+            .filter(|(g, h)| **h && !g.mig_enabled)
+            .map(|(g, _)| g.memory_mib)
+            .sum();
+        capacity.insert(RESOURCE_GPU_MEMORY_MIB.to_string(), mib.to_string());
+    }
+    NodeFacts {
+        labels: crate::labels::node_labels(&agent.inventory, &agent.settings),
+        annotations,
+        capacity,
+    }
+}
+
+/// Publishes the node's facts at start and after every health change
+/// (debounced by `debounce`), retrying failures every 2 s, until `stop`.
+pub async fn publish_loop(
+    agent: Arc<Agent>,
+    sink: Arc<dyn NodeSink>,
+    debounce: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut gen_rx = agent.health_gen.subscribe();
+    let mut last: Option<NodeFacts> = None;
+    loop {
+        let facts = node_facts(&agent);
+        if last.as_ref() != Some(&facts) {
+            match sink.publish(facts.clone()).await {
+                Ok(()) => {
+                    tracing::info!("published node GPUs, health and labels");
+                    last = Some(facts);
+                }
+                Err(e) => {
+                    tracing::warn!("node publish failed: {e}; retrying in 2s");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        _ = stop.changed() => return,
+                    }
+                    continue;
+                }
+            }
+        }
+        tokio::select! {
+            r = gen_rx.changed() => if r.is_err() { return },
+            _ = stop.changed() => return,
+        }
+        tokio::time::sleep(debounce).await;
+    }
+}

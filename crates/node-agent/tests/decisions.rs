@@ -1,0 +1,601 @@
+//! The scheduler ↔ agent protocol (`docs/protocol.md`) with a fake
+//! kubelet, a fake PodResources server and pods injected by the test.
+
+mod common;
+
+use common::*;
+use gpusched_model::protocol::{DECISION_VERSION, GpuDecision, NodeGpu, ShareDecision};
+use gpusched_node_agent::api;
+use gpusched_node_agent::api::device_plugin_client::DevicePluginClient;
+use gpusched_node_agent::backend::fake::FakeBackend;
+use gpusched_node_agent::decisions::PodInfo;
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const NODE: &str = "dgx-h100";
+const GPU_SOCK: &str = "gpusched-nvidia.com-gpu.sock";
+const SHARE_SOCK: &str = "gpusched-gpusched.io-gpu-milli.sock";
+
+fn uuids() -> Vec<String> {
+    FakeBackend::from_file(&fixture("dgx-h100.yaml"), None)
+        .unwrap()
+        .inventory_ref()
+        .gpus
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect()
+}
+
+fn decision(uid: &str, idx: &[u32], share: Option<(u32, u64)>) -> String {
+    let u = uuids();
+    GpuDecision {
+        v: DECISION_VERSION,
+        uid: uid.into(),
+        node: NODE.into(),
+        seq: 1,
+        indices: idx.to_vec(),
+        gpus: idx.iter().map(|&i| u[i as usize].clone()).collect(),
+        share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+    }
+    .to_annotation()
+}
+
+fn pod(name: &str, created: &str, decision: Option<String>) -> PodInfo {
+    PodInfo {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        node: NODE.into(),
+        created: created.into(),
+        decision,
+        terminal: false,
+    }
+}
+
+fn whole(name: &str, created: &str, idx: &[u32]) -> PodInfo {
+    pod(
+        name,
+        created,
+        Some(decision(&format!("uid-{name}"), idx, None)),
+    )
+}
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    kubelet: FakeKubelet,
+    pr: FakePodResources,
+    t: TestSide,
+    agent: Option<RunningAgent>,
+    control: std::path::PathBuf,
+}
+
+impl Rig {
+    async fn start(pods: Vec<PodInfo>, watch: bool, require: bool) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        let kubelet = FakeKubelet::start(dir.path()).await;
+        let pr = FakePodResources::start(&dir.path().join("pod-resources.sock"));
+        let t = TestSide::new(watch);
+        t.pods.set(pods);
+        let control = dir.path().join("control");
+        std::fs::write(&control, "").unwrap();
+        let mut r = Rig {
+            _dir: dir,
+            kubelet,
+            pr,
+            t,
+            agent: None,
+            control,
+        };
+        r.boot(require).await;
+        r
+    }
+
+    fn settings(&self) -> gpusched_node_agent::config::Settings {
+        let dir = self._dir.path();
+        let mut s = settings(dir, "dgx-h100.yaml");
+        s.node_name = Some(NODE.into());
+        s.shares = true;
+        s.pod_resources_socket = dir.join("pod-resources.sock");
+        s.control_file = Some(self.control.clone());
+        s
+    }
+
+    async fn boot(&mut self, require: bool) {
+        let a = start_agent_with(self.settings(), self.t.side(NODE, require));
+        self.agent = Some(a);
+        // Both resources register.
+        for _ in 0..2 {
+            self.kubelet
+                .next_registration(Duration::from_secs(10))
+                .await;
+        }
+    }
+
+    async fn restart(&mut self) {
+        if let Some(a) = self.agent.take() {
+            a.shutdown().await.unwrap();
+        }
+        self.boot(true).await;
+    }
+
+    async fn gpu(&self) -> DevicePluginClient<Channel> {
+        self.kubelet.client(GPU_SOCK).await
+    }
+
+    async fn share(&self) -> DevicePluginClient<Channel> {
+        self.kubelet.client(SHARE_SOCK).await
+    }
+
+    fn control(&self, line: &str) {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.control)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+}
+
+async fn allocate(
+    c: &mut DevicePluginClient<Channel>,
+    ids: &[String],
+) -> Result<api::ContainerAllocateResponse, tonic::Status> {
+    c.allocate(api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest {
+            devices_ids: ids.to_vec(),
+        }],
+    })
+    .await
+    .map(|r| r.into_inner().container_responses.remove(0))
+}
+
+async fn preferred(
+    c: &mut DevicePluginClient<Channel>,
+    available: &[String],
+    size: i32,
+) -> Vec<String> {
+    c.get_preferred_allocation(api::PreferredAllocationRequest {
+        container_requests: vec![api::ContainerPreferredAllocationRequest {
+            available_device_i_ds: available.to_vec(),
+            must_include_device_i_ds: vec![],
+            allocation_size: size,
+        }],
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .container_responses
+    .remove(0)
+    .device_i_ds
+}
+
+fn ids(idx: &[usize]) -> Vec<String> {
+    let u = uuids();
+    idx.iter().map(|&i| u[i].clone()).collect()
+}
+
+fn tokens(gpu: usize, from: u32, n: u32) -> Vec<String> {
+    let u = uuids();
+    (from..from + n)
+        .map(|k| format!("{}::{k}", u[gpu]))
+        .collect()
+}
+
+fn visible(r: &api::ContainerAllocateResponse) -> String {
+    r.envs
+        .get("NVIDIA_VISIBLE_DEVICES")
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn two_pods_same_size_get_their_own_gpus() {
+    let r = Rig::start(
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[2]),
+            whole("b", "2026-01-01T00:00:02Z", &[5]),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    let all = ids(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    // The kubelet admits `a` first (older): steered to a's GPU.
+    assert_eq!(preferred(&mut c, &all, 1).await, ids(&[2]));
+    assert_eq!(
+        visible(&allocate(&mut c, &ids(&[2])).await.unwrap()),
+        ids(&[2])[0]
+    );
+    // Then `b`: GPU 2 is no longer available to the kubelet.
+    let rest = ids(&[0, 1, 3, 4, 5, 6, 7]);
+    assert_eq!(preferred(&mut c, &rest, 1).await, ids(&[5]));
+    assert_eq!(
+        visible(&allocate(&mut c, &ids(&[5])).await.unwrap()),
+        ids(&[5])[0]
+    );
+    // A third container asking a GPU nobody was given: fail closed.
+    let e = allocate(&mut c, &ids(&[3])).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message()
+            .contains("no pod placed on node dgx-h100 by gpusched holds GPUs [3"),
+        "{}",
+        e.message()
+    );
+}
+
+#[tokio::test]
+async fn admitted_in_reverse_order_still_one_owner_per_gpu() {
+    let r = Rig::start(
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[2]),
+            whole("b", "2026-01-01T00:00:02Z", &[5]),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    // The kubelet ignores the preference and picks b's GPU first.
+    assert_eq!(
+        visible(&allocate(&mut c, &ids(&[5])).await.unwrap()),
+        ids(&[5])[0]
+    );
+    assert_eq!(
+        visible(&allocate(&mut c, &ids(&[2])).await.unwrap()),
+        ids(&[2])[0]
+    );
+    // Nothing else is free: both decisions are served.
+    let e = allocate(&mut c, &ids(&[0])).await.unwrap_err();
+    assert!(
+        e.message().contains("pending decisions: none"),
+        "{}",
+        e.message()
+    );
+}
+
+#[tokio::test]
+async fn allocate_retry_is_idempotent() {
+    let r = Rig::start(
+        vec![whole("a", "2026-01-01T00:00:01Z", &[0, 1])],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    let first = allocate(&mut c, &ids(&[0, 1])).await.unwrap();
+    let again = allocate(&mut c, &ids(&[1, 0])).await.unwrap();
+    assert_eq!(
+        visible(&first),
+        visible(&again)
+            .split(',')
+            .rev()
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    // One of the pod's GPUs alone (an init container reused by an app
+    // container) is the same pod's too.
+    assert!(allocate(&mut c, &ids(&[1])).await.is_ok());
+}
+
+#[tokio::test]
+async fn eight_gpu_pod_is_steered_to_its_decision() {
+    let r = Rig::start(
+        vec![whole(
+            "big",
+            "2026-01-01T00:00:01Z",
+            &[0, 1, 2, 3, 4, 5, 6, 7],
+        )],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    let all = ids(&[7, 6, 5, 4, 3, 2, 1, 0]);
+    let mut p = preferred(&mut c, &all, 8).await;
+    p.sort();
+    let mut want = ids(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    want.sort();
+    assert_eq!(p, want);
+    assert!(allocate(&mut c, &all).await.is_ok());
+}
+
+#[tokio::test]
+async fn tampered_decision_is_refused() {
+    let a = whole("a", "2026-01-01T00:00:01Z", &[2]);
+    // `c` carries a copy of a's decision (another pod's uid).
+    let copied = pod("c", "2026-01-01T00:00:02Z", a.decision.clone());
+    let garbage = pod("d", "2026-01-01T00:00:03Z", Some("{not json".into()));
+    let wrong_uuid = pod(
+        "e",
+        "2026-01-01T00:00:04Z",
+        Some(decision("uid-e", &[6], None).replace(&uuids()[6], "GPU-forged")),
+    );
+    let r = Rig::start(vec![a, copied, garbage, wrong_uuid], true, true).await;
+    let ev = r.t.events();
+    let refused: Vec<&str> = ev
+        .iter()
+        .filter(|e| e.1 == "GpuDecisionRefused")
+        .map(|e| e.0.as_str())
+        .collect();
+    assert!(refused.contains(&"default/c"), "{ev:?}");
+    assert!(refused.contains(&"default/d"), "{ev:?}");
+    assert!(refused.contains(&"default/e"), "{ev:?}");
+    let mut c = r.gpu().await;
+    // The kubelet gives the forged pods some free GPU: refused, and the
+    // message names the refused decisions.
+    let e = allocate(&mut c, &ids(&[6])).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(
+        e.message()
+            .contains("default/c: decision was made for pod uid \"uid-a\""),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message()
+            .contains("default/d: annotation gpusched.io/decision is malformed"),
+        "{}",
+        e.message()
+    );
+    assert!(e.message().contains("is GPU-"), "{}", e.message());
+    // The real owner still gets its GPU.
+    assert!(allocate(&mut c, &ids(&[2])).await.is_ok());
+}
+
+#[tokio::test]
+async fn overlapping_decisions_first_wins() {
+    let r = Rig::start(
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[3]),
+            whole("b", "2026-01-01T00:00:02Z", &[3, 4]),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let ev = r.t.events();
+    assert!(
+        ev.iter()
+            .any(|e| e.0 == "default/b" && e.2.contains("GPU 3 is already held by pod default/a")),
+        "{ev:?}"
+    );
+    let mut c = r.gpu().await;
+    assert!(allocate(&mut c, &ids(&[3])).await.is_ok());
+    assert!(allocate(&mut c, &ids(&[4])).await.is_err());
+}
+
+#[tokio::test]
+async fn unhealthy_decided_gpu_is_refused() {
+    let r = Rig::start(vec![whole("a", "2026-01-01T00:00:01Z", &[1])], true, true).await;
+    r.control("unhealthy 1");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = r.gpu().await;
+    let e = allocate(&mut c, &ids(&[1])).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    assert!(e.message().contains("unhealthy"), "{}", e.message());
+}
+
+#[tokio::test]
+async fn allocate_refreshes_on_miss() {
+    // No watch: the pod bound after start is only seen by a fresh LIST.
+    let r = Rig::start(vec![], false, true).await;
+    r.t.pods.add(whole("late", "2026-01-01T00:00:01Z", &[4]));
+    let before = r.t.pods.lists.load(std::sync::atomic::Ordering::SeqCst);
+    let mut c = r.gpu().await;
+    assert!(allocate(&mut c, &ids(&[4])).await.is_ok());
+    assert_eq!(
+        r.t.pods.lists.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
+}
+
+#[tokio::test]
+async fn without_require_decision_unmatched_calls_are_served() {
+    let r = Rig::start(vec![], true, false).await;
+    let mut c = r.gpu().await;
+    assert!(allocate(&mut c, &ids(&[4])).await.is_ok());
+}
+
+#[tokio::test]
+async fn share_gets_the_recorded_gpu_and_env() {
+    let s = pod(
+        "s",
+        "2026-01-01T00:00:01Z",
+        Some(decision("uid-s", &[3], Some((300, 8192)))),
+    );
+    let r = Rig::start(vec![s], true, true).await;
+    let mut c = r.share().await;
+    let mut all = Vec::new();
+    for g in 0..8 {
+        all.extend(tokens(g, 0, 1000));
+    }
+    let p = preferred(&mut c, &all, 300).await;
+    assert_eq!(p, tokens(3, 0, 300));
+    // Even tokens of another GPU (the kubelet ignoring us) give GPU 3.
+    let resp = allocate(&mut c, &tokens(0, 0, 300)).await.unwrap();
+    assert_eq!(visible(&resp), uuids()[3]);
+    assert_eq!(resp.envs["GPUSCHED_GPU_MILLI"], "300");
+    assert_eq!(resp.envs["GPUSCHED_GPU_MEMORY_LIMIT_MIB"], "8192");
+    assert_eq!(resp.envs["CUDA_DEVICE_MEMORY_LIMIT_0"], "8192m");
+    assert_eq!(resp.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "30");
+    // Served: a second share of 300 has no decision.
+    let e = allocate(&mut c, &tokens(3, 300, 300)).await.unwrap_err();
+    assert!(
+        e.message().contains(
+            "no pod placed on node dgx-h100 by gpusched has a pending GPU share of 300 milli"
+        ),
+        "{}",
+        e.message()
+    );
+}
+
+#[tokio::test]
+async fn shares_never_exceed_a_gpu() {
+    let r = Rig::start(
+        vec![
+            pod(
+                "s1",
+                "2026-01-01T00:00:01Z",
+                Some(decision("uid-s1", &[1], Some((600, 0)))),
+            ),
+            pod(
+                "s2",
+                "2026-01-01T00:00:02Z",
+                Some(decision("uid-s2", &[1], Some((600, 0)))),
+            ),
+            pod(
+                "w",
+                "2026-01-01T00:00:03Z",
+                Some(decision("uid-w", &[1], None)),
+            ),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let ev = r.t.events();
+    assert!(
+        ev.iter()
+            .any(|e| e.0 == "default/s2" && e.2.contains("GPU 1 has 600 milli")),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| e.0 == "default/w" && e.2.contains("GPU 1 is already held")),
+        "{ev:?}"
+    );
+    let mut c = r.share().await;
+    assert!(allocate(&mut c, &tokens(1, 0, 600)).await.is_ok());
+    assert!(allocate(&mut c, &tokens(1, 600, 600)).await.is_err());
+    let mut g = r.gpu().await;
+    assert!(allocate(&mut g, &ids(&[1])).await.is_err());
+}
+
+#[tokio::test]
+async fn restart_rebuilds_from_pod_resources() {
+    let s1 = pod(
+        "s1",
+        "2026-01-01T00:00:01Z",
+        Some(decision("uid-s1", &[3], Some((300, 0)))),
+    );
+    let mut r = Rig::start(vec![s1.clone()], true, true).await;
+    let mut c = r.share().await;
+    let got = tokens(3, 0, 300);
+    assert_eq!(visible(&allocate(&mut c, &got).await.unwrap()), uuids()[3]);
+    r.pr.hold("default", "s1", "gpusched.io/gpu-milli", &got);
+    // While the agent is down, a second pod with the same size is bound.
+    let s2 = pod(
+        "s2",
+        "2026-01-01T00:00:02Z",
+        Some(decision("uid-s2", &[4], Some((300, 0)))),
+    );
+    r.t.pods.set(vec![s1, s2]);
+    r.restart().await;
+    let mut c = r.share().await;
+    // s1 is served (PodResources), so 300 more tokens belong to s2 (GPU 4),
+    // not again to the older s1 (GPU 3).
+    assert_eq!(
+        visible(&allocate(&mut c, &tokens(3, 300, 300)).await.unwrap()),
+        uuids()[4]
+    );
+}
+
+#[tokio::test]
+async fn restart_between_bind_and_allocate() {
+    let mut r = Rig::start(vec![], true, true).await;
+    if let Some(a) = r.agent.take() {
+        a.shutdown().await.unwrap();
+    }
+    r.t.pods
+        .set(vec![whole("a", "2026-01-01T00:00:01Z", &[6, 7])]);
+    r.boot(true).await;
+    let mut c = r.gpu().await;
+    assert_eq!(
+        visible(&allocate(&mut c, &ids(&[6, 7])).await.unwrap()),
+        ids(&[6, 7]).join(",")
+    );
+}
+
+fn published_health(f: &gpusched_node_agent::coord::NodeFacts) -> Vec<bool> {
+    let v: Vec<NodeGpu> = serde_json::from_str(&f.annotations["gpusched.io/gpus"]).unwrap();
+    v.iter().map(|g| g.healthy).collect()
+}
+
+#[tokio::test]
+async fn node_facts_and_health_are_published() {
+    let r = Rig::start(vec![], true, true).await;
+    let first = {
+        let t = Instant::now();
+        loop {
+            if let Some(f) = r.t.node.0.lock().unwrap().first().cloned() {
+                break f.1;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "nothing published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    assert_eq!(first.labels["nvidia.com/gpu.product"], "H100-SXM5-80GB");
+    assert_eq!(first.labels["nvidia.com/gpu.count"], "8");
+    assert_eq!(published_health(&first), vec![true; 8]);
+    assert_eq!(
+        first.capacity["gpusched.io/gpu-memory-mib"],
+        (8 * 81920).to_string()
+    );
+    let t0 = Instant::now();
+    r.control("unhealthy 2");
+    let latency = loop {
+        let last = r.t.node.0.lock().unwrap().last().cloned().unwrap();
+        if !published_health(&last.1)[2] {
+            break last.0 - t0;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "health not published"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("unhealthy GPU published after {latency:?}");
+    let last = r.t.node.0.lock().unwrap().last().cloned().unwrap().1;
+    assert_eq!(
+        last.capacity["gpusched.io/gpu-memory-mib"],
+        (7 * 81920).to_string()
+    );
+    assert!(latency < Duration::from_secs(1));
+}
+
+/// MIG layout and time-slicing replicas reach the Node as GFD labels.
+#[tokio::test]
+async fn mig_layout_and_replicas_are_published() {
+    use gpusched_node_agent::config::{MigStrategy, Replication};
+    let dir = tempfile::tempdir().unwrap();
+    let k = FakeKubelet::start(dir.path()).await;
+    let t = TestSide::new(true);
+    let mut s = settings(dir.path(), "mig-a100.yaml");
+    s.node_name = Some("a100".into());
+    s.mig_strategy = MigStrategy::Mixed;
+    s.replication = vec![Replication {
+        name: "nvidia.com/mig-1g.10gb".into(),
+        replicas: 4,
+        advertised: "nvidia.com/mig-1g.10gb".into(),
+    }];
+    s.pod_resources_socket = dir.path().join("none.sock");
+    let agent = start_agent_with(s, t.side("a100", true));
+    k.next_registration(Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    let facts = loop {
+        if let Some(f) = t.node.0.lock().unwrap().first().cloned() {
+            break f.1;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "nothing published");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let l = &facts.labels;
+    assert_eq!(l["nvidia.com/mig.strategy"], "mixed", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-1g.10gb.count"], "7", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-1g.10gb.replicas"], "4", "{l:?}");
+    assert_eq!(l["nvidia.com/mig-3g.40gb.count"], "2", "{l:?}");
+    agent.shutdown().await.unwrap();
+}
