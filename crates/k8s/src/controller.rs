@@ -178,7 +178,8 @@ pub async fn run_with_client(
         world: Arc::new(Mutex::new(World::default())),
         changed: Arc::new(Notify::new()),
     };
-    let flags = watch::start(&client, &shared);
+    let mut tasks = watch::Tasks::default();
+    let flags = watch::start(&client, &shared, &mut tasks);
 
     // leadership
     let (leader_rx, lease_task) = match &opts.lease_name {
@@ -197,7 +198,7 @@ pub async fn run_with_client(
         None => (tokio_watch::channel(true).1, None),
     };
 
-    tokio::spawn(watch::run_job_gangs(client.clone(), leader_rx.clone()));
+    tasks.spawn(watch::run_job_gangs(client.clone(), leader_rx.clone()));
     let mut exec = Executor::new(
         client.clone(),
         shared.clone(),
@@ -265,6 +266,9 @@ pub async fn run_with_client(
     tracing::info!("shutting down: waiting for bindings in flight");
     exec.drain(Duration::from_secs(10)).await;
     let _ = stop_tx.send(true);
+    // every holder of the leadership channel goes, so the lease task
+    // releases the lease and ends
+    drop(tasks);
     drop(leader_rx);
     if let Some(task) = lease_task
         && let Ok(Ok(Ok(lm))) = tokio::time::timeout(Duration::from_secs(5), task).await

@@ -17,6 +17,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
+/// Long-lived tasks of one scheduler run, aborted together when it ends or
+/// is dropped (so an in-process run that is cancelled leaves nothing behind,
+/// in particular nothing holding the leader lease).
+#[derive(Default)]
+pub struct Tasks(Vec<tokio::task::AbortHandle>);
+
+impl Tasks {
+    /// Spawns a task owned by this run.
+    pub fn spawn<F>(&mut self, f: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.0.push(tokio::spawn(f).abort_handle());
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
 /// Shared state between the watches and the loop.
 #[derive(Clone)]
 pub struct Shared {
@@ -104,13 +128,17 @@ async fn run_watch<K>(
 /// Starts every watch; returns one flag per watch that becomes true once its
 /// first list is complete. `optional` kinds (CRDs that may not be installed)
 /// do not hold readiness back.
-pub fn start(client: &Client, shared: &Shared) -> Vec<(ObjectKind, Arc<AtomicBool>, bool)> {
+pub fn start(
+    client: &Client,
+    shared: &Shared,
+    tasks: &mut Tasks,
+) -> Vec<(ObjectKind, Arc<AtomicBool>, bool)> {
     let mut flags = Vec::new();
     macro_rules! spawn {
         ($k:ty, $kind:expr, $api:expr, $key:expr, $apply:expr, $required:expr) => {{
             let f = Arc::new(AtomicBool::new(false));
             flags.push(($kind, f.clone(), $required));
-            tokio::spawn(run_watch::<$k>(
+            tasks.spawn(run_watch::<$k>(
                 $api,
                 $kind,
                 shared.clone(),

@@ -499,7 +499,28 @@ async fn restarts_and_two_replicas_never_double_book() {
     })
     .await;
     let n = succeeded(&pods).await;
-    assert_eq!(done, Some(64), "all 64 pods ran to completion (got {n})");
+    let stuck: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Succeeded"))
+        .map(|p| {
+            format!(
+                "{} node={:?} phase={:?} deleting={}",
+                p.metadata.name.as_deref().unwrap_or(""),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.status.as_ref().and_then(|s| s.phase.clone()),
+                p.metadata.deletion_timestamp.is_some()
+            )
+        })
+        .collect();
+    assert_eq!(
+        done,
+        Some(64),
+        "all 64 pods ran to completion (got {n}); not done: {stuck:#?}"
+    );
     // every pod was bound exactly once: one Scheduled event each
     let api: kube::Api<k8s_openapi::api::events::v1::Event> =
         kube::Api::namespaced(c.client.clone(), "ml");

@@ -66,6 +66,13 @@ pub async fn client_for(kubeconfig: &str) -> Client {
 impl Cluster {
     /// Starts a fresh control plane and installs our CRDs.
     pub async fn up() -> Cluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::Builder::new()
             .prefix("gpusched-e2e-")
             .tempdir()
