@@ -556,7 +556,7 @@ fn start_rr(
 enum Running {
     InProcess {
         stop: tokio::sync::oneshot::Sender<()>,
-        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+        thread: std::thread::JoinHandle<()>,
         metrics_port: u16,
     },
     Process {
@@ -576,9 +576,9 @@ impl Running {
 
     async fn stop(self) {
         match self {
-            Running::InProcess { stop, task, .. } => {
+            Running::InProcess { stop, thread, .. } => {
                 let _ = stop.send(());
-                let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+                let _ = tokio::task::spawn_blocking(move || thread.join()).await;
             }
             Running::Process { mut child, .. } => {
                 unsafe_kill(child.id());
@@ -651,7 +651,7 @@ async fn start_contender(
                     t,
                 )
             } else {
-                let client = client_for(&c.kubeconfig()).await;
+                let kubeconfig = c.kubeconfig();
                 let opts = Options {
                     http_addr: Some(([127, 0, 0, 1], port).into()),
                     exec: ExecOptions {
@@ -664,17 +664,31 @@ async fn start_contender(
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel::<()>();
                 let t = Instant::now();
-                let task = tokio::spawn(async move {
-                    controller::run_with_client(client, opts, async {
-                        let _ = rx.await;
-                    })
-                    .await
+                // its own runtime, so every task it spawned (watches,
+                // writes) dies with it at the end of the row
+                let thread = std::thread::spawn(move || {
+                    let rt = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async move {
+                        let client = client_for(&kubeconfig).await;
+                        if let Err(e) = controller::run_with_client(client, opts, async {
+                            let _ = rx.await;
+                        })
+                        .await
+                        {
+                            eprintln!("gpusched: {e:#}");
+                        }
+                    });
+                    rt.shutdown_timeout(Duration::from_secs(1));
                 });
                 wait_ready(port).await;
                 (
                     Running::InProcess {
                         stop: tx,
-                        task,
+                        thread,
                         metrics_port: port,
                     },
                     t,
@@ -851,6 +865,14 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         started = t;
     }
     let running = running.unwrap();
+    let cp_pids: Vec<(&str, Option<u32>)> = ["kube-apiserver", "etcd", "kwok"]
+        .into_iter()
+        .map(|k| (k, c.pid(k)))
+        .collect();
+    let cp_cpu0: Vec<f64> = cp_pids
+        .iter()
+        .map(|(_, p)| p.and_then(cpu_seconds).unwrap_or(0.0))
+        .collect();
     let t_wait = Instant::now();
     let mut last = 0;
     let mut last_change = Instant::now();
@@ -873,6 +895,17 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss = running.pid().and_then(rss_mib);
     let cpu = running.pid().and_then(cpu_seconds);
+    let cp_cpu: Vec<String> = cp_pids
+        .iter()
+        .zip(&cp_cpu0)
+        .map(|((k, p), c0)| {
+            format!(
+                "{k} {:.1}",
+                p.and_then(cpu_seconds).unwrap_or(0.0) - c0
+            )
+        })
+        .collect();
+    let api_rss = cp_pids[0].1.and_then(rss_mib).map(|r| r.0).unwrap_or(0.0);
     let mut extra = String::new();
     let metrics_port = match &running {
         Running::InProcess { metrics_port, .. } => Some(*metrics_port),
@@ -904,6 +937,12 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
             1000.0 * bind_sum / bind_n.max(1.0),
         );
     }
+    extra = format!(
+        "{extra}{}control-plane CPU s while binding: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",
+        if extra.is_empty() { "" } else { "; " },
+        cp_cpu.join(", "),
+        last_bind.map(|l| l.duration_since(started).as_secs_f64()).unwrap_or(f64::NAN),
+    );
     let mut lat: Vec<f64> = pods
         .iter()
         .filter_map(|(name, _)| {
