@@ -45,7 +45,8 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
   --pods N              pods per row (default 1000)
   --nodes N             kwok nodes, 8 H100 each (default: pods/8 rounded up: exactly full)
   --throttled-pods N    pods for rows with qps > 0 (default: --pods)
-  --contenders LIST     gpusched,kube-scheduler,rr (default all three)
+  --contenders LIST     gpusched,kube-scheduler,rr,rr-ev (default: the first three;
+                        rr-ev = rr plus one Scheduled event per pod, as the schedulers write)
   --qps LIST            0 = unthrottled (kube-scheduler: 5000/10000), else qps with burst 2*qps (default 0,50)
   --mix LIST            single (1-GPU pods), gang (60% in PodGroups of 8-32) (default single)
   --mode stream|backlog contender running while pods are created (default), or started after
@@ -498,8 +499,16 @@ fn start_rr(
     qps: f64,
     burst: u32,
     conc: usize,
+    events: bool,
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "bench-rr".into(),
+            instance: None,
+        },
+    );
     tokio::spawn(async move {
         let limit = Arc::new(Limiter::new(qps, burst));
         let slots = Arc::new(tokio::sync::Semaphore::new(conc));
@@ -521,6 +530,8 @@ fn start_rr(
             let permit = slots.clone().acquire_owned().await.unwrap();
             let api = api.clone();
             let limit = limit.clone();
+            let recorder = recorder.clone();
+            let uid = p.metadata.uid.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 limit.acquire().await;
@@ -533,20 +544,40 @@ fn start_rr(
                     target: ObjectReference {
                         api_version: Some("v1".into()),
                         kind: Some("Node".into()),
-                        name: Some(node),
+                        name: Some(node.clone()),
                         ..Default::default()
                     },
                 };
-                if let Err(e) = api
+                let r = api
                     .create_subresource::<Binding, Value>(
                         "binding",
                         &name,
                         &PostParams::default(),
                         &b,
                     )
-                    .await
-                {
+                    .await;
+                if let Err(e) = r {
                     eprintln!("rr bind {name}: {e}");
+                } else if events {
+                    // the same second write per pod gpusched and
+                    // kube-scheduler make: a Scheduled event
+                    limit.acquire().await;
+                    let ev = kube::runtime::events::Event {
+                        type_: kube::runtime::events::EventType::Normal,
+                        reason: "Scheduled".into(),
+                        note: Some(format!("Successfully assigned {NS}/{name} to {node}")),
+                        action: "Binding".into(),
+                        secondary: None,
+                    };
+                    let r = ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Pod".into()),
+                        namespace: Some(NS.into()),
+                        name: Some(name.clone()),
+                        uid,
+                        ..Default::default()
+                    };
+                    let _ = recorder.publish(&ev, &r).await;
                 }
             });
         }
@@ -751,7 +782,7 @@ async fn start_contender(
                 t,
             )
         }
-        "rr" => {
+        "rr" | "rr-ev" => {
             let t = Instant::now();
             (
                 Running::Task(start_rr(
@@ -760,6 +791,7 @@ async fn start_contender(
                     qps,
                     burst,
                     a.bind_concurrency,
+                    who == "rr-ev",
                 )),
                 t,
             )
@@ -938,7 +970,7 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         );
     }
     extra = format!(
-        "{extra}{}control-plane CPU s while binding: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",
+        "{extra}{}control-plane CPU s from end of creation to last bind: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",
         if extra.is_empty() { "" } else { "; " },
         cp_cpu.join(", "),
         last_bind.map(|l| l.duration_since(started).as_secs_f64()).unwrap_or(f64::NAN),
