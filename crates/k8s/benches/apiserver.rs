@@ -52,7 +52,8 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
   --mode stream|backlog contender running while pods are created (default), or started after
   --create-concurrency N  pod creations in flight (default 64)
   --bind-concurrency N  gpusched and rr bindings in flight (default 64)
-  --gpusched-bin PATH   run gpusched as a process (RSS measured) instead of in-process
+  --gpusched-bin PATH   run gpusched as a process (RSS measured) instead of in-process;
+                        GPUSCHED_BENCH_ARGS (whitespace-separated) adds flags, e.g. --debounce-ms 100
   --timeout S           give up on a row after S seconds (default 900)
   --keep                leave each cluster directory for inspection";
 
@@ -667,6 +668,11 @@ async fn start_contender(
                     .args(["--kube-api-qps", &qps.to_string()])
                     .args(["--kube-api-burst", &burst.to_string()])
                     .args(["--bind-concurrency", &a.bind_concurrency.to_string()])
+                    .args(
+                        std::env::var("GPUSCHED_BENCH_ARGS")
+                            .unwrap_or_default()
+                            .split_whitespace(),
+                    )
                     .stdin(Stdio::null())
                     .stdout(log.try_clone().unwrap())
                     .stderr(log)
