@@ -246,9 +246,8 @@ impl TmpDir {
     }
 }
 
-/// A client without the default 295 s read timeout trouble and with a
-/// bigger connection pool is not needed: kube-rs has no client-side rate
-/// limit, so this client is unthrottled.
+/// An admin client from the cluster's kubeconfig. kube-rs has no
+/// client-side rate limit, so this client is unthrottled.
 async fn client_for(kubeconfig: &str) -> Client {
     controller::client(Some(Path::new(kubeconfig)))
         .await
@@ -262,9 +261,16 @@ async fn install_crds(client: &Client) {
         api.create(&PostParams::default(), &crd).await.unwrap();
         let t0 = Instant::now();
         loop {
-            let ok = api.get(&name).await.ok().and_then(|c| c.status).and_then(|s| s.conditions).is_some_and(
-                |cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"),
-            );
+            let ok = api
+                .get(&name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
             if ok {
                 break;
             }
@@ -288,12 +294,7 @@ async fn make_nodes(client: &Client, n: usize) -> (Vec<String>, f64, f64) {
         "nodes:\n  - name: gpu\n    count: {n}\n    cpu: \"256\"\n    memory: 2Ti\n    gpus: {{count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}\n"
     );
     let spec: gpusched_model::spec::ClusterSpec = serde_saphyr::from_str(&yaml).unwrap();
-    let nodes: Vec<_> = spec
-        .build()
-        .unwrap()
-        .into_iter()
-        .map(|b| b.node)
-        .collect();
+    let nodes: Vec<_> = spec.build().unwrap().into_iter().map(|b| b.node).collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let api: Api<Node> = Api::all(client.clone());
     let t0 = Instant::now();
@@ -344,9 +345,9 @@ impl Lcg {
 }
 
 /// The workload: pods (name, group) and groups (name, size). `gang`: 60 %
-/// of the pods in groups of 8–32 (the last group may be smaller), shuffled
-/// so the groups' members arrive interleaved with singles... no: members of
-/// a group are created consecutively, as a job controller would.
+/// of the pods in groups of 8–32 (the last group may be smaller); a group's
+/// members are created consecutively, as a job controller would, with
+/// singles interleaved between groups in proportion (40:60).
 fn workload(pods: usize, gang: bool) -> (Vec<(String, Option<String>)>, Vec<(String, usize)>) {
     let mut out = Vec::with_capacity(pods);
     let mut groups = Vec::new();
@@ -777,7 +778,10 @@ async fn start_contender(
                 if out.is_ok_and(|o| o.stdout == b"ok") {
                     break;
                 }
-                assert!(t0.elapsed() < Duration::from_secs(60), "kube-scheduler not healthy");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "kube-scheduler not healthy"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             (
@@ -890,8 +894,14 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         // let it settle (watches synced, first empty cycles)
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let (done, t_create, create_secs) =
-        create_pods(&creator, &pods, &groups, scheduler_name, a.create_concurrency).await;
+    let (done, t_create, create_secs) = create_pods(
+        &creator,
+        &pods,
+        &groups,
+        scheduler_name,
+        a.create_concurrency,
+    )
+    .await;
     eprintln!(
         "[{who} qps={qps} {mix}] {pods_n} pods created in {create_secs:.1}s ({:.0}/s); {} bound so far",
         pods_n as f64 / create_secs,
@@ -936,12 +946,7 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
     let cp_cpu: Vec<String> = cp_pids
         .iter()
         .zip(&cp_cpu0)
-        .map(|((k, p), c0)| {
-            format!(
-                "{k} {:.1}",
-                p.and_then(cpu_seconds).unwrap_or(0.0) - c0
-            )
-        })
+        .map(|((k, p), c0)| format!("{k} {:.1}", p.and_then(cpu_seconds).unwrap_or(0.0) - c0))
         .collect();
     let api_rss = cp_pids[0].1.and_then(rss_mib).map(|r| r.0).unwrap_or(0.0);
     let mut extra = String::new();
@@ -960,7 +965,10 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         let cyc_sum = metric(&m, "gpusched_cycle_duration_seconds_sum");
         let cyc_n = metric(&m, "gpusched_cycle_duration_seconds_count");
         let sched = metric(&m, "gpusched_schedule_attempts_total{result=\"scheduled\"}");
-        let unsched = metric(&m, "gpusched_schedule_attempts_total{result=\"unschedulable\"}");
+        let unsched = metric(
+            &m,
+            "gpusched_schedule_attempts_total{result=\"unschedulable\"}",
+        );
         let bind_sum = metric(&m, "gpusched_binding_duration_seconds_sum");
         let bind_n = metric(&m, "gpusched_binding_duration_seconds_count");
         let window = match (first_bind, last_bind) {
@@ -979,7 +987,9 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         "{extra}{}control-plane CPU s from end of creation to last bind: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",
         if extra.is_empty() { "" } else { "; " },
         cp_cpu.join(", "),
-        last_bind.map(|l| l.duration_since(started).as_secs_f64()).unwrap_or(f64::NAN),
+        last_bind
+            .map(|l| l.duration_since(started).as_secs_f64())
+            .unwrap_or(f64::NAN),
     );
     let mut lat: Vec<f64> = pods
         .iter()
@@ -1058,7 +1068,10 @@ fn main() {
                 }
             }
         }
-        println!("\n## all rows ({} mode)\n", if a.backlog { "backlog" } else { "stream" });
+        println!(
+            "\n## all rows ({} mode)\n",
+            if a.backlog { "backlog" } else { "stream" }
+        );
         print_rows(&rows, true);
         println!();
         for r in &rows {
@@ -1094,7 +1107,9 @@ fn print_rows(rows: &[Row], header: bool) {
             r.rss
                 .map(|(h, n)| format!("{h:.0}/{n:.0}"))
                 .unwrap_or_else(|| "–".into()),
-            r.cpu.map(|c| format!("{c:.1}")).unwrap_or_else(|| "–".into()),
+            r.cpu
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "–".into()),
             r.load
         );
     }
