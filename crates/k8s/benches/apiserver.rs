@@ -344,11 +344,14 @@ impl Lcg {
     }
 }
 
+/// A pod to create: its name and its pod group, if any.
+type PodSpec = (String, Option<String>);
+
 /// The workload: pods (name, group) and groups (name, size). `gang`: 60 %
 /// of the pods in groups of 8–32 (the last group may be smaller); a group's
 /// members are created consecutively, as a job controller would, with
 /// singles interleaved between groups in proportion (40:60).
-fn workload(pods: usize, gang: bool) -> (Vec<(String, Option<String>)>, Vec<(String, usize)>) {
+fn workload(pods: usize, gang: bool) -> (Vec<PodSpec>, Vec<(String, usize)>) {
     let mut out = Vec::with_capacity(pods);
     let mut groups = Vec::new();
     if !gang {
@@ -423,8 +426,8 @@ fn start_watch(client: &Client, seen: Arc<Seen>) -> tokio::task::JoinHandle<()> 
                 }
                 let name = p.metadata.name.clone().unwrap_or_default();
                 let mut b = seen.bound.lock().unwrap();
-                if !b.contains_key(&name) {
-                    b.insert(name, now);
+                if let std::collections::hash_map::Entry::Vacant(e) = b.entry(name) {
+                    e.insert(now);
                     seen.count.fetch_add(1, Ordering::SeqCst);
                 }
             }
@@ -436,7 +439,7 @@ fn start_watch(client: &Client, seen: Arc<Seen>) -> tokio::task::JoinHandle<()> 
 /// by name, the start instant and seconds taken.
 async fn create_pods(
     client: &Client,
-    pods: &[(String, Option<String>)],
+    pods: &[PodSpec],
     groups: &[(String, usize)],
     scheduler: &str,
     conc: usize,
