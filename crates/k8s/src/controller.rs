@@ -207,6 +207,10 @@ pub async fn run_with_client(
     );
     let mut last_gen = u64::MAX;
     let mut last_cycle = Instant::now() - opts.period;
+    // how long the last cycle took: the wait after a change is at least
+    // this, so cycles take at most about half the loop's time while many
+    // changes arrive (a drain), and idle latency stays at `debounce`
+    let mut last_cost = Duration::ZERO;
     let mut last_status = Instant::now();
     let mut queue_status: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     let mut group_status: BTreeMap<String, (u32, u32)> = BTreeMap::new();
@@ -216,7 +220,7 @@ pub async fn run_with_client(
         let wait = opts.period.saturating_sub(last_cycle.elapsed());
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = shared.changed.notified() => tokio::time::sleep(opts.debounce).await,
+            _ = shared.changed.notified() => tokio::time::sleep(opts.debounce.max(last_cost)).await,
             _ = tokio::time::sleep(wait) => {}
         }
         let synced = flags
@@ -240,7 +244,8 @@ pub async fn run_with_client(
         let built = shared.with(|w| w.build());
         cycles += 1;
         let out = scheduler.cycle(&built.snapshot, now_ms(), cycles);
-        metrics.cycle_seconds.observe(t0.elapsed().as_secs_f64());
+        last_cost = t0.elapsed();
+        metrics.cycle_seconds.observe(last_cost.as_secs_f64());
         metrics.nodes.set(built.snapshot.nodes.len() as i64);
         let binds = out
             .decisions
