@@ -63,7 +63,7 @@ pub struct Executor {
     write_limit: Arc<Limiter>,
     recorder: Recorder,
     seq: AtomicU64,
-    explained: BTreeMap<String, String>,
+    explained: BTreeMap<String, (String, Instant)>,
     evicting: BTreeSet<String>,
     nominated: BTreeMap<String, String>,
     group_phase: BTreeMap<String, String>,
@@ -79,6 +79,9 @@ fn pod_ref(ns: &str, name: &str, uid: &str) -> ObjectReference {
         ..Default::default()
     }
 }
+
+/// Least time between two different explanations written for one pod.
+const EXPLAIN_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Longest event note the API accepts (events.k8s.io: 1 kB).
 const NOTE_MAX: usize = 1000;
@@ -382,10 +385,9 @@ impl Executor {
             };
             unschedulable += 1;
             let message = e.message();
-            if self.explained.get(&pr.uid) == Some(&message) {
+            if !self.should_explain(&pr.uid, &message) {
                 continue;
             }
-            self.explained.insert(pr.uid.clone(), message.clone());
             let reason = match e.verdict {
                 Verdict::Unschedulable | Verdict::Unresolvable => "Unschedulable",
             };
@@ -411,6 +413,23 @@ impl Executor {
         self.nominated.retain(|k, _| live.contains(k.as_str()));
     }
 
+    /// Whether to write a pending pod's explanation now: the first one at
+    /// once, a changed one at most every [`EXPLAIN_INTERVAL`] (a gang's
+    /// message changes with every member that arrives; events and
+    /// condition patches must not compete with bindings for the API).
+    fn should_explain(&mut self, uid: &str, message: &str) -> bool {
+        let now = Instant::now();
+        match self.explained.get(uid) {
+            Some((m, _)) if m == message => false,
+            Some((_, at)) if now.duration_since(*at) < EXPLAIN_INTERVAL => false,
+            _ => {
+                self.explained
+                    .insert(uid.to_string(), (message.to_string(), now));
+                true
+            }
+        }
+    }
+
     fn set_group_phase(&mut self, group: &str, phase: &str) {
         if self.group_phase.get(group).map(String::as_str) == Some(phase) {
             return;
@@ -433,10 +452,9 @@ impl Executor {
     fn problem(&mut self, p: &Problem) {
         match p {
             Problem::InvalidPod { pod, error } => {
-                if self.explained.get(&pod.uid) == Some(error) {
+                if !self.should_explain(&pod.uid, error) {
                     return;
                 }
-                self.explained.insert(pod.uid.clone(), error.clone());
                 self.metrics.attempt("error");
                 self.event(
                     pod_ref(&pod.namespace, &pod.name, &pod.uid),
@@ -449,10 +467,9 @@ impl Executor {
             }
             Problem::GatedPod { pod, gates } => {
                 let msg = format!("waiting for scheduling gates: {}", gates.join(", "));
-                if self.explained.get(&pod.uid) == Some(&msg) {
+                if !self.should_explain(&pod.uid, &msg) {
                     return;
                 }
-                self.explained.insert(pod.uid.clone(), msg.clone());
                 self.pod_condition(&pod.namespace, &pod.name, "SchedulingGated", &msg);
             }
             Problem::InvalidGroup { group, error } => {
