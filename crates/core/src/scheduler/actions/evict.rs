@@ -288,22 +288,10 @@ impl<'s> Cycle<'s> {
                 reason: reason.clone(),
             });
         }
-        for (p, n) in placements {
-            self.placed[p as usize] = true;
-            self.reserved[n as usize] = Some(j);
-            let d = self.pod(p).demand();
-            self.tree.add_usage(job.queue, &d);
-            self.out
-                .decisions
-                .push(Decision::Nominate { pod: p, node: n });
-            self.notes.insert(
-                p,
-                PendingReason::VictimsTerminating {
-                    victims: victims.len() as u32,
-                    node: self.snap.nodes[n as usize].name.clone(),
-                },
-            );
-        }
+        let victims = victims.len() as u32;
+        self.nominate_for(j, job, placements, |node| {
+            PendingReason::VictimsTerminating { victims, node }
+        });
     }
 
     /// Capacity already on its way out: pods that are terminating (evicted
@@ -344,6 +332,22 @@ impl<'s> Cycle<'s> {
         if placements.len() < count {
             return false;
         }
+        self.nominate_for(j, job, placements, |node| PendingReason::TerminatingPods {
+            node,
+        });
+        true
+    }
+
+    /// Holds the nodes of `placements` for the job until its pods can bind
+    /// there: reserved, counted in its queue, nominated, with `why` naming
+    /// the node as the pods' pending reason.
+    fn nominate_for(
+        &mut self,
+        j: JobId,
+        job: &Job,
+        placements: Vec<(PodId, NodeId)>,
+        why: impl Fn(String) -> PendingReason,
+    ) {
         for (p, n) in placements {
             self.placed[p as usize] = true;
             self.reserved[n as usize] = Some(j);
@@ -352,13 +356,8 @@ impl<'s> Cycle<'s> {
             self.out
                 .decisions
                 .push(Decision::Nominate { pod: p, node: n });
-            self.notes.insert(
-                p,
-                PendingReason::TerminatingPods {
-                    node: self.snap.nodes[n as usize].name.clone(),
-                },
-            );
+            self.notes
+                .insert(p, why(self.snap.nodes[n as usize].name.clone()));
         }
-        true
     }
 }
