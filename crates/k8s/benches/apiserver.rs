@@ -313,12 +313,7 @@ async fn make_nodes(client: &Client, n: usize) -> (Vec<String>, f64, f64) {
         let ready = l
             .items
             .iter()
-            .filter(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
+            .filter(|n| gpusched_k8s::translate::node_ready(n))
             .count();
         if ready >= n {
             break;

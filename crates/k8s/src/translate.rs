@@ -90,6 +90,15 @@ fn quantity_map(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, Stri
         .unwrap_or_default()
 }
 
+/// Whether a node's condition `Ready` is `True`.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// Node → the core's node. GPUs come from the agent's annotation when there
 /// is one, else from `nvidia.com/gpu` allocatable and the GFD labels. Never
 /// fails: what cannot be read is left out and reported in `warnings`, and
@@ -216,10 +225,7 @@ pub fn node(n: &Node) -> NodeView {
             effect,
         });
     }
-    let ready = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
+    let ready = node_ready(n);
     let mut mnode = MNode::new(name, res, gpus);
     mnode.labels = labels;
     mnode.taints = taints;

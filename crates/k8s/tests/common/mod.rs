@@ -161,12 +161,7 @@ impl Cluster {
             let ready = l
                 .items
                 .iter()
-                .filter(|n| {
-                    n.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
+                .filter(|n| gpusched_k8s::translate::node_ready(n))
                 .count();
             (ready >= n).then_some(())
         })
