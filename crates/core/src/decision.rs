@@ -37,7 +37,8 @@ pub enum Decision {
         /// Why, with its facts.
         reason: EvictionReason,
     },
-    /// Remember that a node is being freed for a pending pod.
+    /// Remember that a node is being freed for a pending pod, or (after
+    /// its consolidation eviction) the node planned for a moved pod.
     Nominate {
         /// The pending pod.
         pod: PodId,

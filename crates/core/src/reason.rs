@@ -191,6 +191,14 @@ pub enum PendingReason {
     },
     /// Nominated to a node; waiting for capacity there.
     Nominated,
+    /// Consolidation moved `moved` pod(s) off `node` to make room for it;
+    /// it waits for them to leave.
+    PodsMoving {
+        /// Pods moved for it.
+        moved: u32,
+        /// The node it is nominated to.
+        node: String,
+    },
     /// The snapshot puts a pod where it does not fit.
     SnapshotInconsistent {
         /// What is inconsistent.
@@ -254,6 +262,10 @@ impl fmt::Display for PendingReason {
                 write!(f, "waiting for terminating pods to leave {node}")
             }
             PendingReason::Nominated => f.write_str("nominated; waiting for capacity"),
+            PendingReason::PodsMoving { moved, node } => write!(
+                f,
+                "{moved} pod(s) moved to make room; waiting for them to leave {node}"
+            ),
             PendingReason::SnapshotInconsistent { error } => {
                 write!(f, "snapshot inconsistent: {error}")
             }
@@ -268,6 +280,8 @@ pub enum EvictionKind {
     Preempt,
     /// For a queue below its deserved share.
     Reclaim,
+    /// Moved by consolidation, to make room for a pending pod.
+    Consolidate,
 }
 
 impl EvictionKind {
@@ -277,6 +291,7 @@ impl EvictionKind {
         match self {
             EvictionKind::Preempt => "preempted by higher-priority",
             EvictionKind::Reclaim => "reclaimed for queue",
+            EvictionKind::Consolidate => "moved to make room",
         }
     }
 }
@@ -296,14 +311,23 @@ pub enum EvictionReason {
         /// The queue that reclaims.
         for_queue: String,
     },
+    /// Moved by consolidation: it restarts on `to_node` (planned; its
+    /// capacity is checked) so that `for_pod` fits where it ran.
+    Moved {
+        /// The pending pod it makes room for (`namespace/name`).
+        for_pod: String,
+        /// The node planned for it.
+        to_node: String,
+    },
 }
 
 impl EvictionReason {
-    /// Preempt or reclaim.
+    /// Preempt, reclaim or consolidate.
     pub fn kind(&self) -> EvictionKind {
         match self {
             EvictionReason::Preempted { .. } => EvictionKind::Preempt,
             EvictionReason::Reclaimed { .. } => EvictionKind::Reclaim,
+            EvictionReason::Moved { .. } => EvictionKind::Consolidate,
         }
     }
 }
@@ -320,6 +344,10 @@ impl fmt::Display for EvictionReason {
             EvictionReason::Reclaimed { for_queue } => write!(
                 f,
                 "reclaimed for queue {for_queue:?} (below its deserved share)"
+            ),
+            EvictionReason::Moved { for_pod, to_node } => write!(
+                f,
+                "moved to make room for {for_pod} (planned to restart on {to_node})"
             ),
         }
     }

@@ -61,6 +61,12 @@ pub struct QueueSpec {
     /// May what it borrowed be taken back by reclaim?
     #[serde(default = "yes")]
     pub reclaimable: bool,
+    /// May consolidation move its pods (each is deleted and recreated by
+    /// its controller) to make room for a pending pod of equal or higher
+    /// priority? As if every pod of the queue had the label
+    /// `gpusched.io/movable: "true"`. Default false.
+    #[serde(default)]
+    pub movable: bool,
 }
 
 fn one() -> u32 {

@@ -303,14 +303,20 @@ impl Executor {
                     let k = match kind {
                         EvictionKind::Preempt => "preempt",
                         EvictionKind::Reclaim => "reclaim",
+                        EvictionKind::Consolidate => "consolidate",
                     };
                     self.metrics
                         .evictions
                         .get_or_create(&KindLabel { kind: k.into() })
                         .inc();
+                    // a moved pod is deleted like a preempted one (its
+                    // controller recreates it); the message names the pod
+                    // it makes room for: "Moved by gpusched: moved to make
+                    // room for NS/NAME (planned to restart on NODE)"
                     let (reason_word, what) = match kind {
                         EvictionKind::Preempt => ("Preempted", "Preempted"),
                         EvictionKind::Reclaim => ("Preempted", "Reclaimed"),
+                        EvictionKind::Consolidate => ("Preempted", "Moved"),
                     };
                     self.event(
                         pod_ref(&pr.namespace, &pr.name, &pr.uid),
@@ -350,6 +356,11 @@ impl Executor {
                     ) else {
                         continue;
                     };
+                    // the planned node of a pod moved by consolidation: the
+                    // pod is being deleted (its replacement is a new pod)
+                    if self.evicting.contains(&pr.uid) {
+                        continue;
+                    }
                     if self.nominated.get(&pr.uid) == Some(&n.name) {
                         continue;
                     }

@@ -108,7 +108,7 @@ impl Metrics {
             queue_fair_share_gpus.clone(),
         );
         let evictions = Family::<KindLabel, Counter>::default();
-        for k in ["preempt", "reclaim"] {
+        for k in ["preempt", "reclaim", "consolidate"] {
             let _ = evictions.get_or_create(&KindLabel { kind: k.into() });
         }
         registry.register("evictions", "Pods evicted, by kind", evictions.clone());

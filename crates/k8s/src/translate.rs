@@ -4,8 +4,9 @@
 
 use crate::crd::{PodGroup, Queue, SpPodGroup, TopologyLevel as CrdLevel, TopologyMode};
 use crate::decision::{ANNOTATION_DECISION, DecisionError, GpuDecision};
+pub use gpusched_model::labels::LABEL_MOVABLE;
 pub use gpusched_model::labels::LABEL_QUEUE;
-use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, RESOURCE_GPU};
+use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, RESOURCE_GPU, parse_flag};
 pub use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, NodeGpu};
 use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
 use gpusched_model::topology::GpuTopo;
@@ -526,7 +527,31 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
     }
     pod.preemptible = annotations.get(ANNOTATION_PREEMPTIBLE).map(String::as_str) != Some("false");
     pod.may_evict = spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never");
+    pod.movable = movable(&labels, &annotations, &obj)?;
     Ok(pod)
+}
+
+/// Whether the pod opted in to consolidation moves: the label or the
+/// annotation [`LABEL_MOVABLE`] says `"true"` (either is enough; a value
+/// other than `"true"`/`"false"` is an error naming where it is).
+fn movable(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+    obj: &str,
+) -> Result<bool, TranslateError> {
+    let mut yes = false;
+    for (where_, map) in [("labels", labels), ("annotations", annotations)] {
+        if let Some(v) = map.get(LABEL_MOVABLE) {
+            yes |= parse_flag(v).map_err(|e| {
+                field_err(
+                    obj,
+                    &format!("metadata.{where_}[{LABEL_MOVABLE}]"),
+                    e.to_string(),
+                )
+            })?;
+        }
+    }
+    Ok(yes)
 }
 
 /// The pod group a pod belongs to (`namespace/name`): our label first, then
@@ -725,6 +750,7 @@ pub fn queue(q: &Queue) -> Result<MQueue, TranslateError> {
     };
     m.can_borrow = q.spec.borrow;
     m.reclaimable = q.spec.reclaimable;
+    m.movable = q.spec.movable;
     Ok(m)
 }
 

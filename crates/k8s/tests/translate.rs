@@ -360,3 +360,39 @@ fn disruption_budgets_allowed_like_the_disruption_controller() {
     labels.insert("app".to_string(), "x".to_string());
     assert!(translate::selects(&sel, &labels));
 }
+
+#[test]
+fn movable_comes_from_the_label_or_annotation_and_the_queue() {
+    let model = |p: Value| translate::model_pod(&pod(p));
+    let base = gpu_pod("mv", json!({"nvidia.com/gpu": "1"}), json!({}));
+    assert!(!model(base.clone()).unwrap().movable, "opt-in only");
+    let mut by_label = base.clone();
+    by_label["metadata"]["labels"]["gpusched.io/movable"] = json!("true");
+    assert!(model(by_label.clone()).unwrap().movable);
+    let mut by_annotation = base.clone();
+    by_annotation["metadata"]["annotations"] = json!({"gpusched.io/movable": "true"});
+    assert!(model(by_annotation).unwrap().movable);
+    let mut off = base.clone();
+    off["metadata"]["labels"]["gpusched.io/movable"] = json!("false");
+    assert!(!model(off).unwrap().movable);
+    // a typo is an error naming the pod and the field, never a silent no
+    let mut bad = base;
+    bad["metadata"]["annotations"] = json!({"gpusched.io/movable": "yes"});
+    let PodKind::Invalid { error } = translate::pod(&pod(bad)).kind else {
+        panic!("a bad flag must be refused")
+    };
+    assert!(
+        error.contains("ml/mv")
+            && error.contains("metadata.annotations[gpusched.io/movable]")
+            && error.contains("\"yes\""),
+        "{error}"
+    );
+    // the queue's field
+    let q: Queue =
+        serde_json::from_value(json!({"metadata": {"name": "batch"}, "spec": {"movable": true}}))
+            .unwrap();
+    assert!(translate::queue(&q).unwrap().movable);
+    let q: Queue =
+        serde_json::from_value(json!({"metadata": {"name": "batch"}, "spec": {}})).unwrap();
+    assert!(!translate::queue(&q).unwrap().movable, "default false");
+}

@@ -18,6 +18,32 @@ pub const LABEL_QUEUE: &str = "gpusched.io/queue";
 /// Pod group (gang) a pod belongs to.
 pub const LABEL_POD_GROUP: &str = "gpusched.io/pod-group";
 
+/// Label or annotation `"true"` on a pod: consolidation may move it (evict
+/// it so that its controller recreates it elsewhere) to make room for a
+/// pending pod of equal or higher priority. `"false"` (or absent): never.
+pub const LABEL_MOVABLE: &str = "gpusched.io/movable";
+
+/// Why a `true`/`false` flag value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a flag: use \"true\" or \"false\"")]
+pub struct FlagError {
+    /// The refused value.
+    pub value: String,
+}
+
+/// A `"true"`/`"false"` label or annotation value (surrounding spaces
+/// ignored; anything else is refused, so a typo never silently opts a pod
+/// in or out).
+pub fn parse_flag(value: &str) -> Result<bool, FlagError> {
+    match value.trim() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(FlagError {
+            value: value.to_string(),
+        }),
+    }
+}
+
 /// GPU Feature Discovery vocabulary.
 pub const GFD_PRODUCT: &str = "nvidia.com/gpu.product";
 pub const GFD_MEMORY: &str = "nvidia.com/gpu.memory";
@@ -25,3 +51,19 @@ pub const GFD_COUNT: &str = "nvidia.com/gpu.count";
 pub const GFD_REPLICAS: &str = "nvidia.com/gpu.replicas";
 pub const GFD_SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
 pub const GFD_MIG_CAPABLE: &str = "nvidia.com/mig.capable";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_true_or_false_and_nothing_else() {
+        assert_eq!(parse_flag("true"), Ok(true));
+        assert_eq!(parse_flag(" false "), Ok(false));
+        for bad in ["", "yes", "True", "1"] {
+            let e = parse_flag(bad).unwrap_err();
+            assert_eq!(e.value, bad);
+            assert!(e.to_string().contains("\"true\" or \"false\""), "{e}");
+        }
+    }
+}

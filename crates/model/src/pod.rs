@@ -201,6 +201,12 @@ pub struct Pod {
     /// only when nothing else frees enough (kube-scheduler's rule).
     #[serde(default)]
     pub disruption_budget_exhausted: bool,
+    /// The pod opted in to being moved by consolidation (label or
+    /// annotation `gpusched.io/movable: "true"`): it may be restarted on
+    /// another node so that a pending pod of equal or higher priority fits.
+    /// Its queue may opt in for all its pods ([`crate::Queue::movable`]).
+    #[serde(default)]
+    pub movable: bool,
 }
 
 fn yes() -> bool {
@@ -226,6 +232,7 @@ impl Pod {
             preemptible: true,
             may_evict: true,
             disruption_budget_exhausted: false,
+            movable: false,
         }
     }
 

@@ -22,6 +22,10 @@ pub struct Queue {
     pub can_borrow: bool,
     /// Whether resources it borrowed may be taken back by reclaim.
     pub reclaimable: bool,
+    /// Every pod of the queue may be moved by consolidation (as if each
+    /// were marked `gpusched.io/movable: "true"`).
+    #[serde(default)]
+    pub movable: bool,
 }
 
 impl Queue {
@@ -35,6 +39,7 @@ impl Queue {
             limit: None,
             can_borrow: true,
             reclaimable: true,
+            movable: false,
         }
     }
 }

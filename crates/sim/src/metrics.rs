@@ -52,6 +52,15 @@ pub struct Totals {
     pub reclaims: u64,
     /// Evictions by the scheduler, by kind (`EvictionKind::label`).
     pub evictions_by_reason: BTreeMap<String, u64>,
+    /// Pods moved by consolidation (`EvictionKind::Consolidate`): each is
+    /// stopped and put back with its planned node nominated.
+    #[serde(default)]
+    pub moves: u64,
+    /// The restart cost of those moves: run time the moved pods had
+    /// accumulated and lost (pod-seconds; a moved pod runs its whole
+    /// duration again).
+    #[serde(default)]
+    pub move_lost_pod_s: f64,
     /// Pods put back in the queue at once (preempted, drained, or restarted
     /// with their gang after a preemption).
     pub requeues: u64,

@@ -801,8 +801,11 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
     );
     h += &kpi(
         "evictions",
-        (t.preemptions + t.reclaims).to_string(),
-        format!("{} preempted · {} reclaimed", t.preemptions, t.reclaims),
+        (t.preemptions + t.reclaims + t.moves).to_string(),
+        format!(
+            "{} preempted · {} reclaimed · {} moved",
+            t.preemptions, t.reclaims, t.moves
+        ),
         "",
     );
     h.push_str("</div>");
@@ -864,6 +867,11 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
         ("binds", t.binds.to_string()),
         ("preemptions", t.preemptions.to_string()),
         ("reclaims", t.reclaims.to_string()),
+        ("moves (consolidation)", t.moves.to_string()),
+        (
+            "run time lost to moves",
+            format!("{:.0} pod-s", t.move_lost_pod_s),
+        ),
         ("requeues", t.requeues.to_string()),
         ("nominations", t.nominations.to_string()),
         ("backfilled", t.backfilled.to_string()),

@@ -103,8 +103,8 @@ pub fn render(r: &SimResult) -> String {
     s += &kv(
         "preemption",
         format!(
-            "{} preempted · {} reclaimed · {} requeued · {} nominations",
-            t.preemptions, t.reclaims, t.requeues, t.nominations
+            "{} preempted · {} reclaimed · {} moved ({:.0} pod-s lost) · {} requeued · {} nominations",
+            t.preemptions, t.reclaims, t.moves, t.move_lost_pod_s, t.requeues, t.nominations
         ),
     );
     s += &kv(

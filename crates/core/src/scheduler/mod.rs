@@ -12,7 +12,7 @@
 //!   seam; the pipeline is built from [`SchedulerOptions`].
 //!
 //! The pipeline: admit → allocate (with backfill and reservations)
-//! → preempt → reclaim → explain.
+//! → consolidate → preempt → reclaim → explain.
 //!
 //! - **admit**: pending pods are grouped into jobs (a pod group, or a lone
 //!   pod). Queues are visited most-under-served first (see
@@ -27,6 +27,11 @@
 //!   jobs use idle capacity). Once the head job has waited
 //!   `reserve_after_ms`, nodes are reserved for it: nothing else is placed
 //!   there, and they drain until it fits (no starvation).
+//! - **consolidate**: a job that fits the cluster's free GPUs in total but
+//!   no node gets room by moving the fewest pods that opted in (movable pod
+//!   or queue, priority no higher, no exhausted disruption budget, not in a
+//!   gang); the moves and the job's nominations commit together or not at
+//!   all ([`moves`] is the planner, shared with the simulator's FGD method).
 //! - **preempt**: a job that still does not fit may evict pods of its own
 //!   queue with lower priority. Victims are chosen per node with the fewest
 //!   and lowest-priority victims (greedy removal, then reprieve); a victim in
@@ -42,6 +47,7 @@ mod actions;
 mod candidates;
 mod cycle;
 mod jobs;
+pub mod moves;
 
 use crate::decision::CycleOutput;
 use crate::plugin::{Filter, Packer};
@@ -67,6 +73,19 @@ pub struct SchedulerOptions {
     pub max_evictions_per_cycle: u32,
     /// Upper bound on topology domains tried per gang.
     pub max_domains_per_gang: u32,
+    /// Move pods that opted in (`gpusched.io/movable`, or a movable queue)
+    /// so that a pending job that fits the free capacity in total, but no
+    /// node, fits. Nothing moves unless pods opted in.
+    pub consolidation: bool,
+    /// Upper bound on pods moved per cycle (they count as evictions too).
+    pub max_moves_per_cycle: u32,
+    /// Upper bound on pods moved for one pending pod (the search depth).
+    pub max_moves_per_job: u32,
+    /// Candidate nodes examined per pending pod (smallest GPU shortfall
+    /// first).
+    pub consolidation_max_nodes: u32,
+    /// Sets of pods tried per pending pod.
+    pub consolidation_max_trials: u32,
 }
 
 impl Default for SchedulerOptions {
@@ -79,6 +98,11 @@ impl Default for SchedulerOptions {
             reclaim: true,
             max_evictions_per_cycle: 256,
             max_domains_per_gang: 32,
+            consolidation: true,
+            max_moves_per_cycle: 16,
+            max_moves_per_job: 2,
+            consolidation_max_nodes: 64,
+            consolidation_max_trials: 512,
         }
     }
 }

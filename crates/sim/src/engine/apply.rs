@@ -59,9 +59,18 @@ impl<'a> Sim<'a> {
             match kind {
                 EvictionKind::Reclaim => self.t.reclaims += 1,
                 EvictionKind::Preempt => self.t.preemptions += 1,
+                EvictionKind::Consolidate => {
+                    // a move restarts the pod: its run so far is lost
+                    self.t.moves += 1;
+                    if let Ph::Running { since, .. } = self.pods[sp.ix()].phase {
+                        self.t.move_lost_pod_s += self.now.saturating_sub(since) as f64 / 1000.0;
+                    }
+                }
             }
-            let q = self.pods[sp.ix()].queue;
-            self.queue_preempted[q] += 1;
+            if kind != EvictionKind::Consolidate {
+                let q = self.pods[sp.ix()].queue;
+                self.queue_preempted[q] += 1;
+            }
             for (t, n, g) in self.kill(sp, Cause::Preempt) {
                 stopped_now.insert(t);
                 if let Some(sn) = rev_snap(n) {

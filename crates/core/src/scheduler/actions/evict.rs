@@ -81,11 +81,23 @@ impl<'s> Cycle<'s> {
                     && self.tree.queues[vq].reclaimable
                     && surplus.get(&vq).copied().unwrap_or(0) >= ps.pod.demand().gpu_milli
             }
+            EvictionKind::Consolidate => false,
         }
     }
 
     /// Evicts for `job` if that makes it fit (all its `need` pods).
     fn try_evict_for(&mut self, pass: EvictionKind, j: JobId, job: &Job) {
+        let reason = match pass {
+            EvictionKind::Preempt => EvictionReason::Preempted {
+                by: job.name.clone(),
+                priority: job.priority,
+            },
+            EvictionKind::Reclaim => EvictionReason::Reclaimed {
+                for_queue: self.tree.queues[job.queue].name.clone(),
+            },
+            // moves have their own action (consolidate)
+            EvictionKind::Consolidate => return,
+        };
         if job.topology.is_some_and(|t| t.required) && job.need > 1 {
             return; // victims for domain-bound gangs: not attempted (documented)
         }
@@ -267,15 +279,6 @@ impl<'s> Cycle<'s> {
         // commit: evictions + nominations; the placements stay in the state
         // so nothing else takes the freed capacity this cycle.
         let _ = st.commit();
-        let reason = match pass {
-            EvictionKind::Preempt => EvictionReason::Preempted {
-                by: job.name.clone(),
-                priority: job.priority,
-            },
-            EvictionKind::Reclaim => EvictionReason::Reclaimed {
-                for_queue: self.tree.queues[job.queue].name.clone(),
-            },
-        };
         for &v in &victims {
             self.evictions += 1;
             self.out.stats.evicted += 1;
@@ -301,7 +304,7 @@ impl<'s> Cycle<'s> {
     /// this a runner whose evictions take time (Kubernetes' graceful
     /// deletion) would evict again every cycle until the victims are gone.
     /// The trial is rolled back: their resources stay held this cycle.
-    fn wait_for_terminating(&mut self, j: JobId, job: &Job, count: usize) -> bool {
+    pub(super) fn wait_for_terminating(&mut self, j: JobId, job: &Job, count: usize) -> bool {
         let leaving: Vec<PodId> = (0..self.snap.pods.len() as PodId)
             .filter(|&p| {
                 !self.gone[p as usize]
@@ -341,7 +344,7 @@ impl<'s> Cycle<'s> {
     /// Holds the nodes of `placements` for the job until its pods can bind
     /// there: reserved, counted in its queue, nominated, with `why` naming
     /// the node as the pods' pending reason.
-    fn nominate_for(
+    pub(super) fn nominate_for(
         &mut self,
         j: JobId,
         job: &Job,

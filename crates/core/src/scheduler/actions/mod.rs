@@ -6,6 +6,7 @@
 //! [`pipeline`], which builds the list from [`SchedulerOptions`].
 
 mod allocate;
+mod consolidate;
 mod evict;
 mod explain;
 mod reserve;
@@ -22,9 +23,14 @@ pub(super) trait Action {
 }
 
 /// The actions of a cycle, in order: allocate (with backfill and
-/// reservations), preempt and reclaim when enabled, explain.
+/// reservations), consolidate, preempt and reclaim when enabled, explain.
+/// Consolidation goes before preemption: moving a pod that opted in
+/// restarts it elsewhere, preempting it sends it back to wait.
 pub(super) fn pipeline(opts: &SchedulerOptions) -> Vec<Box<dyn Action>> {
     let mut v: Vec<Box<dyn Action>> = vec![Box::new(allocate::Allocate)];
+    if opts.consolidation {
+        v.push(Box::new(consolidate::Consolidate));
+    }
     if opts.preemption {
         v.push(Box::new(evict::Evict(EvictionKind::Preempt)));
     }
