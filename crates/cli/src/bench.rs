@@ -27,6 +27,10 @@ pub struct BenchArgs {
     /// Number of 1,000-GPU gangs for the gang run (0: skip).
     #[arg(long, default_value_t = 4)]
     pub gangs: u32,
+    /// Run the consolidation case: every node holds 7 movable 1-GPU pods
+    /// and one free GPU, 1,000 pending 2-GPU pods (each needs a move).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub consolidation: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -47,6 +51,7 @@ struct Report {
     policy: String,
     throughput: Run,
     gangs: Option<Run>,
+    consolidation: Option<Run>,
     curve: Vec<Run>,
     bytes_per_node: u64,
     bytes_per_pod: u64,
@@ -177,6 +182,60 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         None
     };
 
+    let consolidation = if a.consolidation {
+        let mut pods = Vec::new();
+        for n in 0..a.nodes {
+            for g in 0..7u32 {
+                let mut p = Pod::new(format!("bench/m{n:05}-{g}"), "default");
+                p.requests = ResourceVec::new(2000, 8 << 30, 0);
+                p.gpu = GpuRequest::Whole(1);
+                p.movable = true;
+                pods.push(PodState {
+                    pod: p,
+                    phase: gpusched_core::PodPhase::Running {
+                        node: n,
+                        gpus: gpusched_core::GpuAssignment::Whole(vec![g]),
+                        since_ms: 0,
+                    },
+                });
+            }
+        }
+        for i in 0..1000u32 {
+            let mut p = Pod::new(format!("bench/q{i:04}"), "default");
+            p.requests = ResourceVec::new(2000, 8 << 30, 0);
+            p.gpu = GpuRequest::Whole(2);
+            p.arrival_ms = i as u64;
+            pods.push(PodState::pending(p));
+        }
+        let msnap = Snapshot {
+            nodes: snap.nodes.clone(),
+            queues: snap.queues.clone(),
+            groups: vec![],
+            pods,
+        };
+        // one cycle; `bound` counts the pods moved (each makes room for
+        // one pending pod, nominated), at most `max_moves_per_cycle`
+        let mut s = gpusched_plugins::build(&cfg)?;
+        let t = Instant::now();
+        let out = s.cycle(&msnap, 0, 42);
+        let secs = t.elapsed().as_secs_f64();
+        let moved = out
+            .decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Evict { .. }))
+            .count() as u32;
+        Some(Run {
+            name: "consolidation".into(),
+            nodes: msnap.nodes.len() as u32,
+            pods: 1000,
+            bound: moved,
+            seconds: secs,
+            decisions_per_s: moved as f64 / secs.max(1e-9),
+        })
+    } else {
+        None
+    };
+
     let mut curve = Vec::new();
     for &n in &a.curve {
         let csnap = Snapshot {
@@ -192,6 +251,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         policy: a.policy.clone(),
         throughput,
         gangs,
+        consolidation,
         curve,
         bytes_per_node: r1.saturating_sub(r0) / a.nodes.max(1) as u64,
         bytes_per_pod: r2.saturating_sub(r1) / a.pods.max(1) as u64,
@@ -207,11 +267,18 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     );
     let mut rows = vec![&report.throughput];
     rows.extend(report.gangs.iter());
+    rows.extend(report.consolidation.iter());
     rows.extend(report.curve.iter());
     for r in rows {
         println!(
             "{:<18} {:>7} {:>8} {:>8} {:>9.3} {:>14.0}",
             r.name, r.nodes, r.pods, r.bound, r.seconds, r.decisions_per_s
+        );
+    }
+    if report.consolidation.is_some() {
+        println!(
+            "consolidation: {} nodes with 7 movable 1-GPU pods each, 1,000 pending 2-GPU pods; bound = pods moved in one cycle",
+            report.consolidation.as_ref().map_or(0, |r| r.nodes)
         );
     }
     println!(

@@ -8,6 +8,7 @@
 use anyhow::Context;
 use clap::Args;
 use gpusched_plugins::packing::POLICY_NAMES;
+use gpusched_sim::consolidate_method::{BudgetRow, budget_table};
 use gpusched_sim::fgd_method::{self, FgdMethod, MethodResult, TieBreak};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,12 +46,32 @@ pub struct OpenbArgs {
     /// Worker threads (0: all cores).
     #[arg(long, default_value_t = 0, requires = "openb")]
     pub threads: usize,
+    /// Consolidation moves allowed per 100 pods placed, one run per value
+    /// (`0,1,2,5`): prints the move-budget table instead (every placed pod
+    /// may be moved; see `gpusched_sim::consolidate_method`). 0: off.
+    #[arg(long, default_value = "0", requires = "openb")]
+    pub move_budget: String,
 }
 
 impl OpenbArgs {
     pub fn is_requested(&self) -> bool {
         self.openb.is_some()
     }
+}
+
+/// Parses a move budget list `0,1,2,5`.
+fn parse_budgets(s: &str) -> anyhow::Result<Vec<u32>> {
+    let v = s
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<u32>()
+                .with_context(|| format!("--move-budget: {p:?} is not a whole number"))
+        })
+        .collect::<anyhow::Result<Vec<u32>>>()?;
+    anyhow::ensure!(!v.is_empty(), "--move-budget: no value in {s:?}");
+    Ok(v)
 }
 
 /// Parses `42-51` or `42,43,50`.
@@ -181,7 +202,38 @@ pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
         },
         profile: None,
         threads: args.threads,
+        move_budget: 0,
     };
+    let budgets = parse_budgets(&args.move_budget)?;
+    if budgets != [0] {
+        let mut rows = Vec::new();
+        for &budget in &budgets {
+            for p in &policies {
+                let m = FgdMethod {
+                    move_budget: budget,
+                    ..method.clone()
+                };
+                let t0 = Instant::now();
+                let result = fgd_method::run(&m, &nodes, &pods, p, &seeds)?;
+                eprintln!(
+                    "  budget {budget}, {p}: {:.1} s",
+                    t0.elapsed().as_secs_f64()
+                );
+                rows.push(BudgetRow { budget, result });
+            }
+        }
+        if json {
+            let v: Vec<_> = rows.iter().map(|r| (r.budget, &r.result)).collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!(
+                "FGD evaluation method with consolidation moves, seeds {}",
+                args.seeds
+            );
+            print!("{}", budget_table(&rows));
+        }
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for p in &policies {
         let t0 = Instant::now();
@@ -283,6 +335,9 @@ mod tests {
 
     #[test]
     fn seeds_and_policies() {
+        assert_eq!(parse_budgets("0, 1,2,5").unwrap(), vec![0, 1, 2, 5]);
+        assert!(parse_budgets("1,x").is_err());
+        assert!(parse_budgets(",").is_err());
         assert_eq!(parse_seeds("42-45").unwrap(), vec![42, 43, 44, 45]);
         assert_eq!(parse_seeds("1,5, 7-8").unwrap(), vec![1, 5, 7, 8]);
         assert!(parse_seeds("5-1").is_err());

@@ -69,6 +69,9 @@ pub struct FgdMethod {
     pub profile: Option<Profile>,
     /// Worker threads for the seeds (0: available parallelism).
     pub threads: usize,
+    /// Consolidation moves allowed per 100 pods placed (0: off); see
+    /// [`crate::consolidate_method`].
+    pub move_budget: u32,
 }
 
 impl Default for FgdMethod {
@@ -78,6 +81,7 @@ impl Default for FgdMethod {
             tie_break: TieBreak::Permuted,
             profile: None,
             threads: 0,
+            move_budget: 0,
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct SeedRun {
     pub alloc_at_100: f64,
     /// Alloc % after the last pod.
     pub final_alloc: f64,
+    /// Pods moved by consolidation ([`FgdMethod::move_budget`]).
+    #[serde(default)]
+    pub moves: u64,
 }
 
 /// All seeds of one policy.
@@ -323,6 +330,7 @@ pub fn run_seed(
     let mut used: u64 = 0;
     let (mut placed, mut skipped) = (0usize, 0usize);
     let cap = capacity as f64;
+    let mut mover = crate::consolidate_method::Mover::new(method.move_budget, nodes.len());
     for (step, &ti) in order.iter().enumerate() {
         let pod = &trace[ti];
         arrived += demand_milli(pod);
@@ -382,8 +390,15 @@ pub fn run_seed(
                         since_ms: 0,
                     },
                 });
+                mover.placed(n, snap.pods.len() - 1);
             }
-            None => skipped += 1,
+            None => match mover.try_place(pod, &mut cs, &mut snap, &*packer, placed) {
+                Some(milli) => {
+                    used += milli;
+                    placed += 1;
+                }
+                None => skipped += 1,
+            },
         }
         let arrived_pct = (arrived as f64 / cap * 100.0).round_ties_even();
         let alloc_pct = round2(used as f64 / cap * 100.0);
@@ -418,6 +433,7 @@ pub fn run_seed(
         alloc_curve,
         frag_curve,
         final_alloc,
+        moves: mover.moves,
     })
 }
 

@@ -7,6 +7,7 @@
 //! ([`table::render`]) or a self-contained HTML page ([`report::render`]).
 //! Same scenario, scheduler and seed: same result, byte for byte.
 
+pub mod consolidate_method;
 pub mod engine;
 pub mod error;
 pub mod fgd_method;

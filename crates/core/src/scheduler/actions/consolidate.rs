@@ -38,8 +38,9 @@ impl Action for Consolidate {
             return;
         }
         let mut free: u64 = c.cs.states().iter().map(|s| s.free.gpu_milli).sum();
-        // signatures of single pods whose search failed (nothing committed since)
-        let mut failed: BTreeSet<usize> = BTreeSet::new();
+        // (signature, priority) of single pods whose search failed (nothing
+        // committed since): the same search would fail again
+        let mut failed: BTreeSet<(usize, i32)> = BTreeSet::new();
         let mut moves = 0u32;
         let unplaced = std::mem::take(&mut c.unplaced);
         for &j in &unplaced {
@@ -67,7 +68,7 @@ impl Action for Consolidate {
             if need == 0 || need > free {
                 continue;
             }
-            let sig = (count == 1).then(|| c.sig_of(job.pods[0]));
+            let sig = (count == 1).then(|| (c.sig_of(job.pods[0]), job.priority));
             if sig.is_some_and(|s| failed.contains(&s)) {
                 continue;
             }
