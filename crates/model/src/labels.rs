@@ -46,10 +46,15 @@ pub fn parse_flag(value: &str) -> Result<bool, FlagError> {
 
 /// GPU Feature Discovery vocabulary.
 pub const GFD_PRODUCT: &str = "nvidia.com/gpu.product";
+/// GPU memory in MiB (GFD).
 pub const GFD_MEMORY: &str = "nvidia.com/gpu.memory";
+/// Number of GPUs on the node (GFD).
 pub const GFD_COUNT: &str = "nvidia.com/gpu.count";
+/// Replicas advertised per GPU when shared (GFD).
 pub const GFD_REPLICAS: &str = "nvidia.com/gpu.replicas";
+/// Sharing strategy: `none`, `time-slicing` or `mps` (GFD).
 pub const GFD_SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
+/// Whether the GPUs support MIG (GFD).
 pub const GFD_MIG_CAPABLE: &str = "nvidia.com/mig.capable";
 
 #[cfg(test)]
