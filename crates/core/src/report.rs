@@ -597,11 +597,13 @@ fn gang_state(view: &CycleView<'_>, group: &str) -> Option<GangState> {
     })
 }
 
-/// Free whole GPUs per domain of `level`, the most first (ties by name).
+/// The domain of `level` with the most whole GPUs free that `pod` may use
+/// (model, memory; ties by name), and how many (milli-GPU).
 fn best_domain(
     snap: &Snapshot,
     cs: &ClusterState<'_>,
     level: TopologyLevel,
+    pod: &gpusched_model::Pod,
 ) -> Option<(String, u64)> {
     let mut by: BTreeMap<&str, u64> = BTreeMap::new();
     for (i, n) in snap.nodes.iter().enumerate() {
@@ -609,7 +611,8 @@ fn best_domain(
             continue;
         }
         if let Some(d) = level.domain_of(n) {
-            *by.entry(d).or_default() += u64::from(cs.get(i as NodeId).whole_free()) * GPU_MILLI;
+            let free = cs.free_whole_gpus(pod, i as NodeId).len() as u64;
+            *by.entry(d).or_default() += free * GPU_MILLI;
         }
     }
     by.into_iter()
@@ -651,7 +654,7 @@ fn hints(view: &CycleView<'_>, pod: &gpusched_model::Pod, e: &Explanation) -> Ve
                 out.push(Hint::FreeGpusInOneDomain {
                     level: *level,
                     gpus: u64::from(*need) * pod.gpu.milli(),
-                    best: best_domain(view.snapshot, &cs, *level),
+                    best: best_domain(view.snapshot, &cs, *level, pod),
                 });
             }
             PendingReason::Quota(v) => out.push(Hint::QueueFrees {
