@@ -553,6 +553,8 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
                 config.auth_info.token = Some(t.clone().into());
             }
             config.accept_invalid_certs = false;
+            // a standby's 503 is an answer, not a transient failure
+            config.default_retry = false;
             let client = Client::try_from(config).context("building the HTTP client")?;
             get(&client, path, None).await
         }
@@ -627,7 +629,24 @@ pub fn fetch_blocking(
         match &target {
             Target::Endpoint { .. } => fetch(&target, None, path).await,
             Target::Proxy { .. } => {
-                let client = crate::controller::client(kubeconfig).await?;
+                let mut config = match kubeconfig {
+                    Some(p) => {
+                        let kc = kube::config::Kubeconfig::read_from(p)
+                            .with_context(|| format!("reading kubeconfig {}", p.display()))?;
+                        kube::Config::from_custom_kubeconfig(
+                            kc,
+                            &kube::config::KubeConfigOptions::default(),
+                        )
+                        .await
+                        .with_context(|| format!("kubeconfig {}", p.display()))?
+                    }
+                    None => kube::Config::infer()
+                        .await
+                        .context("finding cluster credentials")?,
+                };
+                // a standby's 503 (passed on by the proxy) is an answer
+                config.default_retry = false;
+                let client = Client::try_from(config).context("building the API client")?;
                 fetch(&target, Some(&client), path).await
             }
         }
