@@ -62,6 +62,10 @@ pub struct Source {
     /// The Service's port, by name or number (for the proxy).
     #[arg(long, default_value = "http")]
     port: String,
+    /// The scheduler pods' port number (for the proxy to the leader's pod
+    /// when a standby answers).
+    #[arg(long, default_value_t = 10259)]
+    pod_port: u16,
     /// Explain from a simulator run instead of a cluster.
     #[arg(long)]
     from_sim: bool,
@@ -159,6 +163,7 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
             namespace: s.scheduler_namespace.clone(),
             service: s.service.clone(),
             port: s.port.clone(),
+            pod_port: s.pod_port,
             token: s.token.clone(),
         },
     };

@@ -498,8 +498,11 @@ pub enum Target {
         namespace: String,
         /// The Service's name.
         service: String,
-        /// The port (name or number).
+        /// The Service's port (name or number).
         port: String,
+        /// The scheduler pods' port number (for the leader's pod when a
+        /// standby answers: the pod proxy takes numbers only).
+        pod_port: u16,
         /// Bearer token forwarded to the scheduler (the proxy drops the
         /// `Authorization` header), if any.
         token: Option<String>,
@@ -562,6 +565,7 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
             namespace,
             service,
             port,
+            pod_port,
             token,
         } => {
             let client = kube.context("the service proxy needs a kubeconfig")?;
@@ -578,7 +582,7 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
             match leader {
                 Some(pod) => {
                     let uri =
-                        format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy{path}");
+                        format!("/api/v1/namespaces/{namespace}/pods/{pod}:{pod_port}/proxy{path}");
                     get(client, &uri, token.as_deref()).await
                 }
                 None => Ok(first),

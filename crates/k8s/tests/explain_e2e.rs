@@ -338,3 +338,177 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     s.stop().await;
     step("stopped");
 }
+
+/// This host's address that the apiserver may proxy to (it refuses
+/// loopback); `None` without one.
+fn host_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // no packet is sent: connecting a UDP socket only picks the route
+    s.connect("198.51.100.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn explain_through_the_apiserver_service_proxy() {
+    let Some(ip) = host_ip() else {
+        eprintln!("skipped: no non-loopback address for the apiserver to proxy to");
+        return;
+    };
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let roles: Api<ClusterRole> = Api::all(c.client.clone());
+    create_obj(
+        &roles,
+        json!({"metadata": {"name": "gpusched-debug-reader"},
+            "rules": [{"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]}]}),
+    )
+    .await;
+    let bindings: Api<ClusterRoleBinding> = Api::all(c.client.clone());
+    create_obj(
+        &bindings,
+        json!({"metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpusched-debug-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "ml"}]}),
+    )
+    .await;
+    // the proxy itself: get on services/proxy (the chart's gpusched-debug-proxy)
+    let ns_roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &ns_roles,
+        json!({"metadata": {"name": "proxy"},
+            "rules": [{"apiGroups": [""], "resources": ["services/proxy", "pods/proxy"], "verbs": ["get"]}]}),
+    )
+    .await;
+    let ns_bindings: Api<k8s_openapi::api::rbac::v1::RoleBinding> =
+        Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &ns_bindings,
+        json!({"metadata": {"name": "proxy"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "proxy"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "ml"}]}),
+    )
+    .await;
+    let reader = sa_token(&c, "reader").await;
+    let pods = c.pods("ml");
+    create(&pods, gpu_pod("plain", 2)).await;
+    let port = free_addr().port();
+    let mut o = opts();
+    o.http_addr = Some(SocketAddr::new(ip, port));
+    o.http_auth = HttpAuth::Delegated;
+    let s = c.scheduler(o).await;
+    // a Service without selector whose endpoint is this process
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &svcs,
+        json!({"metadata": {"name": "gpusched-scheduler-metrics"},
+            "spec": {"ports": [{"name": "http", "port": 10259, "targetPort": port}]}}),
+    )
+    .await;
+    // the apiserver proxies to a ready endpoint of the Service (Endpoints
+    // before 1.33, EndpointSlices since) that is a pod: a pod of another
+    // scheduler, on a node no one runs, whose IP is this host's
+    let mut target_pod = gpu_pod("scheduler-0", 0);
+    target_pod["spec"]["schedulerName"] = json!("default-scheduler");
+    target_pod["spec"]["nodeName"] = json!("nowhere");
+    target_pod["spec"]["containers"][0]["resources"] = json!({});
+    create(&pods, target_pod).await;
+    pods.patch_status(
+        "scheduler-0",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"status": {"podIP": ip.to_string(), "podIPs": [{"ip": ip.to_string()}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let eps: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &eps,
+        json!({"metadata": {"name": "gpusched-scheduler-metrics"},
+            "subsets": [{"addresses": [{"ip": ip.to_string(), "targetRef": {"kind": "Pod", "namespace": "ml", "name": "scheduler-0"}}],
+                "ports": [{"name": "http", "port": port}]}]}),
+    )
+    .await;
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &slices,
+        json!({"metadata": {"name": "gpusched-scheduler-metrics-1",
+                "labels": {"kubernetes.io/service-name": "gpusched-scheduler-metrics"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true, "serving": true},
+                "nodeName": "nowhere", "targetRef": {"kind": "Pod", "namespace": "ml", "name": "scheduler-0"}}],
+            "ports": [{"name": "http", "port": port}]}),
+    )
+    .await;
+    wait_for(Duration::from_secs(30), || async {
+        bound(&pods).await.contains_key("plain").then_some(())
+    })
+    .await
+    .expect("plain bound");
+
+    // a client that is the reader, as `gpusched explain` with its kubeconfig
+    let kc = kube::config::Kubeconfig::read_from(c.kubeconfig()).unwrap();
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(reader.clone().into()),
+        ..Default::default()
+    };
+    config.default_retry = false;
+    let as_reader = kube::Client::try_from(config).unwrap();
+    let target = |token: Option<&str>| Target::Proxy {
+        namespace: "ml".into(),
+        service: "gpusched-scheduler-metrics".into(),
+        port: "http".into(),
+        pod_port: port,
+        token: token.map(str::to_string),
+    };
+    // the apiserver authenticates the reader and drops its Authorization
+    // header: without the forwarded one the scheduler sees no token
+    let f = wait_for(Duration::from_secs(30), || async {
+        let f = fetch(&target(None), Some(&as_reader), "/debug/pods/ml/plain")
+            .await
+            .ok()?;
+        (f.status != 503 && f.status != 502).then_some(f)
+    })
+    .await
+    .expect("the proxy reaches the scheduler");
+    assert_eq!(f.status, 401, "{}", f.body);
+    let with_token = target(Some(&reader));
+    let v = report_until_with(
+        || fetch(&with_token, Some(&as_reader), "/debug/pods/ml/plain"),
+        |v| v["status"].get("Bound").is_some(),
+    )
+    .await;
+    assert_eq!(v["pod"], "ml/plain");
+    s.stop().await;
+}
+
+async fn report_until_with<F, Fut>(f: F, ok: impl Fn(&Value) -> bool) -> Value
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = anyhow::Result<Fetched>>,
+{
+    let last = std::sync::Mutex::new(String::new());
+    let v = wait_for(Duration::from_secs(30), || {
+        let (last, ok, f) = (&last, &ok, &f);
+        async move {
+            let r = f().await;
+            *last.lock().unwrap() = format!("{r:?}");
+            let r = r.ok()?;
+            if r.status != 200 {
+                return None;
+            }
+            let v: Value = serde_json::from_str(&r.body).ok()?;
+            ok(&v).then_some(v)
+        }
+    })
+    .await;
+    let last = last.lock().unwrap().clone();
+    v.unwrap_or_else(|| panic!("last answer {last}"))
+}
