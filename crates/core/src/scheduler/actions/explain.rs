@@ -33,18 +33,15 @@ impl<'s> Cycle<'s> {
             }
         }
         // each job's place in its queue's order
-        let mut position: BTreeMap<PodId, QueuePosition> = BTreeMap::new();
+        let mut position: Vec<Option<QueuePosition>> = vec![None; self.snap.pods.len()];
         for list in per_queue_order(jobs, self.tree.queues.len()) {
             let n = list.len() as u32;
             for (i, &j) in list.iter().enumerate() {
                 for &p in &jobs[j].pods {
-                    position.insert(
-                        p,
-                        QueuePosition {
-                            position: i as u32 + 1,
-                            jobs: n,
-                        },
-                    );
+                    position[p as usize] = Some(QueuePosition {
+                        position: i as u32 + 1,
+                        jobs: n,
+                    });
                 }
             }
         }
@@ -65,7 +62,7 @@ impl<'s> Cycle<'s> {
             }
             let note = self.notes.get(&p).cloned();
             let evictions = self.evict_notes.remove(&p).unwrap_or_default();
-            let queue_position = position.get(&p).copied();
+            let queue_position = position[i];
             if nominated {
                 self.out.explanations.push(Explanation {
                     pod: p,
