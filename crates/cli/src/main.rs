@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bench;
+mod explain;
 mod openb;
 mod scheduler;
 mod simulate;
@@ -27,15 +28,40 @@ enum Cmd {
     Crds,
     /// Measure scheduling throughput, gang latency and memory on synthetic clusters.
     Bench(bench::BenchArgs),
+    /// Why a pod is pending (or where it runs), or a queue's state: from the
+    /// scheduler's debug endpoint or a simulator run (docs/explain.md).
+    #[command(subcommand)]
+    Explain(explain::ExplainCmd),
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // as a kubectl plugin (`kubectl gpusched explain …`: the binary linked
+    // or copied as `kubectl-gpusched` on $PATH) the arguments are the same;
+    // only the name in help and errors differs
+    let plugin = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().starts_with("kubectl-gpusched"))
+        })
+        .unwrap_or(false);
+    let cli = if plugin {
+        use clap::{CommandFactory, FromArgMatches};
+        let m = Cli::command()
+            .name("kubectl gpusched")
+            .bin_name("kubectl gpusched")
+            .get_matches();
+        Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
+    } else {
+        Cli::parse()
+    };
     match cli.cmd {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Agent(a) => agent::run(a),
         Cmd::Scheduler(a) => scheduler::run(a),
         Cmd::Crds => scheduler::crds(),
+        Cmd::Explain(c) => explain::run(c),
     }
 }

@@ -19,9 +19,14 @@ pub struct SchedulerArgs {
     /// Scheduler configuration (YAML, the simulator's format: actions, packing, filters).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Address for /metrics, /healthz and /readyz.
+    /// Address for /metrics, /healthz, /readyz and /debug (the `gpusched explain` endpoint).
     #[arg(long, default_value = "0.0.0.0:10259")]
     http_addr: SocketAddr,
+    /// Protection of /metrics and /debug: `delegated` (bearer token checked
+    /// with a TokenReview, `get` on the path with a SubjectAccessReview) or
+    /// `none`. /healthz and /readyz stay open.
+    #[arg(long, default_value = "none", value_name = "delegated|none")]
+    http_auth: gpusched_k8s::debug::HttpAuth,
     /// Elect a leader on a Lease before scheduling (for more than one replica).
     #[arg(long)]
     leader_elect: bool,
@@ -73,6 +78,7 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
         kubeconfig: a.kubeconfig,
         config,
         http_addr: Some(a.http_addr),
+        http_auth: a.http_auth,
         lease_name: a.leader_elect.then_some(a.lease_name),
         lease_namespace: a.lease_namespace,
         identity: identity.clone(),

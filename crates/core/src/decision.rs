@@ -1,6 +1,6 @@
 //! The scheduler's output.
 
-use crate::reason::{EvictionReason, PendingReason, QueueProblem};
+use crate::reason::{EvictionAttempt, EvictionReason, PendingReason, QueueProblem};
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +80,23 @@ pub struct Explanation {
     pub verdict: Verdict,
     /// Why it is pending (see the type's documentation for the order).
     pub reasons: Vec<PendingReason>,
+    /// The preempt and reclaim passes tried (or skipped) for its job and
+    /// why they freed nothing (not part of [`Explanation::message`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evictions: Vec<EvictionAttempt>,
+    /// Where its job stood in its queue's order this cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<QueuePosition>,
+}
+
+/// A job's place in its queue's order (nominated jobs first, then
+/// priority, arrival, name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuePosition {
+    /// 1 for the job tried first.
+    pub position: u32,
+    /// Jobs of the queue this cycle.
+    pub jobs: u32,
 }
 
 impl Explanation {

@@ -14,15 +14,19 @@ pub mod decision;
 pub mod fairshare;
 pub mod plugin;
 pub mod reason;
+pub mod report;
 pub mod scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod statement;
 
-pub use decision::{CycleOutput, CycleStats, Decision, Explanation, GroupPhase, Verdict};
+pub use decision::{
+    CycleOutput, CycleStats, Decision, Explanation, GroupPhase, QueuePosition, Verdict,
+};
 pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement, SchedulingKey, Score};
 pub use reason::{
-    EvictionKind, EvictionReason, NodeReason, NodeSummary, PendingReason, QueueProblem, QuotaRule,
+    CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,
+    EvictionSkip, NearestNode, NodeReason, NodeSummary, PendingReason, QueueProblem, QuotaRule,
     QuotaViolation,
 };
 pub use scheduler::{Scheduler, SchedulerOptions};

@@ -53,6 +53,23 @@ pub struct NodeSummary {
     /// Reasons with their node counts, in the order they are rendered
     /// (by rendered text).
     pub counts: Vec<(NodeReason, u32)>,
+    /// Of the nodes that pass the filters, the one closest to taking the
+    /// pod's GPUs now (for "what would make it fit"); not rendered in the
+    /// message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<NearestNode>,
+}
+
+/// The node that passes a pod's filters and has the most of what the pod's
+/// GPU request needs free now.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NearestNode {
+    /// The node.
+    pub node: String,
+    /// Usable GPUs of an allowed model there that are completely free.
+    pub free_gpus: u32,
+    /// The most free milli-GPU on one usable, allowed GPU there.
+    pub best_gpu_free_milli: u32,
 }
 
 impl fmt::Display for NodeSummary {
@@ -206,6 +223,29 @@ pub enum PendingReason {
     },
 }
 
+impl PendingReason {
+    /// A stable short label of the kind of reason (for counting pending
+    /// pods by reason in reports and metrics).
+    pub fn label(&self) -> &'static str {
+        match self {
+            PendingReason::Nodes(_) => "NoNodeFits",
+            PendingReason::QueueMissing { .. } => "QueueMissing",
+            PendingReason::GroupMissing { .. } => "GroupMissing",
+            PendingReason::GroupQueueMissing { .. } => "GroupQueueMissing",
+            PendingReason::GangTimedOut { .. } => "GangTimedOut",
+            PendingReason::GangIncomplete { .. } => "GangIncomplete",
+            PendingReason::GangShort { .. } => "GangShort",
+            PendingReason::NoTopologyDomain { .. } => "NoTopologyDomain",
+            PendingReason::Quota(_) => "Quota",
+            PendingReason::Reserved { .. } => "Reserved",
+            PendingReason::VictimsTerminating { .. } => "VictimsTerminating",
+            PendingReason::TerminatingPods { .. } => "TerminatingPods",
+            PendingReason::Nominated => "Nominated",
+            PendingReason::SnapshotInconsistent { .. } => "SnapshotInconsistent",
+        }
+    }
+}
+
 /// Human name of a topology level, as used in messages.
 pub fn level_name(l: TopologyLevel) -> &'static str {
     match l {
@@ -292,6 +332,136 @@ impl EvictionKind {
             EvictionKind::Preempt => "preempted by higher-priority",
             EvictionKind::Reclaim => "reclaimed for queue",
             EvictionKind::Consolidate => "moved to make room",
+        }
+    }
+}
+
+/// Why a node was not used to free room for a pending pod (preemption or
+/// reclaim); kube-scheduler's `preemption: 0/N nodes are available: …`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum CandidateRejection {
+    /// The node is reserved (or nominated) for another job.
+    ReservedForOtherJob,
+    /// No pod on the node may be evicted for this pod (preempt: none of
+    /// its queue with lower priority; reclaim: none of a queue above its
+    /// deserved share; non-preemptible pods never).
+    NoVictims,
+    /// Even with every candidate victim gone, the node has too few GPUs.
+    NotEnoughGpus,
+    /// Even with every candidate victim gone, the pod does not fit
+    /// (CPU, memory, GPU placement).
+    DoesNotFit,
+}
+
+impl fmt::Display for CandidateRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CandidateRejection::ReservedForOtherJob => "node(s) reserved for a waiting job",
+            CandidateRejection::NoVictims => "No preemption victims found for incoming pod",
+            CandidateRejection::NotEnoughGpus => {
+                "Preemption is not helpful for scheduling (too few GPUs even with every candidate victim evicted)"
+            }
+            CandidateRejection::DoesNotFit => {
+                "Preemption is not helpful for scheduling (does not fit even with every candidate victim evicted)"
+            }
+        })
+    }
+}
+
+/// Why the preempt or reclaim pass did not try to free room for a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvictionSkip {
+    /// A pod of the job has `preemptionPolicy: Never`.
+    PreemptionPolicyNever,
+    /// The job breaks a quota rule; evicting would not change that.
+    Quota(QuotaViolation),
+    /// Victims are not searched for gangs with a required topology
+    /// constraint (they wait for their domain).
+    RequiredTopology,
+    /// The cycle's eviction budget was spent.
+    EvictionLimit {
+        /// `max_evictions_per_cycle`.
+        max: u32,
+    },
+    /// Reclaim is only for a queue below its deserved share (or guarantee).
+    NotBelowDeservedShare {
+        /// The job's queue.
+        queue: String,
+        /// Its GPU usage with the job (milli-GPU).
+        would_use: u64,
+        /// Its deserved share or guarantee, whichever is higher (milli-GPU).
+        deserved: u64,
+    },
+}
+
+impl fmt::Display for EvictionSkip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EvictionSkip::PreemptionPolicyNever => {
+                f.write_str("the pod has preemptionPolicy Never")
+            }
+            EvictionSkip::Quota(q) => write!(f, "evicting would not help: {q}"),
+            EvictionSkip::RequiredTopology => {
+                f.write_str("not attempted for gangs with a required topology constraint")
+            }
+            EvictionSkip::EvictionLimit { max } => {
+                write!(f, "this cycle's eviction budget ({max}) was spent")
+            }
+            EvictionSkip::NotBelowDeservedShare {
+                queue,
+                would_use,
+                deserved,
+            } => write!(
+                f,
+                "queue {queue:?} would not be below its deserved share with the pod ({would_use} of {deserved} milli-GPU)"
+            ),
+        }
+    }
+}
+
+/// What came of the preempt or reclaim pass for a job that stays pending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvictionOutcome {
+    /// The pass did not look for victims.
+    Skipped(EvictionSkip),
+    /// No node could be freed for member `pod` of the job.
+    NoNode {
+        /// The member that found no node (a gang stops at the first).
+        pod: String,
+        /// Nodes that pass the pod's filters (the ones considered).
+        considered: u32,
+        /// Why each was not used, with node counts.
+        counts: Vec<(CandidateRejection, u32)>,
+    },
+}
+
+/// One eviction pass tried (or skipped) for a pending pod's job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictionAttempt {
+    /// Preempt or reclaim.
+    pub kind: EvictionKind,
+    /// What came of it.
+    pub outcome: EvictionOutcome,
+}
+
+impl fmt::Display for EvictionAttempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pass = match self.kind {
+            EvictionKind::Preempt => "preemption",
+            EvictionKind::Reclaim => "reclaim",
+        };
+        match &self.outcome {
+            EvictionOutcome::Skipped(s) => write!(f, "{pass}: {s}"),
+            EvictionOutcome::NoNode {
+                considered, counts, ..
+            } => {
+                write!(f, "{pass}: 0/{considered} nodes are available")?;
+                for (i, (r, c)) in counts.iter().enumerate() {
+                    f.write_str(if i == 0 { ": " } else { ", " })?;
+                    write!(f, "{c} {r}")?;
+                }
+                f.write_str(".")
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `gpusched scheduler`: watches → world → cycle → executor, under a leader
-//! lease, with `/metrics`, `/healthz` and `/readyz`.
+//! lease, with `/metrics`, `/healthz`, `/readyz` and `/debug/…`
+//! ([`crate::debug`]).
 
 use crate::crd::Queue;
 use crate::exec::{ExecOptions, Executor};
@@ -11,16 +12,12 @@ use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{Decision, Scheduler};
 use gpusched_model::{GPU_MILLI, ResourceVec};
 use gpusched_plugins::SchedulerConfig;
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, watch as tokio_watch};
@@ -32,8 +29,11 @@ pub struct Options {
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The scheduler configuration (the simulator's format).
     pub config: SchedulerConfig,
-    /// Address of `/metrics`, `/healthz`, `/readyz` (`None`: no server).
+    /// Address of `/metrics`, `/healthz`, `/readyz`, `/debug/…` (`None`:
+    /// no server).
     pub http_addr: Option<SocketAddr>,
+    /// How `/metrics` and `/debug/…` are protected.
+    pub http_auth: crate::debug::HttpAuth,
     /// Run for the lease named here in `lease_namespace`; `None`: always lead.
     pub lease_name: Option<String>,
     /// Namespace of the lease.
@@ -56,6 +56,7 @@ impl Default for Options {
             kubeconfig: None,
             config: SchedulerConfig::default(),
             http_addr: None,
+            http_auth: crate::debug::HttpAuth::None,
             lease_name: None,
             lease_namespace: "kube-system".into(),
             identity: "gpusched".into(),
@@ -91,66 +92,6 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-struct Health {
-    ready: AtomicBool,
-    leader: AtomicBool,
-}
-
-async fn serve_http(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    mut stop: tokio_watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding the metrics address {addr}"))?;
-    tracing::info!(
-        "serving /metrics, /healthz, /readyz on {}",
-        listener.local_addr()?
-    );
-    tokio::spawn(async move {
-        loop {
-            let conn = tokio::select! {
-                c = listener.accept() => c,
-                _ = stop.wait_for(|s| *s) => return,
-            };
-            let Ok((stream, _)) = conn else { continue };
-            let metrics = metrics.clone();
-            let health = health.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let (code, body) = match req.uri().path() {
-                        "/metrics" => (StatusCode::OK, metrics.render()),
-                        "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-                        "/readyz" if health.ready.load(Ordering::SeqCst) => (
-                            StatusCode::OK,
-                            if health.leader.load(Ordering::SeqCst) {
-                                "ready (leader)\n"
-                            } else {
-                                "ready (standby)\n"
-                            }
-                            .to_string(),
-                        ),
-                        "/readyz" => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "watches not synced\n".to_string(),
-                        ),
-                        _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
-                    };
-                    let mut r = Response::new(Full::new(Bytes::from(body)));
-                    *r.status_mut() = code;
-                    async move { Ok::<_, std::convert::Infallible>(r) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(())
-}
-
 /// Runs the scheduler until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let client = client(opts.kubeconfig.as_deref()).await?;
@@ -166,18 +107,24 @@ pub async fn run_with_client(
     let mut scheduler = gpusched_plugins::config::build(&opts.config)
         .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
     let metrics = Arc::new(Metrics::new());
-    let health = Arc::new(Health {
-        ready: AtomicBool::new(false),
-        leader: AtomicBool::new(opts.lease_name.is_none()),
-    });
-    let (stop_tx, stop_rx) = tokio_watch::channel(false);
-    if let Some(addr) = opts.http_addr {
-        serve_http(addr, metrics.clone(), health.clone(), stop_rx.clone()).await?;
-    }
     let shared = Shared {
         world: Arc::new(Mutex::new(World::default())),
         changed: Arc::new(Notify::new()),
     };
+    let health = Arc::new(crate::debug::Server::new(
+        metrics.clone(),
+        opts.http_auth,
+        client.clone(),
+        shared.clone(),
+        opts.lease_name
+            .as_ref()
+            .map(|n| (opts.lease_namespace.clone(), n.clone())),
+        opts.lease_name.is_none(),
+    ));
+    let (stop_tx, stop_rx) = tokio_watch::channel(false);
+    if let Some(addr) = opts.http_addr {
+        crate::debug::serve(addr, health.clone(), stop_rx.clone()).await?;
+    }
     let mut tasks = watch::Tasks::default();
     let flags = watch::start(&client, &shared, &mut tasks);
 
@@ -243,7 +190,8 @@ pub async fn run_with_client(
         let t0 = Instant::now();
         let built = shared.with(|w| w.build());
         cycles += 1;
-        let out = scheduler.cycle(&built.snapshot, now_ms(), cycles);
+        let cycle_ms = now_ms();
+        let out = scheduler.cycle(&built.snapshot, cycle_ms, cycles);
         last_cost = t0.elapsed();
         metrics.cycle_seconds.observe(last_cost.as_secs_f64());
         metrics.nodes.set(built.snapshot.nodes.len() as i64);
@@ -266,6 +214,9 @@ pub async fn run_with_client(
             publish_queue_status(&client, &built, &metrics, &mut queue_status);
             let counts = shared.with(|w| w.group_counts());
             publish_group_counts(&client, counts, &mut group_status);
+        }
+        if opts.http_addr.is_some() {
+            health.publish(built, out, cycle_ms);
         }
     }
     tracing::info!("shutting down: waiting for bindings in flight");

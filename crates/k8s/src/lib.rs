@@ -7,6 +7,7 @@
 
 pub mod controller;
 pub mod crd;
+pub mod debug;
 pub mod decision;
 pub mod exec;
 pub mod kwok;

@@ -11,7 +11,7 @@ use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree};
 use crate::plugin::{Filter, PackEnv, Packer, SchedulingKey};
-use crate::reason::PendingReason;
+use crate::reason::{EvictionAttempt, PendingReason};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
 use crate::state::ClusterState;
 use crate::statement::{Op, Statement};
@@ -47,6 +47,9 @@ pub(super) struct Cycle<'s> {
     pub out: CycleOutput,
     /// The queue, quota, gang or reservation reason of a pending pod.
     pub notes: BTreeMap<PodId, PendingReason>,
+    /// What the preempt and reclaim passes did for a pending pod's job
+    /// and why it freed nothing (for the explanation).
+    pub evict_notes: BTreeMap<PodId, Vec<EvictionAttempt>>,
     pub evictions: u32,
     /// Running members per group index.
     pub group_running: Vec<Vec<PodId>>,
@@ -127,6 +130,7 @@ impl<'s> Cycle<'s> {
             unplaced: Vec::new(),
             out: CycleOutput::default(),
             notes: BTreeMap::new(),
+            evict_notes: BTreeMap::new(),
             evictions: 0,
             group_running,
         };

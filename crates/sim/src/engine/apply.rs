@@ -21,6 +21,7 @@ impl<'a> Sim<'a> {
         hooks.before_cycle(self.now);
         let out = sched.cycle(&snap, self.now, cycle_seed);
         hooks.after_cycle(self.now, &out);
+        hooks.cycle_seen(self.now, &snap, &out);
         let (mut cs, errs) = ClusterState::from_snapshot(&snap);
         for (i, e) in errs {
             self.error(format!(

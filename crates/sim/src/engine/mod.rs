@@ -44,6 +44,9 @@ mod world;
 pub trait Hooks {
     fn before_cycle(&mut self, _now_ms: u64) {}
     fn after_cycle(&mut self, _now_ms: u64, _out: &CycleOutput) {}
+    /// Called after every cycle with the snapshot it read and its output
+    /// (for tools that inspect one cycle, e.g. `gpusched explain --from-sim`).
+    fn cycle_seen(&mut self, _now_ms: u64, _snap: &Snapshot, _out: &CycleOutput) {}
     /// Called after every cycle; `horizon_ms` is an estimate of the end.
     fn progress(&mut self, _now_ms: u64, _horizon_ms: u64) {}
 }

@@ -8,7 +8,10 @@
 use super::Action;
 use crate::decision::Decision;
 use crate::fairshare::QueueIdx;
-use crate::reason::{EvictionKind, EvictionReason, PendingReason};
+use crate::reason::{
+    CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,
+    EvictionSkip, PendingReason,
+};
 use crate::scheduler::cycle::Cycle;
 use crate::scheduler::jobs::{Job, JobId};
 use crate::snapshot::{NodeId, PodId, PodPhase};
@@ -20,6 +23,15 @@ use std::collections::BTreeMap;
 /// highest victim priority, the number of victims, then the node id.
 type VictimCost = (usize, i32, usize, NodeId);
 
+/// Why candidate nodes were not freed, in the order they are counted and
+/// rendered.
+const REJECTIONS: [CandidateRejection; 4] = [
+    CandidateRejection::ReservedForOtherJob,
+    CandidateRejection::NoVictims,
+    CandidateRejection::NotEnoughGpus,
+    CandidateRejection::DoesNotFit,
+];
+
 /// The preempt or the reclaim action.
 pub(super) struct Evict(pub EvictionKind);
 
@@ -27,24 +39,36 @@ impl Action for Evict {
     fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
         let pass = self.0;
         let unplaced = std::mem::take(&mut c.unplaced);
-        for &j in &unplaced {
+        for (i, &j) in unplaced.iter().enumerate() {
             if c.evictions >= c.opts.max_evictions_per_cycle {
+                let max = c.opts.max_evictions_per_cycle;
+                for &k in &unplaced[i..] {
+                    c.note_eviction(pass, &jobs[k], || {
+                        EvictionOutcome::Skipped(EvictionSkip::EvictionLimit { max })
+                    });
+                }
                 break;
             }
             let job = &jobs[j];
             if job.pods.iter().any(|&p| c.placed[p as usize])
                 || job.need == 0 && job.group.is_some()
-                || job
-                    .pods
-                    .iter()
-                    .any(|&p| !c.snap.pods[p as usize].pod.may_evict)
             {
                 continue;
             }
-            if c.tree
-                .quota_violation(job.queue, &job.demand(c.snap))
-                .is_some()
+            if job
+                .pods
+                .iter()
+                .any(|&p| !c.snap.pods[p as usize].pod.may_evict)
             {
+                c.note_eviction(pass, job, || {
+                    EvictionOutcome::Skipped(EvictionSkip::PreemptionPolicyNever)
+                });
+                continue;
+            }
+            if let Some(q) = c.tree.quota_violation(job.queue, &job.demand(c.snap)) {
+                c.note_eviction(pass, job, || {
+                    EvictionOutcome::Skipped(EvictionSkip::Quota(q.clone()))
+                });
                 continue;
             }
             c.try_evict_for(pass, j, job);
@@ -99,14 +123,27 @@ impl<'s> Cycle<'s> {
             EvictionKind::Consolidate => return,
         };
         if job.topology.is_some_and(|t| t.required) && job.need > 1 {
-            return; // victims for domain-bound gangs: not attempted (documented)
+            // victims for domain-bound gangs: not attempted (documented)
+            self.note_eviction(pass, job, || {
+                EvictionOutcome::Skipped(EvictionSkip::RequiredTopology)
+            });
+            return;
         }
         // reclaim only for queues below what they deserve
         let mut surplus: BTreeMap<QueueIdx, u64> = BTreeMap::new();
         if pass == EvictionKind::Reclaim {
             let a = &self.tree.acct[job.queue];
             let after = a.usage.gpu_milli + job.demand(self.snap).gpu_milli;
-            if after > a.deserved.gpu_milli.max(a.guarantee.gpu_milli) {
+            let deserved = a.deserved.gpu_milli.max(a.guarantee.gpu_milli);
+            if after > deserved {
+                let queue = self.tree.queues[job.queue].name.clone();
+                self.note_eviction(pass, job, || {
+                    EvictionOutcome::Skipped(EvictionSkip::NotBelowDeservedShare {
+                        queue: queue.clone(),
+                        would_use: after,
+                        deserved,
+                    })
+                });
                 return;
             }
             for q in 0..self.tree.queues.len() {
@@ -135,10 +172,14 @@ impl<'s> Cycle<'s> {
             let pod = self.pod(p);
             let mut best: Option<(VictimCost, Vec<PodId>)> = None;
             let cands = self.sigs[s].ok_list.clone();
+            // why candidate nodes were not used, for the explanation
+            // (indexed like REJECTIONS; counting is all the hot loop does)
+            let mut rejected = [0u32; REJECTIONS.len()];
             // candidate victims on one node (reused: this loop is hot)
             let mut vs: Vec<PodId> = Vec::new();
-            for n in cands {
+            for &n in &cands {
                 if self.reserved[n as usize].is_some_and(|r| r != j) {
+                    rejected[0] += 1;
                     continue;
                 }
                 vs.clear();
@@ -148,12 +189,14 @@ impl<'s> Cycle<'s> {
                     }
                 }
                 if vs.is_empty() {
+                    rejected[1] += 1;
                     continue;
                 }
                 // quick bound: even all victims gone, not enough GPU
                 let free = self.cs.get(n).free.gpu_milli
                     + vs.iter().map(|&v| self.pod(v).gpu.milli()).sum::<u64>();
                 if free < pod.gpu.milli() {
+                    rejected[2] += 1;
                     continue;
                 }
                 vs.sort_by_key(|&v| {
@@ -230,6 +273,8 @@ impl<'s> Cycle<'s> {
                     if best.as_ref().is_none_or(|(k, _)| key < *k) {
                         best = Some((key, kept));
                     }
+                } else {
+                    rejected[3] += 1;
                 }
                 self.rollback(&mut st, cp);
             }
@@ -238,6 +283,19 @@ impl<'s> Cycle<'s> {
                 for &v in &victims {
                     self.gone[v as usize] = false;
                 }
+                let name = pod.name.clone();
+                let considered = cands.len() as u32;
+                let counts: Vec<(CandidateRejection, u32)> = REJECTIONS
+                    .iter()
+                    .zip(rejected)
+                    .filter(|(_, c)| *c > 0)
+                    .map(|(r, c)| (*r, c))
+                    .collect();
+                self.note_eviction(pass, job, || EvictionOutcome::NoNode {
+                    pod: name.clone(),
+                    considered,
+                    counts: counts.clone(),
+                });
                 return;
             };
             for v in kept {
@@ -295,6 +353,25 @@ impl<'s> Cycle<'s> {
         self.nominate_for(j, job, placements, |node| {
             PendingReason::VictimsTerminating { victims, node }
         });
+    }
+
+    /// Records for every pod of `job` what the `pass` came to (for the
+    /// explanation of the pods left pending).
+    fn note_eviction(
+        &mut self,
+        pass: EvictionKind,
+        job: &Job,
+        outcome: impl Fn() -> EvictionOutcome,
+    ) {
+        for &p in &job.pods {
+            self.evict_notes
+                .entry(p)
+                .or_default()
+                .push(EvictionAttempt {
+                    kind: pass,
+                    outcome: outcome(),
+                });
+        }
     }
 
     /// Capacity already on its way out: pods that are terminating (evicted

@@ -3,13 +3,13 @@
 //! quota, gang or reservation reason the other actions noted.
 
 use super::Action;
-use crate::decision::{Decision, Explanation, Verdict};
+use crate::decision::{Decision, Explanation, QueuePosition, Verdict};
 use crate::plugin::Packer;
-use crate::reason::{NodeReason, NodeSummary, PendingReason};
+use crate::reason::{NearestNode, NodeReason, NodeSummary, PendingReason};
 use crate::scheduler::candidates::SigCache;
 use crate::scheduler::cycle::Cycle;
-use crate::scheduler::jobs::{Job, JobId};
-use crate::snapshot::PodId;
+use crate::scheduler::jobs::{Job, JobId, per_queue_order};
+use crate::snapshot::{NodeId, PodId};
 use crate::state::ClusterState;
 use gpusched_model::{GpuRequest, Pod, ResourceKind};
 use std::collections::BTreeMap;
@@ -32,6 +32,19 @@ impl<'s> Cycle<'s> {
                 job_of.insert(p, j);
             }
         }
+        // each job's place in its queue's order
+        let mut position: Vec<Option<QueuePosition>> = vec![None; self.snap.pods.len()];
+        for list in per_queue_order(jobs, self.tree.queues.len()) {
+            let n = list.len() as u32;
+            for (i, &j) in list.iter().enumerate() {
+                for &p in &jobs[j].pods {
+                    position[p as usize] = Some(QueuePosition {
+                        position: i as u32 + 1,
+                        jobs: n,
+                    });
+                }
+            }
+        }
         let mut nominated_set = vec![false; self.snap.pods.len()];
         for d in &self.out.decisions {
             if let Decision::Nominate { pod, .. } = d {
@@ -48,11 +61,15 @@ impl<'s> Cycle<'s> {
                 continue;
             }
             let note = self.notes.get(&p).cloned();
+            let evictions = self.evict_notes.remove(&p).unwrap_or_default();
+            let queue_position = position[i];
             if nominated {
                 self.out.explanations.push(Explanation {
                     pod: p,
                     verdict: Verdict::Unschedulable,
                     reasons: vec![note.unwrap_or(PendingReason::Nominated)],
+                    evictions,
+                    queue_position,
                 });
                 continue;
             }
@@ -77,6 +94,8 @@ impl<'s> Cycle<'s> {
                 pod: p,
                 verdict,
                 reasons,
+                evictions,
+                queue_position,
             });
         }
     }
@@ -93,8 +112,32 @@ fn diagnose(
     let mut reasons: BTreeMap<NodeReason, u32> = sig.rejects.clone();
     let mut ever_fits = false;
     let mut fits_now = 0u32;
+    // (free whole GPUs, most free on one GPU, node) of the nearest node
+    let mut nearest: Option<(u32, u32, NodeId)> = None;
     for &n in &sig.ok_list {
         let node = cs.node(n);
+        if !pod.gpu.is_none() {
+            let st = cs.get(n);
+            let allowed = (0..st.gpu_free_milli.len()).filter(|&g| cs.gpu_allowed(pod, n, g));
+            let (mut whole, mut best) = (0u32, 0u32);
+            for g in allowed {
+                let m = st.gpu_free_milli[g];
+                if u64::from(m) == gpusched_model::GPU_MILLI {
+                    whole += 1;
+                }
+                best = best.max(m);
+            }
+            let better = match nearest {
+                None => true,
+                Some((w, b, _)) => match pod.gpu {
+                    GpuRequest::Share { .. } => (best, whole) > (b, w),
+                    _ => (whole, best) > (w, b),
+                },
+            };
+            if better {
+                nearest = Some((whole, best, n));
+            }
+        }
         // could it fit on the empty node?
         let mut empty_alloc = node.allocatable.clone();
         empty_alloc.gpu_milli = u64::MAX;
@@ -157,6 +200,11 @@ fn diagnose(
     let summary = NodeSummary {
         total: cs.len() as u32,
         counts: counts.into_iter().map(|(_, r, c)| (r, c)).collect(),
+        nearest: nearest.map(|(free_gpus, best_gpu_free_milli, n)| NearestNode {
+            node: cs.node(n).name.clone(),
+            free_gpus,
+            best_gpu_free_milli,
+        }),
     };
     (verdict, Some(summary))
 }

@@ -1,0 +1,250 @@
+//! `gpusched explain pod|queue`: where a pod or a queue stands and why,
+//! from the scheduler's debug endpoint (directly or through the apiserver's
+//! service proxy) or from a simulator run (`--from-sim`). The reports are
+//! the core's (`gpusched_core::report`); this module fetches and prints.
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use gpusched_core::report::{self, CycleView, PodReport, QueueReport};
+use gpusched_core::{CycleOutput, Snapshot};
+use gpusched_k8s::debug::{Fetched, Target};
+use std::path::PathBuf;
+
+/// `gpusched explain …`.
+#[derive(Subcommand, Debug)]
+pub enum ExplainCmd {
+    /// Where a pod stands: bound (node, GPUs, share, topology) or why it
+    /// is pending (node reasons, queue, quota, gang, preemption, what
+    /// would make it fit).
+    Pod {
+        /// The pod: NAMESPACE/NAME, or NAME with --namespace (with
+        /// --from-sim: the simulator's pod name, e.g. `train-3-p0`).
+        pod: String,
+        /// Namespace of the pod when POD has none.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        #[command(flatten)]
+        source: Source,
+    },
+    /// A queue's guarantee, limit, fair share, usage, borrowed and its
+    /// pending pods by reason.
+    Queue {
+        /// The queue.
+        queue: String,
+        #[command(flatten)]
+        source: Source,
+    },
+}
+
+/// Where the report comes from, and how it is printed.
+#[derive(Args, Debug)]
+pub struct Source {
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The scheduler's HTTP address (e.g. `http://10.0.0.5:10259`); default:
+    /// through the apiserver's proxy to the scheduler's Service.
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+    /// Bearer token for the scheduler (default: the kubeconfig user's
+    /// token, if it has one).
+    #[arg(long)]
+    token: Option<String>,
+    /// Kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Namespace of the scheduler's Service (for the proxy).
+    #[arg(long, default_value = "gpusched-system")]
+    scheduler_namespace: String,
+    /// The scheduler's Service (for the proxy).
+    #[arg(long, default_value = "gpusched-scheduler-metrics")]
+    service: String,
+    /// The Service's port, by name or number (for the proxy).
+    #[arg(long, default_value = "http")]
+    port: String,
+    /// The scheduler pods' port number (for the proxy to the leader's pod
+    /// when a standby answers).
+    #[arg(long, default_value_t = 10259)]
+    pod_port: u16,
+    /// Explain from a simulator run instead of a cluster.
+    #[arg(long)]
+    from_sim: bool,
+    /// With --from-sim: the last cycle at or before this virtual time
+    /// (e.g. `90m`); default: the last cycle that saw the pod (the last
+    /// cycle for a queue).
+    #[arg(long, value_name = "TIME", requires = "from_sim")]
+    at: Option<String>,
+    /// With --from-sim: cluster file (default: the embedded mixed cluster).
+    #[arg(long, value_name = "FILE", requires = "from_sim")]
+    cluster: Option<PathBuf>,
+    /// With --from-sim: workload file (default: the embedded mixed workload).
+    #[arg(long, value_name = "FILE", requires = "from_sim")]
+    workload: Option<PathBuf>,
+    /// With --from-sim: seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// With --from-sim: scheduler configuration (YAML).
+    #[arg(long, value_name = "FILE", requires = "from_sim")]
+    config: Option<PathBuf>,
+    /// With --from-sim: packing policy (overrides the configuration's).
+    #[arg(long, value_name = "NAME", requires = "from_sim")]
+    policy: Option<String>,
+}
+
+pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
+    match cmd {
+        ExplainCmd::Pod {
+            pod,
+            namespace,
+            source,
+        } => {
+            let r: PodReport = if source.from_sim {
+                let name = pod.clone();
+                let (snap, out, now) = simulate(&source, Some(&pod))?;
+                let view = CycleView {
+                    snapshot: &snap,
+                    output: &out,
+                    now_ms: now,
+                };
+                report::pod_report(&view, &name).with_context(|| {
+                    format!(
+                        "pod {name} is not in the simulator's cycle at t={} (not arrived yet, or finished)",
+                        gpusched_model::duration::fmt_duration(now)
+                    )
+                })?
+            } else {
+                let key = match pod.split_once('/') {
+                    Some(_) => pod.clone(),
+                    None => format!("{namespace}/{pod}"),
+                };
+                fetch_json(&source, &format!("/debug/pods/{key}"))?
+            };
+            print(&r, source.json)
+        }
+        ExplainCmd::Queue { queue, source } => {
+            let r: QueueReport = if source.from_sim {
+                let (snap, out, now) = simulate(&source, None)?;
+                let view = CycleView {
+                    snapshot: &snap,
+                    output: &out,
+                    now_ms: now,
+                };
+                report::queue_report(&view, &queue)
+                    .with_context(|| format!("queue {queue} is not in the simulation"))?
+            } else {
+                fetch_json(&source, &format!("/debug/queues/{queue}"))?
+            };
+            print(&r, source.json)
+        }
+    }
+}
+
+fn print<T: serde::Serialize + std::fmt::Display>(r: &T, json: bool) -> anyhow::Result<()> {
+    use std::io::Write;
+    let text = if json {
+        serde_json::to_string_pretty(r)? + "\n"
+    } else {
+        r.to_string()
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow::Result<T> {
+    let target = match &s.endpoint {
+        Some(url) => Target::Endpoint {
+            url: url.clone(),
+            token: s.token.clone(),
+        },
+        None => Target::Proxy {
+            namespace: s.scheduler_namespace.clone(),
+            service: s.service.clone(),
+            port: s.port.clone(),
+            pod_port: s.pod_port,
+            token: s.token.clone(),
+        },
+    };
+    let fetched: Fetched =
+        gpusched_k8s::debug::fetch_blocking(target, s.kubeconfig.as_deref(), path)?;
+    if fetched.status != 200 {
+        let msg = serde_json::from_str::<serde_json::Value>(&fetched.body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+            .unwrap_or_else(|| fetched.body.trim().to_string());
+        let hint = match fetched.status {
+            401 => " (pass --token, or use a kubeconfig user with a bearer token)",
+            403 => " (bind the gpusched-debug-reader ClusterRole; docs/explain.md)",
+            _ => "",
+        };
+        bail!("the scheduler answered {}: {msg}{hint}", fetched.status);
+    }
+    serde_json::from_str(&fetched.body)
+        .with_context(|| format!("the scheduler's answer to {path} is not a report"))
+}
+
+/// Keeps the cycle to explain from.
+struct Keep<'a> {
+    pod: Option<&'a str>,
+    at: Option<u64>,
+    kept: Option<(Snapshot, CycleOutput, u64)>,
+}
+
+impl gpusched_sim::Hooks for Keep<'_> {
+    fn cycle_seen(&mut self, now_ms: u64, snap: &Snapshot, out: &CycleOutput) {
+        if self.at.is_some_and(|a| now_ms > a) {
+            return;
+        }
+        // without --at, a pod's last cycle is the last one that saw it
+        if self.at.is_none()
+            && let Some(p) = self.pod
+            && !snap.pods.iter().any(|s| s.pod.name == p)
+        {
+            return;
+        }
+        self.kept = Some((snap.clone(), out.clone(), now_ms));
+    }
+}
+
+fn simulate(s: &Source, pod: Option<&str>) -> anyhow::Result<(Snapshot, CycleOutput, u64)> {
+    let mut scenario =
+        gpusched_sim::load::scenario_files(s.cluster.as_deref(), s.workload.as_deref(), s.seed)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let at = match &s.at {
+        Some(t) => Some(
+            gpusched_sim::workload::parse_duration_ms(t)
+                .map_err(|e| anyhow::anyhow!("--at: {e}"))?,
+        ),
+        None => None,
+    };
+    if let Some(a) = at {
+        scenario.settings.until_ms = Some(a);
+    }
+    let cfg = match &s.config {
+        Some(p) => {
+            let text = gpusched_sim::load::read(p)?;
+            Some(
+                gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
+        }
+        None => None,
+    };
+    let mut scheduler = gpusched_sim::sched::build(cfg.as_ref(), s.policy.as_deref())
+        .map_err(|e| anyhow::anyhow!("scheduler configuration: {e}"))?;
+    let mut keep = Keep {
+        pod,
+        at,
+        kept: None,
+    };
+    gpusched_sim::run(&scenario, &mut scheduler, s.seed, &mut keep);
+    match keep.kept {
+        Some(k) => Ok(k),
+        None => match (pod, at) {
+            (Some(p), None) => bail!("no cycle of the simulation saw pod {p}"),
+            _ => bail!("no cycle ran before --at"),
+        },
+    }
+}

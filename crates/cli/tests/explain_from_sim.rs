@@ -1,0 +1,156 @@
+//! `gpusched explain … --from-sim`: the binary runs the simulator to a time
+//! and prints the core's report of that cycle.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A fresh directory with a three-node cluster and a workload where
+/// `capped` is at its limit (a 2-GPU job waits on quota) and a gang of
+/// three 8-GPU pods cannot fit the 20 GPUs left over (two whole nodes).
+fn scenario() -> (PathBuf, PathBuf) {
+    // one directory per call: the tests run in parallel threads
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "gpusched-explain-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cluster = dir.join("cluster.yaml");
+    std::fs::write(
+        &cluster,
+        "nodes:
+  - name: node
+    count: 3
+    cpu: \"64\"
+    memory: 512Gi
+    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch}
+",
+    )
+    .unwrap();
+    let workload = dir.join("workload.yaml");
+    std::fs::write(
+        &workload,
+        "name: explain
+queues:
+  - name: capped
+    limit: {cpu: \"1000\", memory: 100Ti, nvidia.com/gpu: \"4\"}
+  - name: research
+jobs:
+  - name: base
+    queue: capped
+    duration: 3h
+    requests: {cpu: \"4\", memory: 32Gi, nvidia.com/gpu: \"4\"}
+  - name: more
+    queue: capped
+    arrival: 1m
+    duration: 1h
+    requests: {cpu: \"4\", memory: 32Gi, nvidia.com/gpu: \"2\"}
+  - name: wide
+    queue: research
+    arrival: 2m
+    duration: 1h
+    pods: 3
+    gang: {min_member: 3, timeout: 1h}
+    requests: {cpu: \"4\", memory: 32Gi, nvidia.com/gpu: \"8\"}
+",
+    )
+    .unwrap();
+    (cluster, workload)
+}
+
+fn explain(args: &[&str]) -> (bool, String, String) {
+    let (cluster, workload) = scenario();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpusched"))
+        .arg("explain")
+        .args(args)
+        .arg("--from-sim")
+        .arg("--cluster")
+        .arg(&cluster)
+        .arg("--workload")
+        .arg(&workload)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(cluster.parent().unwrap());
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_quota_pending_pod_from_the_simulator() {
+    let (ok, out, err) = explain(&["pod", "more-p0", "--at", "10m", "--json"]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pod"], "more-p0");
+    assert_eq!(v["queue"], "capped");
+    let p = &v["status"]["Pending"];
+    let quota = p["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|r| r.get("Quota"))
+        .unwrap_or_else(|| panic!("{p}"));
+    assert_eq!(quota["queue"], "capped");
+    assert_eq!(quota["dimension"], "Gpu");
+    assert_eq!(quota["would_use"], 6000);
+    assert_eq!(quota["cap"], 4000);
+    assert_eq!(v["at_ms"], 600_000, "the last cycle at or before 10m");
+    // the text form says the same in words
+    let (ok, text, err) = explain(&["pod", "more-p0", "--at", "10m"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains("queue \"capped\" would exceed its limit on nvidia.com/gpu (6000 of 4000)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fits once queue \"capped\" uses 2 GPU less"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_gang_that_does_not_fit_and_its_queue_from_the_simulator() {
+    // at 4m (before the 5 min after which nodes are reserved for it)
+    let (ok, out, err) = explain(&["pod", "wide-p1", "--at", "4m", "--json"]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let g = &v["gang"];
+    assert_eq!(g["min_member"], 3);
+    assert_eq!(g["pending"], 3);
+    assert_eq!(g["running"], 0);
+    // 1h from its arrival at 2m, seen at 4m
+    assert_eq!(g["timeout_left_ms"], 58 * 60_000);
+    let reasons = v["status"]["Pending"]["reasons"].as_array().unwrap();
+    let short = reasons
+        .iter()
+        .find_map(|r| r.get("GangShort"))
+        .unwrap_or_else(|| panic!("{reasons:?}"));
+    assert_eq!(short["need"], 3);
+    assert_eq!(
+        short["fit"], 2,
+        "two empty nodes, the third has 4 GPUs used"
+    );
+
+    let (ok, text, err) = explain(&["queue", "capped", "--at", "10m"]);
+    assert!(ok, "{err}");
+    assert!(text.contains("queue capped"), "{text}");
+    assert!(text.contains("limit       gpu 4"), "{text}");
+    assert!(text.contains("usage       gpu 4"), "{text}");
+    assert!(text.contains("1 Quota"), "{text}");
+}
+
+#[test]
+fn an_unknown_pod_is_a_clear_error() {
+    let (ok, _, err) = explain(&["pod", "nope-p0", "--at", "10m"]);
+    assert!(!ok);
+    assert!(
+        err.contains("pod nope-p0 is not in the simulator's cycle at t=10m"),
+        "{err}"
+    );
+}

@@ -1,0 +1,313 @@
+//! `gpusched explain`'s reports, built from real cycles on small clusters.
+
+use gpusched_core::report::{CycleView, Hint, PodStatus, pod_report, queue_report};
+use gpusched_core::*;
+use gpusched_model::*;
+use gpusched_testkit::*;
+
+fn sched() -> Scheduler {
+    Scheduler::new(
+        SchedulerOptions::default(),
+        Vec::new(),
+        Box::new(TestBestFit),
+    )
+}
+
+fn report(snap: &Snapshot, out: &CycleOutput, now: u64, name: &str) -> report::PodReport {
+    let r = pod_report(
+        &CycleView {
+            snapshot: snap,
+            output: out,
+            now_ms: now,
+        },
+        name,
+    )
+    .unwrap_or_else(|| panic!("no report for {name}"));
+    // the report survives JSON (the debug endpoint's format) unchanged
+    let back: report::PodReport =
+        serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    assert_eq!(back, r);
+    r
+}
+
+#[test]
+fn a_pod_pending_on_quota_names_the_queue_and_the_dimension() {
+    let mut org = queue("org");
+    org.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 4000));
+    let mut team = queue("team");
+    team.parent = Some("org".into());
+    let mut snap = snapshot(
+        vec![node("a").gpus(8).build()],
+        vec![org, team],
+        vec![],
+        vec![
+            pod("r1").gpus(3).queue("team").build(),
+            pod("big").gpus(2).queue("team").arrival(5).build(),
+        ],
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 0, 1);
+    apply(&mut snap, &out, 0);
+    let out = s.cycle(&snap, 10, 2);
+    let r = report(&snap, &out, 10, "big");
+    let PodStatus::Pending {
+        reasons,
+        queue_position,
+        evictions,
+        ..
+    } = &r.status
+    else {
+        panic!("{r:?}")
+    };
+    let Some(PendingReason::Quota(v)) = reasons.last() else {
+        panic!("{reasons:?}")
+    };
+    assert_eq!(v.queue, "org");
+    assert_eq!(v.dimension, ResourceKind::Gpu);
+    assert_eq!((v.would_use, v.cap), (5000, 4000));
+    assert_eq!(
+        *queue_position,
+        Some(QueuePosition {
+            position: 1,
+            jobs: 1
+        })
+    );
+    // neither pass evicts for a job whose own queue's quota blocks it
+    assert!(
+        evictions
+            .iter()
+            .all(|a| matches!(&a.outcome, EvictionOutcome::Skipped(EvictionSkip::Quota(q)) if q.queue == "org")),
+        "{evictions:?}"
+    );
+    assert_eq!(evictions.len(), 2, "{evictions:?}");
+    // the queue, then its parent, with the parent's usage and limit
+    let names: Vec<&str> = r.queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, vec!["team", "org"]);
+    assert_eq!(r.queues[1].usage.gpu_milli, 3000);
+    assert_eq!(r.queues[1].limit.as_ref().unwrap().gpu_milli, 4000);
+    assert!(r.hints.contains(&Hint::QueueFrees {
+        queue: "org".into(),
+        dimension: ResourceKind::Gpu,
+        amount: 1000,
+    }));
+    let text = r.to_string();
+    assert!(
+        text.contains("fits once queue \"org\" uses 1 GPU less"),
+        "{text}"
+    );
+    assert!(text.contains("queue position: 1 of 1"), "{text}");
+
+    let q = queue_report(
+        &CycleView {
+            snapshot: &snap,
+            output: &out,
+            now_ms: 10,
+        },
+        "team",
+    )
+    .unwrap();
+    assert_eq!(q.running_pods, 1);
+    assert_eq!(q.pending_by_reason.get("Quota"), Some(&1));
+    assert_eq!(q.ancestors.len(), 1);
+    assert_eq!(q.queue.usage.gpu_milli, 3000);
+    assert_eq!(
+        q.queue.borrowed.gpu_milli, 3000,
+        "no guarantee: all borrowed"
+    );
+}
+
+#[test]
+fn gang_reports_members_present_and_needed_and_timeout_left() {
+    let mut g = gang("g", "default", 4);
+    g.schedule_timeout_ms = Some(60_000);
+    let snap = snapshot(
+        vec![node("a").gpus(8).build()],
+        vec![queue("default")],
+        vec![g],
+        vec![
+            pod("g-0").gpus(1).group("g").arrival(1000).build(),
+            pod("g-1").gpus(1).group("g").arrival(2000).build(),
+        ],
+    );
+    let out = sched().cycle(&snap, 11_000, 1);
+    let r = report(&snap, &out, 11_000, "g-1");
+    let PodStatus::Pending { reasons, .. } = &r.status else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        reasons.last(),
+        Some(&PendingReason::GangIncomplete {
+            group: "g".into(),
+            have: 2,
+            need: 4
+        })
+    );
+    let gs = r.gang.as_ref().unwrap();
+    assert_eq!((gs.min_member, gs.pending, gs.running), (4, 2, 0));
+    assert_eq!(gs.phase, Some(GroupPhase::Pending));
+    // 60 s from the first member's arrival at 1 s, seen at 11 s
+    assert_eq!(gs.timeout_left_ms, Some(50_000));
+    assert!(r.hints.contains(&Hint::MoreMembers {
+        group: "g".into(),
+        missing: 2
+    }));
+}
+
+#[test]
+fn gang_short_on_a_topology_domain_says_how_many_gpus_on_one_domain() {
+    let mut g = gang("g", "default", 2);
+    g.topology = Some(TopologyConstraint {
+        level: TopologyLevel::NvlinkDomain,
+        required: true,
+    });
+    let mut snap = snapshot(
+        vec![
+            node("a").gpus(4).nvlink_domain("d1").build(),
+            node("b").gpus(4).nvlink_domain("d2").build(),
+        ],
+        vec![queue("default")],
+        vec![g],
+        vec![pod("x").gpus(3).build(), pod("y").gpus(3).build()],
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 0, 1);
+    apply(&mut snap, &out, 0);
+    for n in ["g-0", "g-1"] {
+        snap.pods.push(PodState::pending(
+            pod(n).gpus(2).group("g").arrival(5).build(),
+        ));
+    }
+    let out = s.cycle(&snap, 10, 2);
+    let r = report(&snap, &out, 10, "g-0");
+    let PodStatus::Pending {
+        reasons, evictions, ..
+    } = &r.status
+    else {
+        panic!("{r:?}")
+    };
+    assert!(
+        reasons
+            .iter()
+            .any(|x| matches!(x, PendingReason::NoTopologyDomain { need: 2, .. })),
+        "{reasons:?}"
+    );
+    assert!(
+        evictions.iter().any(|a| a.kind == EvictionKind::Preempt
+            && a.outcome == EvictionOutcome::Skipped(EvictionSkip::RequiredTopology)),
+        "{evictions:?}"
+    );
+    let h = r
+        .hints
+        .iter()
+        .find(|h| matches!(h, Hint::FreeGpusInOneDomain { .. }))
+        .unwrap();
+    assert_eq!(
+        h,
+        &Hint::FreeGpusInOneDomain {
+            level: TopologyLevel::NvlinkDomain,
+            gpus: 4000,
+            best: Some(("d1".into(), 1000)),
+        }
+    );
+    assert!(
+        h.to_string()
+            .starts_with("fits if 4 GPU(s) are free on one NVLink domain"),
+        "{h}"
+    );
+}
+
+#[test]
+fn a_rejected_preemption_candidate_reports_why() {
+    // node a: a higher-priority pod (no victim); node b: a lower-priority
+    // 1-GPU pod, but b has only 2 GPUs (evicting it cannot make room for 4)
+    let mut s = sched();
+    // a pod too big for b: a has no victims, b not enough even if empty
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build(), node("b").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("high").gpus(4).priority(20).build(),
+            pod("low").gpus(1).priority(0).build(),
+        ],
+    );
+    let out = s.cycle(&snap, 0, 1);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("wide").gpus(3).priority(10).arrival(5).build(),
+    ));
+    let out = s.cycle(&snap, 10, 2);
+    assert!(evictions(&snap, &out).is_empty());
+    let r = report(&snap, &out, 10, "wide");
+    let PodStatus::Pending {
+        evictions, verdict, ..
+    } = &r.status
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(*verdict, Some(Verdict::Unschedulable));
+    let pre = evictions
+        .iter()
+        .find(|a| a.kind == EvictionKind::Preempt)
+        .unwrap();
+    assert_eq!(
+        pre.outcome,
+        EvictionOutcome::NoNode {
+            pod: "wide".into(),
+            considered: 2,
+            counts: vec![
+                (CandidateRejection::NoVictims, 1),
+                (CandidateRejection::NotEnoughGpus, 1)
+            ],
+        }
+    );
+    assert_eq!(
+        pre.to_string(),
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, \
+         1 Preemption is not helpful for scheduling (too few GPUs even with every candidate victim evicted)."
+    );
+    // reclaim: one queue only, so nothing is below its share for it
+    assert!(
+        evictions.iter().any(|a| a.kind == EvictionKind::Reclaim),
+        "{evictions:?}"
+    );
+    let h = r
+        .hints
+        .iter()
+        .find(|h| matches!(h, Hint::FreeGpusOnOneNode { .. }))
+        .unwrap();
+    let Hint::FreeGpusOnOneNode { gpus, nearest } = h else {
+        unreachable!()
+    };
+    assert_eq!(*gpus, 3);
+    let nearest = nearest.as_ref().unwrap();
+    assert_eq!((nearest.node.as_str(), nearest.free_gpus), ("b", 1));
+}
+
+#[test]
+fn a_bound_pod_reports_node_gpus_and_topology_score() {
+    let snap = snapshot(
+        vec![node("a").gpus(8).nvswitch().build()],
+        vec![queue("default")],
+        vec![],
+        vec![pod("p").gpus(4).build()],
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 0, 1);
+    // the cycle's own decision: binding
+    let r = report(&snap, &out, 0, "p");
+    assert!(matches!(r.status, PodStatus::Binding { .. }), "{r:?}");
+    let mut snap2 = snap.clone();
+    apply(&mut snap2, &out, 0);
+    let out2 = s.cycle(&snap2, 5, 2);
+    let r = report(&snap2, &out2, 5, "p");
+    let PodStatus::Bound { placement, .. } = &r.status else {
+        panic!("{r:?}")
+    };
+    assert_eq!(placement.node, "a");
+    assert_eq!(placement.gpus.len(), 4);
+    let t = placement.topology.unwrap();
+    assert_eq!(t.cost, t.ideal, "four GPUs of one NVSwitch domain");
+    assert!(r.hints.is_empty());
+    assert!(r.to_string().contains("status: Bound"), "{r}");
+}

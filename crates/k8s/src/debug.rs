@@ -1,0 +1,658 @@
+//! The scheduler's HTTP server: `/healthz` and `/readyz` (open), `/metrics`
+//! and the read-only debug endpoint behind delegated authentication:
+//!
+//! - `GET /debug/pods/NAMESPACE/NAME`: the pod's [`PodReport`] (JSON);
+//! - `GET /debug/queues/NAME`: the queue's [`QueueReport`] (JSON);
+//!
+//! both from the leader's latest cycle. A standby answers 503 naming the
+//! leader (the lease holder, which is the leader's pod name).
+//!
+//! With [`HttpAuth::Delegated`] a request to `/metrics` or `/debug/…` needs
+//! a bearer token: the apiserver authenticates it (TokenReview) and
+//! authorizes `get` on the request's path as a non-resource URL
+//! (SubjectAccessReview), as kube-scheduler's own secure port does. Missing
+//! or invalid token: 401; not allowed: 403. Answers are cached for 10 s.
+//!
+//! [`fetch`] is the client side (the CLI's `gpusched explain`).
+
+use crate::metrics::Metrics;
+use crate::watch::Shared;
+use crate::world::{Built, Problem};
+use anyhow::Context;
+use gpusched_core::CycleOutput;
+use gpusched_core::report::{self, CycleView, PodReport, PodStatus};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How `/metrics` and `/debug/…` are protected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HttpAuth {
+    /// Open to anyone who reaches the port.
+    #[default]
+    None,
+    /// Bearer token checked with a TokenReview, `get` on the path checked
+    /// with a SubjectAccessReview.
+    Delegated,
+}
+
+impl std::str::FromStr for HttpAuth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(HttpAuth::None),
+            "delegated" => Ok(HttpAuth::Delegated),
+            _ => Err(format!("--http-auth {s:?}: expected delegated or none")),
+        }
+    }
+}
+
+/// Header the CLI also sends its token in: the apiserver's service proxy
+/// drops `Authorization` after authenticating the caller, so a request
+/// through it reaches the scheduler without one.
+pub const FORWARDED_AUTH_HEADER: &str = "x-gpusched-authorization";
+
+/// How long an authentication + authorization answer is reused.
+const AUTH_TTL: Duration = Duration::from_secs(10);
+/// At most this many cached answers (the cache is cleared when full).
+const AUTH_CACHE_MAX: usize = 1024;
+
+/// The last cycle of the leader.
+struct Latest {
+    built: Built,
+    out: CycleOutput,
+    now_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Verdict {
+    Allowed,
+    Unauthenticated(String),
+    Forbidden(String),
+}
+
+/// The HTTP server's state, shared with the scheduler loop.
+pub struct Server {
+    metrics: Arc<Metrics>,
+    /// Every required watch has listed.
+    pub ready: AtomicBool,
+    /// This replica holds the lease.
+    pub leader: AtomicBool,
+    latest: Mutex<Option<Arc<Latest>>>,
+    auth: HttpAuth,
+    client: Client,
+    shared: Shared,
+    lease: Option<(String, String)>,
+    cache: Mutex<BTreeMap<(String, String), (Instant, Verdict)>>,
+}
+
+fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn error(
+    code: StatusCode,
+    msg: impl Into<String>,
+    leader: Option<String>,
+) -> Response<Full<Bytes>> {
+    let mut v = json!({"error": msg.into()});
+    if let Some(l) = leader {
+        v["leader"] = json!(l);
+    }
+    reply(code, "application/json", format!("{v}\n"))
+}
+
+fn bearer(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim().split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
+}
+
+impl Server {
+    /// A server for `client`'s cluster; `lease`: `(namespace, name)` of the
+    /// leader lease, to name the leader from a standby.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        auth: HttpAuth,
+        client: Client,
+        shared: Shared,
+        lease: Option<(String, String)>,
+        leader: bool,
+    ) -> Self {
+        Server {
+            metrics,
+            ready: AtomicBool::new(false),
+            leader: AtomicBool::new(leader),
+            latest: Mutex::new(None),
+            auth,
+            client,
+            shared,
+            lease,
+            cache: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Keeps a cycle's input and output for the debug endpoint.
+    pub fn publish(&self, built: Built, out: CycleOutput, now_ms: u64) {
+        let new = Arc::new(Latest { built, out, now_ms });
+        // the old one is dropped after the lock is released
+        let old = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(new);
+        drop(old);
+    }
+
+    fn latest(&self) -> Option<Arc<Latest>> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Answers one request.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_string();
+        match path.as_str() {
+            "/healthz" => return reply(StatusCode::OK, "text/plain", "ok\n".into()),
+            "/readyz" if self.ready.load(Ordering::SeqCst) => {
+                let body = if self.leader.load(Ordering::SeqCst) {
+                    "ready (leader)\n"
+                } else {
+                    "ready (standby)\n"
+                };
+                return reply(StatusCode::OK, "text/plain", body.into());
+            }
+            "/readyz" => {
+                return reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "watches not synced\n".into(),
+                );
+            }
+            _ => {}
+        }
+        let protected = path == "/metrics" || path.starts_with("/debug/");
+        if !protected {
+            return reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
+        if req.method() != hyper::Method::GET {
+            return error(StatusCode::METHOD_NOT_ALLOWED, "only GET", None);
+        }
+        if self.auth == HttpAuth::Delegated {
+            let h = req.headers();
+            let token = [hyper::header::AUTHORIZATION.as_str(), FORWARDED_AUTH_HEADER]
+                .iter()
+                .find_map(|name| h.get(*name)?.to_str().ok().and_then(bearer))
+                .map(str::to_string);
+            let verdict = match token {
+                None => Verdict::Unauthenticated("a bearer token is required".into()),
+                Some(t) => self.authorize(&t, &path).await,
+            };
+            match verdict {
+                Verdict::Allowed => {}
+                Verdict::Unauthenticated(m) => {
+                    return error(StatusCode::UNAUTHORIZED, m, None);
+                }
+                Verdict::Forbidden(m) => return error(StatusCode::FORBIDDEN, m, None),
+            }
+        }
+        if path == "/metrics" {
+            return reply(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.metrics.render(),
+            );
+        }
+        self.debug(&path).await
+    }
+
+    async fn leader_name(&self) -> Option<String> {
+        let (ns, name) = self.lease.as_ref()?;
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), ns);
+        api.get_opt(name).await.ok()??.spec?.holder_identity
+    }
+
+    async fn debug(&self, path: &str) -> Response<Full<Bytes>> {
+        let rest = &path["/debug/".len()..];
+        let parts: Vec<&str> = rest.split('/').collect();
+        let route = match parts.as_slice() {
+            ["pods", ns, name] if !ns.is_empty() && !name.is_empty() => {
+                Some((true, format!("{ns}/{name}")))
+            }
+            ["queues", name] if !name.is_empty() => Some((false, name.to_string())),
+            _ => None,
+        };
+        let Some((is_pod, key)) = route else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "unknown debug path {path:?}: use /debug/pods/NAMESPACE/NAME or /debug/queues/NAME"
+                ),
+                None,
+            );
+        };
+        if !self.leader.load(Ordering::SeqCst) {
+            let leader = self.leader_name().await;
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                match &leader {
+                    Some(l) => format!("this replica is a standby; ask the leader {l}"),
+                    None => "this replica is a standby; the leader is not known".into(),
+                },
+                leader,
+            );
+        }
+        let Some(latest) = self.latest() else {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no cycle has run yet (watches still listing?)",
+                None,
+            );
+        };
+        let view = CycleView {
+            snapshot: &latest.built.snapshot,
+            output: &latest.out,
+            now_ms: latest.now_ms,
+        };
+        let body = if is_pod {
+            match self.pod(&latest, &view, &key) {
+                Some(r) => serde_json::to_string_pretty(&r),
+                None => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "pod {key} is not in the last cycle (not found, or pending for another scheduler)"
+                        ),
+                        None,
+                    );
+                }
+            }
+        } else {
+            match self.queue(&latest, &view, &key) {
+                Some(r) => serde_json::to_string_pretty(&r),
+                None => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!("queue {key} is not in the last cycle"),
+                        None,
+                    );
+                }
+            }
+        };
+        match body {
+            Ok(b) => reply(StatusCode::OK, "application/json", b + "\n"),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string(), None),
+        }
+    }
+
+    fn queue_label(&self, uid: &str) -> String {
+        self.shared
+            .with(|w| w.pod(uid).and_then(|v| v.queue_label.clone()))
+            .unwrap_or_else(|| crate::translate::DEFAULT_QUEUE.to_string())
+    }
+
+    fn pod(&self, latest: &Latest, view: &CycleView<'_>, key: &str) -> Option<PodReport> {
+        if let Some(i) = latest
+            .built
+            .pods
+            .iter()
+            .position(|p| format!("{}/{}", p.namespace, p.name) == key)
+        {
+            let name = &latest.built.snapshot.pods.get(i)?.pod.name;
+            return report::pod_report(view, name);
+        }
+        latest.built.problems.iter().find_map(|p| {
+            let (pod, status) = match p {
+                Problem::GatedPod { pod, gates } => (
+                    pod,
+                    PodStatus::Gated {
+                        gates: gates.clone(),
+                    },
+                ),
+                Problem::InvalidPod { pod, error } => (
+                    pod,
+                    PodStatus::Invalid {
+                        error: error.clone(),
+                    },
+                ),
+                _ => return None,
+            };
+            (format!("{}/{}", pod.namespace, pod.name) == key).then(|| {
+                PodReport::outside(
+                    key.to_string(),
+                    self.queue_label(&pod.uid),
+                    status,
+                    latest.now_ms,
+                )
+            })
+        })
+    }
+
+    fn queue(
+        &self,
+        latest: &Latest,
+        view: &CycleView<'_>,
+        name: &str,
+    ) -> Option<report::QueueReport> {
+        let mut r = report::queue_report(view, name)?;
+        // pods the core never sees: gated and invalid ones
+        for p in &latest.built.problems {
+            let (pod, label) = match p {
+                Problem::GatedPod { pod, .. } => (pod, "SchedulingGated"),
+                Problem::InvalidPod { pod, .. } => (pod, "Invalid"),
+                _ => continue,
+            };
+            if self.queue_label(&pod.uid) == name {
+                *r.pending_by_reason.entry(label.to_string()).or_default() += 1;
+            }
+        }
+        Some(r)
+    }
+
+    async fn authorize(&self, token: &str, path: &str) -> Verdict {
+        let key = (token.to_string(), path.to_string());
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, v)) = cache.get(&key)
+                && at.elapsed() < AUTH_TTL
+            {
+                return v.clone();
+            }
+        }
+        let v = match self.review(token, path).await {
+            Ok(v) => v,
+            // an apiserver error is not cached
+            Err(e) => return Verdict::Unauthenticated(format!("could not check the token: {e:#}")),
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= AUTH_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), v.clone()));
+        v
+    }
+
+    async fn review(&self, token: &str, path: &str) -> anyhow::Result<Verdict> {
+        let tr = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let tr = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &tr)
+            .await
+            .context("TokenReview")?;
+        let status = tr.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Ok(Verdict::Unauthenticated(format!(
+                "invalid token{}",
+                status.error.map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
+        let user = status.user.unwrap_or_default();
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                uid: user.uid.clone(),
+                groups: user.groups.clone(),
+                extra: user.extra.clone(),
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(path.to_string()),
+                    verb: Some("get".into()),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sar = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &sar)
+            .await
+            .context("SubjectAccessReview")?;
+        let status = sar.status.unwrap_or_default();
+        let who = user.username.unwrap_or_default();
+        if status.allowed {
+            Ok(Verdict::Allowed)
+        } else {
+            Ok(Verdict::Forbidden(format!(
+                "user {who:?} may not get {path}{}",
+                status
+                    .reason
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )))
+        }
+    }
+}
+
+/// Serves `server` on `addr` until `stop` turns true.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    server: Arc<Server>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    tracing::info!(
+        auth = ?server.auth,
+        "serving /metrics, /debug, /healthz, /readyz on {}",
+        listener.local_addr()?
+    );
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                c = listener.accept() => c,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Ok((stream, _)) = conn else { continue };
+            let server = server.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let server = server.clone();
+                    async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Where `gpusched explain` asks.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The scheduler's HTTP address, e.g. `http://10.0.0.5:10259`.
+    Endpoint {
+        /// Base URL.
+        url: String,
+        /// Bearer token, if any.
+        token: Option<String>,
+    },
+    /// Through the apiserver's proxy to the scheduler's Service (and, if
+    /// that reaches a standby, to the leader's pod).
+    Proxy {
+        /// Namespace of the Service and the scheduler pods.
+        namespace: String,
+        /// The Service's name.
+        service: String,
+        /// The Service's port (name or number).
+        port: String,
+        /// The scheduler pods' port number (for the leader's pod when a
+        /// standby answers: the pod proxy takes numbers only).
+        pod_port: u16,
+        /// Bearer token forwarded to the scheduler (the proxy drops the
+        /// `Authorization` header), if any.
+        token: Option<String>,
+    },
+}
+
+/// One answer of the debug endpoint.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    /// HTTP status.
+    pub status: u16,
+    /// The body.
+    pub body: String,
+}
+
+async fn get(client: &Client, uri: &str, token: Option<&str>) -> anyhow::Result<Fetched> {
+    let mut b = http::Request::get(uri);
+    if let Some(t) = token {
+        b = b.header(FORWARDED_AUTH_HEADER, format!("Bearer {t}"));
+    }
+    let req = b
+        .body(kube::client::Body::empty())
+        .with_context(|| format!("request {uri}"))?;
+    let res = client
+        .send(req)
+        .await
+        .with_context(|| format!("GET {uri}"))?;
+    let status = res.status().as_u16();
+    let bytes = res
+        .into_body()
+        .collect()
+        .await
+        .with_context(|| format!("reading {uri}"))?
+        .to_bytes();
+    Ok(Fetched {
+        status,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    })
+}
+
+/// GETs `path` (e.g. `/debug/pods/ml/p0`) from the scheduler. `kube`: the
+/// client for the proxy (from the kubeconfig).
+pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow::Result<Fetched> {
+    match target {
+        Target::Endpoint { url, token } => {
+            let uri: http::Uri = url
+                .parse()
+                .with_context(|| format!("--endpoint {url:?} is not a URL"))?;
+            let mut config = kube::Config::new(uri);
+            if let Some(t) = token {
+                config.auth_info.token = Some(t.clone().into());
+            }
+            config.accept_invalid_certs = false;
+            // a standby's 503 is an answer, not a transient failure
+            config.default_retry = false;
+            let client = Client::try_from(config).context("building the HTTP client")?;
+            get(&client, path, None).await
+        }
+        Target::Proxy {
+            namespace,
+            service,
+            port,
+            pod_port,
+            token,
+        } => {
+            let client = kube.context("the service proxy needs a kubeconfig")?;
+            let uri =
+                format!("/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}");
+            let first = get(client, &uri, token.as_deref()).await?;
+            if first.status != 503 {
+                return Ok(first);
+            }
+            // a standby answered: ask the leader's pod
+            let leader = serde_json::from_str::<serde_json::Value>(&first.body)
+                .ok()
+                .and_then(|v| v.get("leader")?.as_str().map(str::to_string));
+            match leader {
+                Some(pod) => {
+                    let uri =
+                        format!("/api/v1/namespaces/{namespace}/pods/{pod}:{pod_port}/proxy{path}");
+                    get(client, &uri, token.as_deref()).await
+                }
+                None => Ok(first),
+            }
+        }
+    }
+}
+
+/// The kubeconfig user's bearer token, if it has one (a token or a token
+/// file; client certificates and exec plugins have none).
+pub async fn kubeconfig_token(path: Option<&std::path::Path>) -> Option<String> {
+    use secrecy::ExposeSecret;
+    let kc = match path {
+        Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
+        None => kube::config::Kubeconfig::read().ok()?,
+    };
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .ok()?;
+    if let Some(t) = &config.auth_info.token {
+        return Some(t.expose_secret().to_string());
+    }
+    let f = config.auth_info.token_file.as_ref()?;
+    std::fs::read_to_string(f)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// [`fetch`] on its own runtime, for the CLI: a target without a token
+/// gets the kubeconfig user's, if any; the proxy uses the kubeconfig.
+pub fn fetch_blocking(
+    mut target: Target,
+    kubeconfig: Option<&std::path::Path>,
+    path: &str,
+) -> anyhow::Result<Fetched> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let token = match &mut target {
+            Target::Endpoint { token, .. } | Target::Proxy { token, .. } => token,
+        };
+        if token.is_none() {
+            *token = kubeconfig_token(kubeconfig).await;
+        }
+        match &target {
+            Target::Endpoint { .. } => fetch(&target, None, path).await,
+            Target::Proxy { .. } => {
+                let mut config = match kubeconfig {
+                    Some(p) => {
+                        let kc = kube::config::Kubeconfig::read_from(p)
+                            .with_context(|| format!("reading kubeconfig {}", p.display()))?;
+                        kube::Config::from_custom_kubeconfig(
+                            kc,
+                            &kube::config::KubeConfigOptions::default(),
+                        )
+                        .await
+                        .with_context(|| format!("kubeconfig {}", p.display()))?
+                    }
+                    None => kube::Config::infer()
+                        .await
+                        .context("finding cluster credentials")?,
+                };
+                // a standby's 503 (passed on by the proxy) is an answer
+                config.default_retry = false;
+                let client = Client::try_from(config).context("building the API client")?;
+                fetch(&target, Some(&client), path).await
+            }
+        }
+    })
+}
