@@ -8,10 +8,12 @@
 pub mod controller;
 pub mod crd;
 pub mod decision;
+pub mod doctor;
 pub mod exec;
 pub mod kwok;
 pub mod limiter;
 pub mod metrics;
+pub mod snapshot;
 pub mod translate;
 pub mod watch;
 pub mod world;
