@@ -61,12 +61,12 @@ pub struct SnapshotFile {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// Cannot be read.
-    #[error("{file}: {source}")]
+    #[error("{file}: cannot read: {error}")]
     Io {
         /// The file.
         file: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Not a snapshot file, or a corrupt one.
     #[error("{file}: not a gpusched snapshot: {what}")]
@@ -359,12 +359,180 @@ impl Pseudo {
     }
 }
 
+/// Captures a live cluster (through `kubeconfig`, else the environment).
+pub async fn capture(
+    client: &kube::Client,
+    config: &SchedulerConfig,
+) -> anyhow::Result<SnapshotFile> {
+    let facts = crate::doctor::gather(client).await?;
+    Ok(SnapshotFile::from_facts(&facts, config))
+}
+
+/// [`capture`] on its own runtime (for the binary).
+pub fn capture_blocking(
+    kubeconfig: Option<&Path>,
+    config: &SchedulerConfig,
+) -> anyhow::Result<SnapshotFile> {
+    crate::doctor::gather::block_on(async {
+        let client = crate::controller::client(kubeconfig).await?;
+        capture(&client, config).await
+    })
+}
+
 /// Reads and checks a snapshot file.
 pub fn load(path: &Path) -> Result<SnapshotFile, SnapshotError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| SnapshotError::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| SnapshotError::Io {
         file: file.clone(),
-        source,
+        error,
     })?;
     SnapshotFile::parse(&file, &text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_core::Decision;
+    use serde_json::json;
+
+    fn facts() -> Facts {
+        let node = |name: &str, zone: &str| {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"zone": zone, "nvidia.com/gpu.product": "H100"}},
+                "spec": {},
+                "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "4"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+            .unwrap()
+        };
+        let pod = |name: &str, gpus: u32, zone: Option<&str>, node: Option<&str>| {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "team-x", "uid": format!("uid-{name}"),
+                             "creationTimestamp": "2026-12-01T10:00:00Z",
+                             "labels": {"gpusched.io/queue": "research"}},
+                "spec": {"schedulerName": "gpusched", "nodeName": node,
+                         "nodeSelector": zone.map(|z| json!({"zone": z})),
+                         "containers": [{"name": "m", "image": "x",
+                             "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+                "status": {"phase": if node.is_some() {"Running"} else {"Pending"}}
+            }))
+            .unwrap()
+        };
+        Facts {
+            nodes: vec![node("alpha", "east"), node("beta", "west")],
+            pods: vec![
+                pod("run", 2, None, Some("alpha")),
+                pod("w1", 2, Some("west"), None),
+                pod("w2", 2, None, None),
+                pod("w3", 4, Some("east"), None),
+            ],
+            queues: vec![
+                serde_json::from_value(
+                    json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+                "metadata": {"name": "research"}, "spec": {}}),
+                )
+                .unwrap(),
+            ],
+            now_ms: 1_796_119_300_000,
+            ..Facts::default()
+        }
+    }
+
+    fn binds(f: &SnapshotFile) -> Vec<(String, String, Vec<u32>)> {
+        let mut s = gpusched_plugins::config::build(&f.config).unwrap();
+        let out = s.cycle(&f.snapshot, f.captured_at_ms, 1);
+        out.decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bind { pod, node, gpus } => Some((
+                    f.snapshot.pods[*pod as usize].pod.name.clone(),
+                    f.snapshot.nodes[*node as usize].name.clone(),
+                    match gpus {
+                        gpusched_core::GpuAssignment::Whole(v) => v.clone(),
+                        _ => Vec::new(),
+                    },
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_and_redaction_keep_the_decisions() {
+        let f = SnapshotFile::from_facts(&facts(), &SchedulerConfig::default());
+        assert_eq!(f.pods.len(), 4);
+        let back = SnapshotFile::parse("x.json", &f.to_json()).unwrap();
+        assert_eq!(back, f);
+        let plain = binds(&f);
+        assert_eq!(plain.len(), 2, "{plain:?}");
+        let mut r = f.clone();
+        r.redact();
+        let text = r.to_json();
+        for secret in [
+            "team-x", "alpha", "beta", "east", "west", "uid-run", "research", "\"run\"",
+        ] {
+            assert!(!text.contains(secret), "{secret} left in the redacted file");
+        }
+        assert!(r.redacted);
+        // same decisions, names mapped one to one, GPU positions unchanged
+        let red = binds(&SnapshotFile::parse("r.json", &text).unwrap());
+        assert_eq!(red.len(), plain.len());
+        let pod_map: BTreeMap<&str, &str> = f
+            .snapshot
+            .pods
+            .iter()
+            .zip(&r.snapshot.pods)
+            .map(|(a, b)| (a.pod.name.as_str(), b.pod.name.as_str()))
+            .collect();
+        let node_map: BTreeMap<&str, &str> = f
+            .snapshot
+            .nodes
+            .iter()
+            .zip(&r.snapshot.nodes)
+            .map(|(a, b)| (a.name.as_str(), b.name.as_str()))
+            .collect();
+        for (a, b) in plain.iter().zip(&red) {
+            assert_eq!(pod_map[a.0.as_str()], b.0);
+            assert_eq!(node_map[a.1.as_str()], b.1);
+            assert_eq!(a.2, b.2);
+        }
+        // stable: redacting the same capture again gives the same file
+        let mut r2 = f.clone();
+        r2.redact();
+        assert_eq!(r2.to_json(), text);
+        assert_eq!(
+            r.pods[0].namespace,
+            r.snapshot.pods[0].pod.name.split('/').next().unwrap()
+        );
+    }
+
+    #[test]
+    fn wrong_or_corrupt_files_are_named() {
+        let f = SnapshotFile::from_facts(&facts(), &SchedulerConfig::default());
+        let err = |t: &str| SnapshotFile::parse("f.json", t).unwrap_err().to_string();
+        assert!(err("not json").contains("f.json: not a gpusched snapshot: not JSON"));
+        assert!(err(r#"{"v":1}"#).contains("no \"format\""));
+        assert!(err(r#"{"format":"other","v":1}"#).contains("\"other\""));
+        assert!(err(r#"{"format":"gpusched-snapshot","v":9}"#).contains("version 9"));
+        let mut v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        v["snapshot"]["pods"][0]["phase"]["Running"]["node"] = json!(7);
+        assert!(
+            err(&v.to_string()).contains("names node 7, there are 2"),
+            "{}",
+            err(&v.to_string())
+        );
+        let mut v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        v["pods"].as_array_mut().unwrap().pop();
+        assert!(err(&v.to_string()).contains("3 pod names for 4 pods"));
+        let mut v: serde_json::Value = serde_json::from_str(&f.to_json()).unwrap();
+        v["surprise"] = json!(1);
+        assert!(err(&v.to_string()).contains("corrupt"));
+        let missing = load(Path::new("/nonexistent/snap.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.starts_with("/nonexistent/snap.json: cannot read"),
+            "{missing}"
+        );
+    }
 }

@@ -219,6 +219,42 @@ impl Report {
     }
 }
 
+/// What `gpusched doctor` is asked.
+#[derive(Clone, Debug, Default)]
+pub struct DoctorOptions {
+    /// Kubeconfig (`None`: in-cluster, then the default).
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Report only pods of this namespace (nodes are always checked).
+    pub namespace: Option<String>,
+    /// The scheduler configuration the offline cycle runs with.
+    pub config: gpusched_plugins::SchedulerConfig,
+    /// Run the GPU probe pod.
+    pub probe: Option<probe::ProbeOptions>,
+}
+
+/// Gathers the cluster's state and runs every check (and the probe when
+/// asked).
+pub async fn diagnose(client: &kube::Client, opts: &DoctorOptions) -> anyhow::Result<Report> {
+    let facts = gather(client).await?;
+    let mut scheduler = gpusched_plugins::config::build(&opts.config)
+        .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let mut report = run(&facts, &mut scheduler, opts.namespace.as_deref());
+    if let Some(p) = &opts.probe {
+        let f = probe::run(client, p).await;
+        report.findings.push(f);
+        report = Report::new(report.summary, report.findings);
+    }
+    Ok(report)
+}
+
+/// [`diagnose`] on its own runtime (for the binary).
+pub fn diagnose_blocking(opts: &DoctorOptions) -> anyhow::Result<Report> {
+    gather::block_on(async {
+        let client = crate::controller::client(opts.kubeconfig.as_deref()).await?;
+        diagnose(&client, opts).await
+    })
+}
+
 /// Milli-GPU as GPUs (`3`, `2.5`).
 pub fn gpus_text(milli: u64) -> String {
     if milli.is_multiple_of(1000) {
