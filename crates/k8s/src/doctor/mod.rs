@@ -47,6 +47,7 @@ impl Status {
 
 /// One line of the checklist.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Finding {
     /// Which check (`gpu-resources`, `agent`, `node`, `pending`, `topology`,
     /// `leaks`, `config`, `probe`).
