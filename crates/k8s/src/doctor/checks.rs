@@ -19,6 +19,8 @@ pub const AGENT_POD_LABEL: (&str, &str) = ("app.kubernetes.io/name", "gpusched-a
 /// A pod deleted this long ago (beyond its grace period) and still there is
 /// stuck, and keeps its GPUs counted.
 pub const STUCK_TERMINATING_MS: u64 = 5 * 60 * 1000;
+/// A pod that fits now but has waited this long is not being scheduled.
+pub const FITS_NOW_GRACE_MS: u64 = 60 * 1000;
 
 /// Why a pending GPU pod waits, as doctor classifies the core's reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -717,12 +719,43 @@ fn pending(
         f.class = Some(class);
         out.push(f);
     }
-    // pods the cycle would place now are pending too, but not explained
-    let placed = cycle
-        .decisions
-        .iter()
-        .filter(|d| matches!(d, gpusched_core::Decision::Bind { .. }))
-        .count();
+    // pods the cycle would place now are pending too, but not explained: a
+    // scheduler that runs binds them within moments; one that waited long
+    // means no scheduler is placing them
+    let mut placed = 0;
+    for d in &cycle.decisions {
+        let gpusched_core::Decision::Bind { pod, node, .. } = d else {
+            continue;
+        };
+        let i = *pod as usize;
+        let (Some(r), Some(ps)) = (built.pods.get(i), built.snapshot.pods.get(i)) else {
+            continue;
+        };
+        placed += 1;
+        summary.pending_pods += 1;
+        let waited = facts.now_ms.saturating_sub(ps.pod.arrival_ms);
+        if waited < FITS_NOW_GRACE_MS || !in_ns(namespace, &r.namespace) {
+            continue;
+        }
+        let mut f = Finding::new(
+            "pending",
+            Status::Warn,
+            format!("pod/{}/{}", r.namespace, r.name),
+            format!(
+                "pending for {} s although it fits now (the scheduler would bind it to {})",
+                waited / 1000,
+                built
+                    .snapshot
+                    .nodes
+                    .get(*node as usize)
+                    .map(|n| n.name.as_str())
+                    .unwrap_or("?")
+            ),
+            PendingClass::FitsNow.hint(),
+        );
+        f.class = Some(PendingClass::FitsNow);
+        out.push(f);
+    }
     if out.len() == before {
         out.push(Finding::new(
             "pending",

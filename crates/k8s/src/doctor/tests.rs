@@ -238,6 +238,22 @@ fn a_healthy_cluster_exits_zero() {
     let r = run_on(&f);
     assert_eq!(r.exit_code, 0, "{}", r.render());
     assert!(r.healthy);
+    // a pod that fits but waited minutes: nobody schedules it
+    let mut waiting = f.clone();
+    waiting.pods.push(obj(pod("stale", 1, json!({}))));
+    let r = run_on(&waiting);
+    let stale = find(&r, "pending", "pod/ml/stale");
+    assert_eq!(stale[0].class, Some(PendingClass::FitsNow), "{stale:#?}");
+    assert!(stale[0].message.contains("would bind it to gpu-a"));
+    assert_eq!(r.summary.pending_pods, 1);
+    // one created just now is not reported (the scheduler binds it shortly)
+    let mut fresh = f.clone();
+    fresh.pods.push(obj(pod("fresh", 1, json!({}))));
+    fresh.now_ms = 1_796_119_200_000 + 5_000;
+    let r = run_on(&fresh);
+    assert!(find(&r, "pending", "pod/ml/fresh").is_empty());
+    assert_eq!(r.summary.pending_pods, 1);
+    assert_eq!(r.exit_code, 0);
     // a pod that fits is not a problem; one too big for any node is
     f.pods.push(obj(pod("big", 16, json!({}))));
     let r = run_on(&f);
