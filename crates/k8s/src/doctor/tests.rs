@@ -285,3 +285,20 @@ fn namespace_filter_keeps_node_checks_and_drops_other_pods() {
     assert_eq!(r.summary.pending_pods, 4);
     assert_eq!(r.summary.leaked_milli, 3000);
 }
+
+#[test]
+fn the_probe_pod_asks_one_gpu_of_gpusched() {
+    let p: k8s_openapi::api::core::v1::Pod =
+        obj(probe::probe_pod("gpusched-doctor-probe-1", "cuda:12"));
+    let v = crate::translate::pod(&p);
+    let crate::translate::PodKind::Pending { pod, .. } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert_eq!(pod.gpu, gpusched_model::GpuRequest::Whole(1));
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert_eq!(
+        spec.containers[0].command.as_deref(),
+        Some(&["nvidia-smi".to_string(), "-L".to_string()][..])
+    );
+}
