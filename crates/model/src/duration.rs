@@ -1,8 +1,8 @@
 //! The one duration grammar of gpusched: `250ms`, `30s`, `5m`, `2h`, `1d`,
 //! combinations like `1h30m`, decimals like `1.5h`, and `0`.
 //!
-//! Used by the simulator's files and the CLI. (The node agent still has its
-//! own parser for its configuration; it should move here.)
+//! Used by the simulator's files, the CLI and the node agent's configuration
+//! (which also reads a bare whole number as seconds, for older files).
 
 use thiserror::Error;
 

@@ -20,8 +20,13 @@ pub const LABEL_POD_GROUP: &str = "gpusched.io/pod-group";
 
 /// GPU Feature Discovery vocabulary.
 pub const GFD_PRODUCT: &str = "nvidia.com/gpu.product";
+/// GPU memory in MiB (GFD).
 pub const GFD_MEMORY: &str = "nvidia.com/gpu.memory";
+/// Number of GPUs on the node (GFD).
 pub const GFD_COUNT: &str = "nvidia.com/gpu.count";
+/// Replicas advertised per GPU when shared (GFD).
 pub const GFD_REPLICAS: &str = "nvidia.com/gpu.replicas";
+/// Sharing strategy: `none`, `time-slicing` or `mps` (GFD).
 pub const GFD_SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
+/// Whether the GPUs support MIG (GFD).
 pub const GFD_MIG_CAPABLE: &str = "nvidia.com/mig.capable";

@@ -9,36 +9,47 @@ use std::collections::BTreeMap;
 /// Effect of a taint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TaintEffect {
+    /// New pods are not placed unless they tolerate it.
     NoSchedule,
+    /// Avoided when possible; not a filter.
     PreferNoSchedule,
+    /// Like `NoSchedule`; running pods are also evicted by Kubernetes.
     NoExecute,
 }
 
 /// A node taint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Taint {
+    /// Taint key.
     pub key: String,
+    /// Taint value (may be empty).
     #[serde(default)]
     pub value: String,
+    /// What the taint does.
     pub effect: TaintEffect,
 }
 
 /// A node as the scheduler sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Node {
+    /// Node name, unique in a snapshot.
     pub name: String,
+    /// Node labels (rack, block, NVLink domain, GPU model, …).
     pub labels: BTreeMap<String, String>,
+    /// Taints pods must tolerate.
     pub taints: Vec<Taint>,
     /// Allocatable CPU, memory and extended resources. The GPU dimensions
     /// are derived from [`Node::gpus`] and kept in step by
     /// [`Node::sync_gpu_allocatable`].
     pub allocatable: ResourceVec,
+    /// The node's GPUs, ordered by index.
     pub gpus: Vec<Gpu>,
     /// `spec.unschedulable` (cordoned or draining).
     pub unschedulable: bool,
 }
 
 impl Node {
+    /// A schedulable node without labels or taints; GPU allocatable is derived from `gpus`.
     pub fn new(name: impl Into<String>, allocatable: ResourceVec, gpus: Vec<Gpu>) -> Self {
         let mut n = Node {
             name: name.into(),
@@ -59,14 +70,17 @@ impl Node {
         self.allocatable.gpu_mem_mib = healthy.map(|g| g.memory_mib).sum();
     }
 
+    /// Value of a label.
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
     }
 
+    /// The rack (`gpusched.io/rack`), if labelled.
     pub fn rack(&self) -> Option<&str> {
         self.label(labels::LABEL_RACK)
     }
 
+    /// The block of racks (`gpusched.io/block`), if labelled.
     pub fn block(&self) -> Option<&str> {
         self.label(labels::LABEL_BLOCK)
     }
@@ -84,6 +98,7 @@ impl Node {
         m
     }
 
+    /// Topology of each GPU, by index.
     pub fn topos(&self) -> Vec<crate::topology::GpuTopo> {
         self.gpus.iter().map(|g| g.topo).collect()
     }

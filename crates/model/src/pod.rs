@@ -8,13 +8,19 @@ use std::collections::BTreeMap;
 /// What a pod asks of GPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum GpuRequest {
+    /// No GPU.
     #[default]
     None,
     /// `n` whole GPUs (`nvidia.com/gpu: n`).
     Whole(u32),
     /// A share of one GPU: `milli` thousandths of its compute and/or
     /// `memory_mib` of its memory (either may be zero, not both).
-    Share { milli: u32, memory_mib: u64 },
+    Share {
+        /// Thousandths of the GPU's compute (0–1000).
+        milli: u32,
+        /// GPU memory, MiB.
+        memory_mib: u64,
+    },
 }
 
 impl GpuRequest {
@@ -27,6 +33,7 @@ impl GpuRequest {
         }
     }
 
+    /// Whole GPUs asked for (0 for a share or none).
     pub fn whole(&self) -> u32 {
         match *self {
             GpuRequest::Whole(n) => n,
@@ -34,6 +41,7 @@ impl GpuRequest {
         }
     }
 
+    /// Whether no GPU is asked for.
     pub fn is_none(&self) -> bool {
         matches!(self, GpuRequest::None | GpuRequest::Whole(0))
     }
@@ -42,21 +50,30 @@ impl GpuRequest {
 /// Operator of a node selector requirement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum NodeSelectorOp {
+    /// The label's value is one of `values`.
     In,
+    /// The label is absent or its value is none of `values`.
     NotIn,
+    /// The label is present.
     Exists,
+    /// The label is absent.
     DoesNotExist,
 }
 
+/// One requirement of a node selector term (`matchExpressions` entry).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeSelectorRequirement {
+    /// Label key.
     pub key: String,
+    /// How the label is tested.
     pub operator: NodeSelectorOp,
+    /// Values for `In` / `NotIn`.
     #[serde(default)]
     pub values: Vec<String>,
 }
 
 impl NodeSelectorRequirement {
+    /// Whether a node with these labels meets the requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         let v = labels.get(&self.key);
         match self.operator {
@@ -71,29 +88,37 @@ impl NodeSelectorRequirement {
 /// Requirements ANDed together.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeSelectorTerm {
+    /// The requirements; all must hold.
     pub match_expressions: Vec<NodeSelectorRequirement>,
 }
 
 impl NodeSelectorTerm {
+    /// Whether a node with these labels meets every requirement.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.match_expressions.iter().all(|r| r.matches(labels))
     }
 }
 
+/// Operator of a toleration.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TolerationOp {
+    /// Key and value must equal the taint's.
     #[default]
     Equal,
+    /// The key must equal the taint's (or be empty: any key).
     Exists,
 }
 
 /// A toleration; `key` empty with `Exists` tolerates everything.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Toleration {
+    /// Taint key tolerated (empty with `Exists`: every key).
     #[serde(default)]
     pub key: String,
+    /// How key and value are compared.
     #[serde(default)]
     pub operator: TolerationOp,
+    /// Value compared by `Equal`.
     #[serde(default)]
     pub value: String,
     /// `None` tolerates every effect.
@@ -102,6 +127,7 @@ pub struct Toleration {
 }
 
 impl Toleration {
+    /// Whether this toleration tolerates taint `t`.
     pub fn tolerates(&self, t: &crate::node::Taint) -> bool {
         if let Some(e) = self.effect
             && e != t.effect
@@ -124,12 +150,16 @@ pub enum TopologyLevel {
     /// All members in one NVLink domain (one node, or one multi-node domain
     /// labelled `gpusched.io/nvlink-domain`).
     NvlinkDomain,
+    /// All members in one rack (`gpusched.io/rack`).
     Rack,
+    /// All members in one block of racks (`gpusched.io/block`).
     Block,
 }
 
+/// Where a gang's members must (or should) be placed together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TopologyConstraint {
+    /// The level of the domain.
     pub level: TopologyLevel,
     /// Required: never place across the level. Preferred: try, then relax.
     pub required: bool,
@@ -158,11 +188,15 @@ impl TopologyLevel {
 /// A gang: the pods that must start together.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodGroup {
+    /// Group name, unique in a snapshot.
     pub name: String,
+    /// Queue the group is charged to.
     pub queue: String,
     /// How many member pods must be placed for the group to start.
     pub min_member: u32,
+    /// Priority of the group (its members' priority when they differ).
     pub priority: i32,
+    /// Placement constraint for the members together.
     pub topology: Option<TopologyConstraint>,
     /// Milliseconds after the first member arrived before the group is
     /// reported as timed out (its members are failed by the runner).
@@ -174,20 +208,26 @@ pub struct PodGroup {
 pub struct Pod {
     /// `namespace/name`, unique in a snapshot.
     pub name: String,
+    /// Queue the pod is charged to.
     pub queue: String,
+    /// Pod group (gang) the pod belongs to, if any.
     pub group: Option<String>,
+    /// Priority (from its PriorityClass); higher is scheduled first and may preempt.
     pub priority: i32,
     /// CPU, memory and extended resources (GPU dimensions left zero; see
     /// [`Pod::gpu`]).
     pub requests: ResourceVec,
+    /// GPUs asked for.
     pub gpu: GpuRequest,
     /// Allowed GPU models; empty = any.
     pub gpu_models: Vec<String>,
     /// Minimum memory of each GPU used, in MiB.
     pub min_gpu_memory_mib: u64,
+    /// Labels a node must carry (`spec.nodeSelector`).
     pub node_selector: BTreeMap<String, String>,
     /// Required node affinity: terms ORed; empty = no constraint.
     pub affinity: Vec<NodeSelectorTerm>,
+    /// Taints the pod tolerates.
     pub tolerations: Vec<Toleration>,
     /// Virtual time (ms) the pod arrived.
     pub arrival_ms: u64,
@@ -248,6 +288,7 @@ impl Pod {
             .all(|t| self.tolerations.iter().any(|tol| tol.tolerates(t)))
     }
 
+    /// Whether the pod may run on a GPU of this model.
     pub fn allows_model(&self, model: &str) -> bool {
         self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| m == model)
     }

@@ -65,8 +65,11 @@ pub enum DecisionError {
     /// Made for another pod or node.
     #[error("annotation {ANNOTATION_DECISION} was made for {what} {expected:?}, not {actual:?}")]
     Mismatch {
+        /// What was compared: `pod` or `node`.
         what: &'static str,
+        /// The value expected here.
         expected: String,
+        /// The value the annotation names.
         actual: String,
     },
     /// Names GPUs the node does not have, or twice.

@@ -18,16 +18,35 @@ pub struct Quantity {
 /// Why a quantity string was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
+    /// The string is empty.
     #[error("empty quantity")]
     Empty,
+    /// Not a Kubernetes quantity.
     #[error("invalid quantity {input:?}: {why}")]
-    Invalid { input: String, why: &'static str },
+    Invalid {
+        /// The refused text.
+        input: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// Too large for the unit it is counted in.
     #[error("quantity {input:?} is out of range")]
-    Overflow { input: String },
+    Overflow {
+        /// The refused text.
+        input: String,
+    },
+    /// A fraction where only whole numbers are allowed.
     #[error("quantity {input:?} must be a whole number")]
-    NotInteger { input: String },
+    NotInteger {
+        /// The refused text.
+        input: String,
+    },
+    /// A negative amount.
     #[error("quantity {input:?} must not be negative")]
-    Negative { input: String },
+    Negative {
+        /// The refused text.
+        input: String,
+    },
 }
 
 const NANO: i128 = 1_000_000_000;

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 /// One queue of the queue tree.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Queue {
+    /// Queue name, unique in a snapshot.
     pub name: String,
     /// Parent queue; `None` for a child of the root.
     pub parent: Option<String>,
@@ -25,6 +26,7 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// A queue under the root with weight 1, no guarantee, no limit, borrowing and reclaimable.
     pub fn new(name: impl Into<String>) -> Self {
         Queue {
             name: name.into(),

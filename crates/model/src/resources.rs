@@ -16,10 +16,15 @@ pub const GPU_MILLI: u64 = 1000;
 /// A dimension of a [`ResourceVec`].
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ResourceKind {
+    /// CPU, milli-cores.
     Cpu,
+    /// Memory, bytes.
     Memory,
+    /// GPUs, milli-GPU.
     Gpu,
+    /// GPU memory, MiB.
     GpuMemory,
+    /// Another extended resource, by name.
     Extended(String),
 }
 
@@ -38,15 +43,21 @@ impl fmt::Display for ResourceKind {
 /// A vector of integer resource amounts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ResourceVec {
+    /// CPU, milli-cores.
     pub cpu_milli: u64,
+    /// Memory, bytes.
     pub memory: u64,
+    /// GPUs, milli-GPU (1000 = one whole GPU).
     pub gpu_milli: u64,
+    /// GPU memory, MiB.
     pub gpu_mem_mib: u64,
+    /// Other extended resources, by name, in their own integer units.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub ext: BTreeMap<String, u64>,
 }
 
 impl ResourceVec {
+    /// CPU, memory and GPU; GPU memory and extended resources zero.
     pub fn new(cpu_milli: u64, memory: u64, gpu_milli: u64) -> Self {
         ResourceVec {
             cpu_milli,
@@ -56,6 +67,7 @@ impl ResourceVec {
         }
     }
 
+    /// Whether every dimension is zero.
     pub fn is_zero(&self) -> bool {
         self.cpu_milli == 0
             && self.memory == 0
@@ -64,6 +76,7 @@ impl ResourceVec {
             && self.ext.values().all(|v| *v == 0)
     }
 
+    /// Adds `o` dimension by dimension.
     pub fn add(&mut self, o: &ResourceVec) {
         self.cpu_milli += o.cpu_milli;
         self.memory += o.memory;
@@ -87,18 +100,21 @@ impl ResourceVec {
         }
     }
 
+    /// `self + o`.
     pub fn plus(&self, o: &ResourceVec) -> ResourceVec {
         let mut r = self.clone();
         r.add(o);
         r
     }
 
+    /// `self - o`, saturating at zero per dimension.
     pub fn minus(&self, o: &ResourceVec) -> ResourceVec {
         let mut r = self.clone();
         r.sub(o);
         r
     }
 
+    /// Amount of an extended resource (0 when absent).
     pub fn ext_get(&self, name: &str) -> u64 {
         self.ext.get(name).copied().unwrap_or(0)
     }

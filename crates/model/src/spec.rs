@@ -37,6 +37,7 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
+    /// Node groups, in order.
     pub nodes: Vec<NodeGroupSpec>,
 }
 
@@ -44,31 +45,43 @@ pub struct ClusterSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeGroupSpec {
+    /// Group name; nodes are named `NAME-0`, `NAME-1`, … (or `NAME` when `count` is 1).
     pub name: String,
+    /// Number of identical nodes (default 1).
     #[serde(default = "one")]
     pub count: u32,
+    /// Allocatable CPU, as a Kubernetes quantity (`64`, `500m`).
     pub cpu: String,
+    /// Allocatable memory, as a Kubernetes quantity (`512Gi`).
     pub memory: String,
+    /// Rack label for every node (or a prefix when `nodes_per_rack` is set).
     #[serde(default)]
     pub rack: Option<String>,
+    /// Split the group into racks of this many nodes.
     #[serde(default)]
     pub nodes_per_rack: Option<u32>,
+    /// Block (group of racks) label for every node.
     #[serde(default)]
     pub block: Option<String>,
     /// Multi-node NVLink domain (e.g. an NVL72 rack).
     #[serde(default)]
     pub nvlink_domain: Option<String>,
+    /// Split the group into NVLink domains of this many nodes.
     #[serde(default)]
     pub nodes_per_nvlink_domain: Option<u32>,
+    /// Extra node labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Node taints.
     #[serde(default)]
     pub taints: Vec<Taint>,
     /// Extra extended resources (`rdma/hca: "1"`).
     #[serde(default)]
     pub extended: BTreeMap<String, String>,
+    /// Nodes start cordoned.
     #[serde(default)]
     pub unschedulable: bool,
+    /// The GPUs of each node (none: a CPU-only group).
     #[serde(default)]
     pub gpus: Option<GpuLayoutSpec>,
 }
@@ -94,13 +107,19 @@ pub enum Interconnect {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuLayoutSpec {
+    /// GPUs per node.
     pub count: u32,
+    /// GPU model name (e.g. `H100-SXM5-80GB`).
     pub model: String,
+    /// Memory per GPU, as a quantity (`80Gi`).
     pub memory: String,
+    /// How the GPUs are connected (default PCIe).
     #[serde(default)]
     pub interconnect: Interconnect,
+    /// PCIe switches the GPUs are spread over (default 1).
     #[serde(default = "one")]
     pub pcie_switches: u32,
+    /// NUMA nodes the GPUs are spread over (default 1).
     #[serde(default = "one")]
     pub numa_nodes: u32,
     /// Per-GPU overrides, by index.
@@ -128,19 +147,27 @@ impl Default for GpuLayoutSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuDeviceSpec {
+    /// GPU index the overrides apply to.
     pub index: u32,
+    /// UUID (default: a synthetic, stable one).
     #[serde(default)]
     pub uuid: Option<String>,
+    /// Model (default: the group's).
     #[serde(default)]
     pub model: Option<String>,
+    /// Memory (default: the group's).
     #[serde(default)]
     pub memory: Option<String>,
+    /// NVLink domain on the node.
     #[serde(default)]
     pub nvlink: Option<u32>,
+    /// PCIe switch.
     #[serde(default)]
     pub pcie_switch: Option<u32>,
+    /// NUMA node.
     #[serde(default)]
     pub numa: Option<u32>,
+    /// Health (default healthy).
     #[serde(default)]
     pub healthy: Option<bool>,
     /// MIG devices on this GPU (MIG mode on when non-empty).
@@ -154,6 +181,7 @@ pub struct GpuDeviceSpec {
 pub struct MigDeviceSpec {
     /// Profile name, e.g. `1g.10gb`.
     pub profile: String,
+    /// UUID (default: a synthetic, stable one).
     #[serde(default)]
     pub uuid: Option<String>,
 }
@@ -162,15 +190,20 @@ pub struct MigDeviceSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("node group {group:?} (nodes[{index}]): field `{field}`: {why}")]
 pub struct SpecError {
+    /// Name of the node group.
     pub group: String,
+    /// Position of the group in `nodes`.
     pub index: usize,
+    /// The refused field.
     pub field: String,
+    /// Why it was refused.
     pub why: String,
 }
 
 /// A node built from a spec, with the MIG devices the agent needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BuiltNode {
+    /// The node.
     pub node: Node,
     /// `(gpu index, profile, uuid)` of every MIG device.
     pub mig: Vec<(u32, String, String)>,

@@ -18,41 +18,67 @@ use crate::quantity::{QuantityError, parse_bytes, parse_cpu_milli, parse_integer
 use crate::resources::ResourceVec;
 use std::collections::BTreeMap;
 
+/// Extended resource for a GPU share's compute, milli-GPU (gpusched's own).
 pub const RESOURCE_GPU_MILLI: &str = "gpusched.io/gpu-milli";
+/// Extended resource for a GPU share's memory, MiB (gpusched's own).
 pub const RESOURCE_GPU_MEMORY_MIB: &str = "gpusched.io/gpu-memory-mib";
 
 /// Resources of one container, as quantity strings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerResources {
+    /// Container name.
     pub name: String,
+    /// `resources.requests`, by resource name.
     pub requests: BTreeMap<String, String>,
+    /// `resources.limits`, by resource name.
     pub limits: BTreeMap<String, String>,
 }
 
 /// A refused resource specification, naming container and resource.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceError {
+    /// A quantity could not be read.
     #[error("container {container:?}: resource {resource:?}: {source}")]
     Quantity {
+        /// Container name.
         container: String,
+        /// Resource name.
         resource: String,
+        /// Why the quantity was refused.
         source: QuantityError,
     },
     #[error(
         "container {container:?}: resource {resource:?}: request {request} must equal limit {limit} (extended resources cannot be overcommitted)"
     )]
+    /// An extended resource's request differs from its limit.
     RequestNotEqualLimit {
+        /// Container name.
         container: String,
+        /// Resource name.
         resource: String,
+        /// The request as written.
         request: String,
+        /// The limit as written.
         limit: String,
     },
     #[error(
         "container {container:?}: resource {resource:?}: a request without a limit is not allowed for extended resources; set limits (requests then default to them)"
     )]
-    RequestWithoutLimit { container: String, resource: String },
+    /// An extended resource requested without a limit.
+    RequestWithoutLimit {
+        /// Container name.
+        container: String,
+        /// Resource name.
+        resource: String,
+    },
+    /// Anything else wrong with the container.
     #[error("container {container:?}: {what}")]
-    Invalid { container: String, what: String },
+    Invalid {
+        /// Container name.
+        container: String,
+        /// What is wrong.
+        what: String,
+    },
 }
 
 fn is_extended(name: &str) -> bool {

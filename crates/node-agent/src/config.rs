@@ -275,22 +275,20 @@ impl Default for Settings {
     }
 }
 
-/// Parses `250ms`, `30s`, `5m`, `1h` (a bare number means seconds).
+/// Parses a duration in gpusched's one grammar ([`gpusched_model::duration`]:
+/// `250ms`, `30s`, `5m`, `1h`, `1h30m`, `1.5s`). A bare whole number means
+/// seconds, as earlier agent configurations wrote it.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 30s, 5m, 1h)"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        other => return Err(format!("unknown duration unit {other:?} in {s:?}")),
-    };
-    Ok(d)
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        let n: u64 = t
+            .parse()
+            .map_err(|_| format!("{s:?} is out of range for a duration"))?;
+        return Ok(Duration::from_secs(n));
+    }
+    gpusched_model::duration::parse_duration_ms(t)
+        .map(Duration::from_millis)
+        .map_err(|e| e.to_string())
 }
 
 /// Why a quiet period under [`MIN_QUIET_PERIOD`] is refused.
@@ -587,6 +585,10 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("x").is_err());
-        assert!(parse_duration("3d").is_err());
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("3x").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999").is_err());
     }
 }

@@ -8,13 +8,16 @@ use std::fmt;
 /// A refused file: where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadError {
+    /// The file's name as given.
     pub file: String,
     /// 1-based; 0 when unknown (e.g. the file could not be read).
     pub line: u64,
+    /// 1-based; 0 when unknown.
     pub column: u64,
     /// Path of the offending field (`jobs[2].requests.nvidia.com/gpu`);
     /// empty when the error is not about one field (YAML syntax).
     pub field: String,
+    /// What is wrong.
     pub message: String,
     /// The offending source line, for display.
     pub source_line: String,

@@ -272,7 +272,9 @@ pub fn read(path: &std::path::Path) -> Result<String, LoadError> {
 /// A file's name and text.
 #[derive(Clone, Copy, Debug)]
 pub struct Source<'a> {
+    /// Name shown in errors (the path, or `<embedded …>`).
     pub name: &'a str,
+    /// The file's contents.
     pub text: &'a str,
 }
 

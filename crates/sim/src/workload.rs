@@ -28,12 +28,16 @@ pub struct WorkloadFile {
     /// Optional name shown in reports.
     #[serde(default)]
     pub name: Option<String>,
+    /// Queues of the queue tree.
     #[serde(default)]
     pub queues: Vec<QueueSpec>,
+    /// Kinds of jobs that arrive.
     #[serde(default)]
     pub jobs: Vec<JobSpec>,
+    /// Node and GPU events (failures, drains, recoveries).
     #[serde(default)]
     pub events: Vec<EventSpec>,
+    /// Run settings.
     #[serde(default)]
     pub settings: Option<SettingsSpec>,
 }
@@ -42,9 +46,12 @@ pub struct WorkloadFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSpec {
+    /// Queue name.
     pub name: S<String>,
+    /// Parent queue (default: the root).
     #[serde(default)]
     pub parent: Option<S<String>>,
+    /// Weight among siblings for fair share (default 1).
     #[serde(default = "one")]
     pub weight: S<u32>,
     /// `cpu`, `memory`, `gpu` (whole GPUs, may be fractional: `"0.5"`) and
@@ -54,10 +61,13 @@ pub struct QueueSpec {
     /// Guaranteed GPUs per model (`{H100-SXM5-80GB: "16"}`).
     #[serde(default)]
     pub gpu_guarantee_by_model: BTreeMap<String, S<String>>,
+    /// Hard cap, in the same keys as `guarantee` (default: none).
     #[serde(default)]
     pub limit: Option<BTreeMap<String, S<String>>>,
+    /// May use more than the guarantee while others idle (default true).
     #[serde(default = "yes")]
     pub can_borrow: bool,
+    /// What it borrowed may be reclaimed (default true).
     #[serde(default = "yes")]
     pub reclaimable: bool,
 }
@@ -68,6 +78,7 @@ pub struct QueueSpec {
 pub struct JobSpec {
     /// Instances are named `<name>-0`, `<name>-1`, …; pods `<job>-p0`, ….
     pub name: S<String>,
+    /// Queue the instances are submitted to.
     pub queue: S<String>,
     /// Number of job instances.
     #[serde(default = "one")]
@@ -79,11 +90,13 @@ pub struct JobSpec {
     /// an exponential gap.
     #[serde(default)]
     pub every: Option<S<String>>,
+    /// Exponential gaps (a Poisson process) instead of fixed ones.
     #[serde(default)]
     pub poisson: bool,
     /// Run time of each pod once started (`2h`); with `duration_max`,
     /// uniform in `[duration, duration_max]`.
     pub duration: S<String>,
+    /// Upper end of a uniform run time (see `duration`).
     #[serde(default)]
     pub duration_max: Option<S<String>>,
     /// Pods per job instance.
@@ -92,8 +105,10 @@ pub struct JobSpec {
     /// Make each instance a gang (pod group).
     #[serde(default)]
     pub gang: Option<GangSpec>,
+    /// Priority of its pods.
     #[serde(default)]
     pub priority: i32,
+    /// Whether its pods may be preempted or reclaimed (default true).
     #[serde(default = "yes")]
     pub preemptible: bool,
     /// Per-pod requests as Kubernetes quantity strings: `cpu`, `memory`,
@@ -101,12 +116,16 @@ pub struct JobSpec {
     /// `gpusched.io/gpu-memory-mib`, other extended resources.
     #[serde(default)]
     pub requests: BTreeMap<String, S<String>>,
+    /// Allowed GPU models (default: any).
     #[serde(default)]
     pub gpu_models: Vec<String>,
+    /// Minimum memory of each GPU used (`40Gi`).
     #[serde(default)]
     pub min_gpu_memory: Option<S<String>>,
+    /// Labels a node must carry.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
+    /// Taints its pods tolerate.
     #[serde(default)]
     pub tolerations: Vec<Toleration>,
 }
@@ -118,6 +137,7 @@ pub struct GangSpec {
     /// Default: every pod of the job.
     #[serde(default)]
     pub min_member: Option<S<u32>>,
+    /// Level at which members must (or should) be placed together.
     #[serde(default)]
     pub topology: Option<TopologyLevel>,
     /// Whether the topology constraint is required (default) or preferred.
@@ -134,12 +154,15 @@ pub struct GangSpec {
 pub enum EventKind {
     /// The node goes down; its pods fail and are retried with backoff.
     NodeFailure,
+    /// The node comes back.
     NodeRecovery,
     /// One GPU turns unhealthy; pods using it fail and are retried.
     GpuFailure,
+    /// The GPU is healthy again.
     GpuRecovery,
     /// Cordon and evict every pod (retried at once, no backoff).
     Drain,
+    /// The node takes pods again.
     Uncordon,
 }
 
@@ -147,8 +170,11 @@ pub enum EventKind {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventSpec {
+    /// When, as a duration from the start (`2h`).
     pub at: S<String>,
+    /// What happens.
     pub kind: EventKind,
+    /// The node it happens to.
     pub node: S<String>,
     /// GPU position on the node (gpu-failure, gpu-recovery).
     #[serde(default)]
@@ -162,18 +188,25 @@ pub struct EventSpec {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SettingsSpec {
+    /// At most one cycle per this interval (default `1s`).
     #[serde(default)]
     pub cycle_interval: Option<S<String>>,
+    /// While pods wait, a cycle at least this often (default `30s`).
     #[serde(default)]
     pub tick: Option<S<String>>,
+    /// Failures a pod (or gang) survives (default 3).
     #[serde(default)]
     pub retry_limit: Option<u32>,
+    /// First retry delay, doubled per retry (default `10s`).
     #[serde(default)]
     pub backoff: Option<S<String>>,
+    /// Longest retry delay (default `5m`).
     #[serde(default)]
     pub backoff_max: Option<S<String>>,
+    /// Hard end of the run (default: none).
     #[serde(default)]
     pub until: Option<S<String>>,
+    /// Stop after this long without change (default `1h`).
     #[serde(default)]
     pub idle_stop: Option<S<String>>,
 }
@@ -205,6 +238,7 @@ pub struct SimSettings {
     pub retry_limit: u32,
     /// First retry delay after a failure; doubles per retry.
     pub backoff_ms: u64,
+    /// Longest retry delay.
     pub backoff_max_ms: u64,
     /// Hard end of the run.
     pub until_ms: Option<u64>,
@@ -234,35 +268,51 @@ impl Default for SimSettings {
 /// One job instance: its pods share everything but the name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Job {
+    /// Instance name (`<kind>-<i>`).
     pub name: String,
     /// The job kind (the `name` in the workload file).
     pub kind: String,
+    /// Queue it is submitted to.
     pub queue: String,
+    /// Arrival, virtual ms.
     pub arrival_ms: u64,
+    /// Run time of each pod once started, ms.
     pub duration_ms: u64,
+    /// Number of pods.
     pub pods: u32,
     /// Pod template; `name` is the job name, `arrival_ms` the job's.
     pub template: Pod,
+    /// Its gang, if it is one.
     pub group: Option<PodGroup>,
 }
 
 /// A cluster event at a virtual time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterEvent {
+    /// When, virtual ms.
     pub at_ms: u64,
+    /// What happens.
     pub kind: EventKind,
+    /// The node it happens to.
     pub node: String,
+    /// The GPU index, for GPU events.
     pub gpu: Option<u32>,
 }
 
 /// Everything a run needs besides the scheduler and the seed.
 #[derive(Clone, Debug)]
 pub struct Scenario {
+    /// Name shown in reports.
     pub name: String,
+    /// The cluster's nodes.
     pub nodes: Vec<Node>,
+    /// The queue tree.
     pub queues: Vec<Queue>,
+    /// Job instances, by arrival.
     pub jobs: Vec<Job>,
+    /// Node and GPU events, by time.
     pub events: Vec<ClusterEvent>,
+    /// Run settings.
     pub settings: SimSettings,
 }
 

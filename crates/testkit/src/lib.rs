@@ -28,6 +28,7 @@ pub struct NodeBuilder {
     unhealthy: Vec<u32>,
 }
 
+/// A node named `name`: 64 CPUs, 512 GiB, no GPUs yet (H100 80 GiB on PCIe once `gpus` is set).
 pub fn node(name: &str) -> NodeBuilder {
     NodeBuilder {
         spec: NodeGroupSpec {
@@ -51,14 +52,17 @@ pub fn node(name: &str) -> NodeBuilder {
 }
 
 impl NodeBuilder {
+    /// `n` GPUs.
     pub fn gpus(mut self, n: u32) -> Self {
         self.gpus.count = n;
         self
     }
+    /// GPU model name.
     pub fn model(mut self, m: &str) -> Self {
         self.gpus.model = m.into();
         self
     }
+    /// Memory per GPU, as a quantity (`80Gi`).
     pub fn gpu_memory(mut self, q: &str) -> Self {
         self.gpus.memory = q.into();
         self
@@ -76,30 +80,37 @@ impl NodeBuilder {
         self.gpus.pcie_switches = switches;
         self
     }
+    /// Allocatable CPU, as a quantity.
     pub fn cpu(mut self, q: &str) -> Self {
         self.spec.cpu = q.into();
         self
     }
+    /// Allocatable memory, as a quantity.
     pub fn memory(mut self, q: &str) -> Self {
         self.spec.memory = q.into();
         self
     }
+    /// Rack label.
     pub fn rack(mut self, r: &str) -> Self {
         self.spec.rack = Some(r.into());
         self
     }
+    /// Block label.
     pub fn block(mut self, b: &str) -> Self {
         self.spec.block = Some(b.into());
         self
     }
+    /// Multi-node NVLink domain label.
     pub fn nvlink_domain(mut self, d: &str) -> Self {
         self.spec.nvlink_domain = Some(d.into());
         self
     }
+    /// Any label.
     pub fn label(mut self, k: &str, v: &str) -> Self {
         self.spec.labels.insert(k.into(), v.into());
         self
     }
+    /// A taint `k=v:e`.
     pub fn taint(mut self, k: &str, v: &str, e: TaintEffect) -> Self {
         self.spec.taints.push(Taint {
             key: k.into(),
@@ -108,14 +119,17 @@ impl NodeBuilder {
         });
         self
     }
+    /// Cordoned.
     pub fn unschedulable(mut self) -> Self {
         self.spec.unschedulable = true;
         self
     }
+    /// GPU `i` marked unhealthy.
     pub fn unhealthy_gpu(mut self, i: u32) -> Self {
         self.unhealthy.push(i);
         self
     }
+    /// The node (panics on an invalid spec: test input only).
     pub fn build(mut self) -> Node {
         if self.gpus.count > 0 {
             for &i in &self.unhealthy {
@@ -140,6 +154,7 @@ impl NodeBuilder {
 /// Builder of a pod.
 pub struct PodBuilder(Pod);
 
+/// A pod `name` in queue `default` asking 1 CPU and 1 GiB, no GPU.
 pub fn pod(name: &str) -> PodBuilder {
     let mut p = Pod::new(name, "default");
     p.requests = ResourceVec::new(1000, 1 << 30, 0);
@@ -147,14 +162,17 @@ pub fn pod(name: &str) -> PodBuilder {
 }
 
 impl PodBuilder {
+    /// Queue.
     pub fn queue(mut self, q: &str) -> Self {
         self.0.queue = q.into();
         self
     }
+    /// `n` whole GPUs.
     pub fn gpus(mut self, n: u32) -> Self {
         self.0.gpu = GpuRequest::Whole(n);
         self
     }
+    /// A share of one GPU, `milli` thousandths of its compute.
     pub fn share(mut self, milli: u32) -> Self {
         self.0.gpu = GpuRequest::Share {
             milli,
@@ -162,30 +180,37 @@ impl PodBuilder {
         };
         self
     }
+    /// CPU request, milli-cores.
     pub fn cpu_milli(mut self, m: u64) -> Self {
         self.0.requests.cpu_milli = m;
         self
     }
+    /// Priority.
     pub fn priority(mut self, p: i32) -> Self {
         self.0.priority = p;
         self
     }
+    /// Member of gang `g`.
     pub fn group(mut self, g: &str) -> Self {
         self.0.group = Some(g.into());
         self
     }
+    /// Allowed GPU models.
     pub fn models(mut self, m: &[&str]) -> Self {
         self.0.gpu_models = m.iter().map(|s| s.to_string()).collect();
         self
     }
+    /// Arrival time, ms.
     pub fn arrival(mut self, ms: u64) -> Self {
         self.0.arrival_ms = ms;
         self
     }
+    /// A `nodeSelector` entry.
     pub fn selector(mut self, k: &str, v: &str) -> Self {
         self.0.node_selector.insert(k.into(), v.into());
         self
     }
+    /// Tolerates every taint with key `k`.
     pub fn toleration(mut self, k: &str) -> Self {
         self.0.tolerations.push(Toleration {
             key: k.into(),
@@ -195,6 +220,7 @@ impl PodBuilder {
         });
         self
     }
+    /// May not be preempted or reclaimed.
     pub fn not_preemptible(mut self) -> Self {
         self.0.preemptible = false;
         self
@@ -209,15 +235,18 @@ impl PodBuilder {
         self.0.may_evict = false;
         self
     }
+    /// The pod.
     pub fn build(self) -> Pod {
         self.0
     }
 }
 
+/// A queue with the model's defaults.
 pub fn queue(name: &str) -> Queue {
     Queue::new(name)
 }
 
+/// A gang of at least `min` members in `queue`, priority 0, no topology or timeout.
 pub fn gang(name: &str, queue: &str, min: u32) -> PodGroup {
     PodGroup {
         name: name.into(),

@@ -23,6 +23,7 @@ pub fn node(name: &str, gpus: usize, cpu_milli: u64, model: &str) -> Node {
     Node::new(name, ResourceVec::new(cpu_milli, 256 << 30, 0), g)
 }
 
+/// A pod named `p` in queue `q` asking `cpu_milli` and 1 GiB, with `gpu`.
 pub fn pod(cpu_milli: u64, gpu: GpuRequest) -> Pod {
     let mut p = Pod::new("p", "q");
     p.requests = ResourceVec::new(cpu_milli, 1 << 30, 0);
@@ -30,6 +31,7 @@ pub fn pod(cpu_milli: u64, gpu: GpuRequest) -> Pod {
     p
 }
 
+/// A share of one GPU with no memory request.
 pub fn share(milli: u32) -> GpuRequest {
     GpuRequest::Share {
         milli,
