@@ -4,10 +4,12 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bench;
+mod doctor;
 mod explain;
 mod openb;
 mod scheduler;
 mod simulate;
+mod snapshot;
 
 #[derive(Parser)]
 #[command(name = "gpusched", version, about = "GPU scheduling for Kubernetes")]
@@ -26,6 +28,10 @@ enum Cmd {
     Scheduler(scheduler::SchedulerArgs),
     /// Print the CustomResourceDefinitions (Queue, PodGroup) as YAML.
     Crds,
+    /// Check a cluster's GPU scheduling health (nodes, agents, pending pods, leaks); exit 0 when healthy.
+    Doctor(doctor::DoctorArgs),
+    /// Capture a live cluster's scheduling state into a file for `simulate --snapshot`.
+    Snapshot(snapshot::SnapshotArgs),
     /// Measure scheduling throughput, gang latency and memory on synthetic clusters.
     Bench(bench::BenchArgs),
     /// Why a pod is pending (or where it runs), or a queue's state: from the
@@ -63,5 +69,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Scheduler(a) => scheduler::run(a),
         Cmd::Crds => scheduler::crds(),
         Cmd::Explain(c) => explain::run(c),
+        Cmd::Doctor(a) => doctor::run(a),
+        Cmd::Snapshot(a) => snapshot::run(a),
     }
 }

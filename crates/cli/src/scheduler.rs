@@ -59,15 +59,7 @@ pub struct SchedulerArgs {
 
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
-    let config = match &a.config {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-        }
-        None => Default::default(),
-    };
+    let config = read_config(a.config.as_deref())?;
     let identity = a.identity.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|s| s.trim().to_string())
@@ -94,6 +86,21 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     controller::run_blocking(opts)
+}
+
+/// The scheduler configuration from a YAML file (default: built-in).
+pub fn read_config(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<gpusched_plugins::SchedulerConfig> {
+    match path {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+                .map_err(|e| anyhow::anyhow!("{e}"))
+        }
+        None => Ok(Default::default()),
+    }
 }
 
 /// Prints the CRD manifests.

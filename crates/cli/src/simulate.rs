@@ -52,11 +52,20 @@ pub struct SimulateArgs {
     /// Check conservation (no GPU overcommitted) after every cycle and event.
     #[arg(long)]
     pub verify: bool,
+
+    /// Replay a captured cluster state (`gpusched snapshot capture`) instead
+    /// of a workload: the core's cycles from that moment, with the file's
+    /// scheduler configuration unless --config / --policy say otherwise.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload"])]
+    pub snapshot: Option<PathBuf>,
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.openb.is_requested() {
         return crate::openb::run(&args.openb);
+    }
+    if let Some(path) = &args.snapshot {
+        return replay(&args, path);
     }
     let mut scenario = gpusched_sim::load::scenario_files(
         args.cluster.as_deref(),
@@ -114,6 +123,79 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `simulate --snapshot FILE`: replays the captured moment.
+fn replay(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
+    use gpusched_sim::replay::{ReplayInput, replay};
+    let file = gpusched_k8s::snapshot::load(path)?;
+    let cfg = match &args.config {
+        Some(p) => crate::scheduler::read_config(Some(p))?,
+        None => file.config.clone(),
+    };
+    let mut scheduler = gpusched_sim::sched::build(Some(&cfg), args.policy.as_deref())
+        .map_err(|e| anyhow::anyhow!("scheduler configuration: {e}"))?;
+    let durations_ms = file
+        .pods
+        .iter()
+        .map(|p| {
+            file.durations_ms
+                .get(&format!("{}/{}", p.namespace, p.name))
+                .copied()
+        })
+        .collect();
+    let input = ReplayInput {
+        name: format!("snapshot {}", path.display()),
+        snapshot: file.snapshot.clone(),
+        durations_ms,
+        start_ms: file.captured_at_ms,
+        cycle_interval_ms: 1_000,
+        max_cycles: 10_000,
+    };
+    let out = replay(&input, &mut scheduler);
+    if let Some(p) = &args.report {
+        let html = gpusched_sim::report::render(&out.result, None);
+        std::fs::write(p, html).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if args.openb.json {
+        let mut text = serde_json::to_string_pretty(&out)?;
+        text.push('\n');
+        return print_ok(&text);
+    }
+    let mut text = String::new();
+    for d in &out.decisions {
+        let gpus = if d.gpus.is_empty() {
+            String::new()
+        } else {
+            let ids: Vec<String> = d.gpus.iter().map(u32::to_string).collect();
+            match d.milli {
+                Some(m) => format!(" GPU {} ({m} milli)", ids.join(",")),
+                None => format!(" GPUs [{}]", ids.join(",")),
+            }
+        };
+        text += &format!(
+            "cycle {:>3} +{:>6}  {:<8} {} -> {}{}{}\n",
+            d.cycle,
+            gpusched_sim::workload::fmt_duration(d.at_ms),
+            d.action,
+            d.pod,
+            d.node,
+            gpus,
+            d.reason
+                .as_ref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
+    for (pod, why) in &out.pending {
+        text += &format!("pending  {pod}: {why}\n");
+    }
+    text += "\n";
+    text += &gpusched_sim::table::render(&out.result);
+    if let Some(p) = &args.report {
+        text += &format!("  report written to {}\n", p.display());
+    }
+    print_ok(&text)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

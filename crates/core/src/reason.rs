@@ -240,6 +240,7 @@ impl PendingReason {
             PendingReason::Reserved { .. } => "Reserved",
             PendingReason::VictimsTerminating { .. } => "VictimsTerminating",
             PendingReason::TerminatingPods { .. } => "TerminatingPods",
+            PendingReason::PodsMoving { .. } => "PodsMoving",
             PendingReason::Nominated => "Nominated",
             PendingReason::SnapshotInconsistent { .. } => "SnapshotInconsistent",
         }
@@ -449,6 +450,7 @@ impl fmt::Display for EvictionAttempt {
         let pass = match self.kind {
             EvictionKind::Preempt => "preemption",
             EvictionKind::Reclaim => "reclaim",
+            EvictionKind::Consolidate => "consolidation",
         };
         match &self.outcome {
             EvictionOutcome::Skipped(s) => write!(f, "{pass}: {s}"),

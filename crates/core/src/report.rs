@@ -683,6 +683,7 @@ fn hints(view: &CycleView<'_>, pod: &gpusched_model::Pod, e: &Explanation) -> Ve
             }),
             PendingReason::VictimsTerminating { node, .. }
             | PendingReason::TerminatingPods { node }
+            | PendingReason::PodsMoving { node, .. }
             | PendingReason::Reserved { node } => {
                 out.push(Hint::WaitForNode { node: node.clone() })
             }

@@ -212,6 +212,7 @@ pub async fn run_with_client(
         if last_status.elapsed() >= Duration::from_secs(2) {
             last_status = Instant::now();
             publish_queue_status(&client, &built, &metrics, &mut queue_status);
+            metrics.observe_cycle(&built, &out);
             let counts = shared.with(|w| w.group_counts());
             publish_group_counts(&client, counts, &mut group_status);
         }

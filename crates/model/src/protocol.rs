@@ -147,3 +147,129 @@ impl NodeGpu {
         }
     }
 }
+
+/// Node annotation with what the node's agent has handed out, per pod
+/// (JSON [`NodeAllocations`]), published by the node agent from its ledger
+/// (the served decisions, rebuilt from the kubelet's PodResources after a
+/// restart). `gpusched doctor` compares it with the pods that exist to find
+/// GPUs still counted for pods that are gone or finished.
+pub const ANNOTATION_NODE_ALLOCATIONS: &str = "gpusched.io/allocations";
+/// Version of the allocations format.
+pub const ALLOCATIONS_VERSION: u32 = 1;
+/// Longest allocations text accepted.
+pub const MAX_ALLOCATIONS_BYTES: usize = 256 * 1024;
+
+/// What one pod holds on the node, as its agent sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodAllocation {
+    /// The pod's UID (from its decision).
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// UUIDs of the GPUs handed to its containers (whole GPUs), or the one
+    /// GPU it has a share of.
+    pub gpus: Vec<String>,
+    /// Milli-GPU handed out, for a share (absent for whole GPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milli: Option<u32>,
+}
+
+/// The [`ANNOTATION_NODE_ALLOCATIONS`] document.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeAllocations {
+    /// Format version ([`ALLOCATIONS_VERSION`]).
+    pub v: u32,
+    /// Version of the agent that wrote it.
+    #[serde(default)]
+    pub agent: String,
+    /// Pods holding GPUs, by UID.
+    pub pods: Vec<PodAllocation>,
+}
+
+/// Why an allocations annotation was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationsError {
+    /// Longer than [`MAX_ALLOCATIONS_BYTES`].
+    #[error(
+        "annotation {ANNOTATION_NODE_ALLOCATIONS} is {0} bytes (limit {MAX_ALLOCATIONS_BYTES})"
+    )]
+    TooLong(usize),
+    /// Not valid JSON of the allocations shape.
+    #[error("annotation {ANNOTATION_NODE_ALLOCATIONS} is malformed: {0}")]
+    Malformed(String),
+    /// A version this build does not know.
+    #[error(
+        "annotation {ANNOTATION_NODE_ALLOCATIONS}: unknown version {0} (this build reads {ALLOCATIONS_VERSION})"
+    )]
+    Version(u32),
+}
+
+impl NodeAllocations {
+    /// JSON text for the annotation.
+    pub fn to_annotation(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses an annotation, checking size and version.
+    pub fn parse(text: &str) -> Result<Self, AllocationsError> {
+        if text.len() > MAX_ALLOCATIONS_BYTES {
+            return Err(AllocationsError::TooLong(text.len()));
+        }
+        let a: NodeAllocations =
+            serde_json::from_str(text).map_err(|e| AllocationsError::Malformed(e.to_string()))?;
+        if a.v != ALLOCATIONS_VERSION {
+            return Err(AllocationsError::Version(a.v));
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod allocation_tests {
+    use super::*;
+
+    #[test]
+    fn allocations_round_trip_and_reject_bad_text() {
+        let a = NodeAllocations {
+            v: ALLOCATIONS_VERSION,
+            agent: "0.1.0".into(),
+            pods: vec![
+                PodAllocation {
+                    uid: "u1".into(),
+                    namespace: "ml".into(),
+                    name: "a".into(),
+                    gpus: vec!["GPU-0".into(), "GPU-1".into()],
+                    milli: None,
+                },
+                PodAllocation {
+                    uid: "u2".into(),
+                    namespace: "ml".into(),
+                    name: "b".into(),
+                    gpus: vec!["GPU-2".into()],
+                    milli: Some(300),
+                },
+            ],
+        };
+        let text = a.to_annotation();
+        assert!(text.contains(r#""milli":300"#), "{text}");
+        assert!(!text.contains(r#""milli":null"#), "{text}");
+        assert_eq!(NodeAllocations::parse(&text).unwrap(), a);
+        assert_eq!(
+            NodeAllocations::parse(r#"{"v":2,"pods":[]}"#),
+            Err(AllocationsError::Version(2))
+        );
+        assert!(matches!(
+            NodeAllocations::parse("{"),
+            Err(AllocationsError::Malformed(_))
+        ));
+        let long = " ".repeat(MAX_ALLOCATIONS_BYTES + 1);
+        assert!(matches!(
+            NodeAllocations::parse(&long),
+            Err(AllocationsError::TooLong(_))
+        ));
+    }
+}

@@ -7,7 +7,10 @@ use crate::agent::Agent;
 use crate::coord::{BoxFuture, Coordinator, EventSink, NodeFacts, NodeSink, PodSource};
 use crate::decisions::PodInfo;
 use futures::StreamExt;
-use gpusched_model::protocol::{ANNOTATION_DECISION, ANNOTATION_NODE_GPUS, NodeGpu};
+use gpusched_model::protocol::{
+    ALLOCATIONS_VERSION, ANNOTATION_DECISION, ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS,
+    NodeAllocations, NodeGpu, PodAllocation,
+};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -237,6 +240,12 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
         ANNOTATION_NODE_GPUS.to_string(),
         serde_json::to_string(&gpus).unwrap_or_default(),
     );
+    if let Some(coord) = agent.coord.get() {
+        annotations.insert(
+            ANNOTATION_NODE_ALLOCATIONS.to_string(),
+            allocations(&coord.ledger()).to_annotation(),
+        );
+    }
     let mut capacity = BTreeMap::new();
     if agent.plans.iter().any(|p| p.is_share()) {
         let mib: u64 = agent
@@ -256,8 +265,51 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
     }
 }
 
-/// Publishes the node's facts at start and after every health change
-/// (debounced by `debounce`), retrying failures every 2 s, until `stop`.
+/// What the ledger says the kubelet has been given, per pod (served whole
+/// GPUs, or a served share), for [`ANNOTATION_NODE_ALLOCATIONS`]. Ordered by
+/// pod UID (the ledger's order), so an unchanged ledger gives the same text.
+pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
+    use crate::decisions::Grant;
+    let uuid = |g: usize| {
+        ledger
+            .gpus()
+            .get(g)
+            .map(|x| x.uuid.clone())
+            .unwrap_or_default()
+    };
+    let mut pods = Vec::new();
+    for (uid, e) in ledger.entries() {
+        let (gpus, milli) = match &e.state {
+            Ok(Grant::Whole { served, .. }) if !served.is_empty() => {
+                (served.iter().map(|&g| uuid(g)).collect(), None)
+            }
+            Ok(Grant::Share {
+                gpu, served_milli, ..
+            }) if *served_milli > 0 => (vec![uuid(*gpu)], Some(*served_milli)),
+            _ => continue,
+        };
+        pods.push(PodAllocation {
+            uid: uid.clone(),
+            namespace: e.pod.namespace.clone(),
+            name: e.pod.name.clone(),
+            gpus,
+            milli,
+        });
+    }
+    NodeAllocations {
+        v: ALLOCATIONS_VERSION,
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        pods,
+    }
+}
+
+/// How often the published facts are recomputed besides health changes
+/// (allocations change with the kubelet's calls and the pod watch).
+pub const REFRESH: Duration = Duration::from_secs(5);
+
+/// Publishes the node's facts at start, after every health change
+/// (debounced by `debounce`) and when the allocations changed (checked
+/// every [`REFRESH`]), retrying failures every 2 s, until `stop`.
 pub async fn publish_loop(
     agent: Arc<Agent>,
     sink: Arc<dyn NodeSink>,
@@ -286,8 +338,87 @@ pub async fn publish_loop(
         }
         tokio::select! {
             r = gen_rx.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(REFRESH) => continue,
             _ = stop.changed() => return,
         }
         tokio::time::sleep(debounce).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decisions::{Ledger, LedgerGpu};
+    use gpusched_model::protocol::{DECISION_VERSION, GpuDecision, ShareDecision};
+
+    fn pod(name: &str, idx: &[u32], share: Option<u32>) -> PodInfo {
+        let d = GpuDecision {
+            v: DECISION_VERSION,
+            uid: format!("uid-{name}"),
+            node: "n".into(),
+            seq: 1,
+            indices: idx.to_vec(),
+            gpus: idx.iter().map(|i| format!("GPU-{i}")).collect(),
+            share: share.map(|milli| ShareDecision {
+                milli,
+                memory_mib: 0,
+            }),
+        };
+        PodInfo {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            node: "n".into(),
+            created: "2026-01-01T00:00:00Z".into(),
+            decision: Some(d.to_annotation()),
+            terminal: false,
+        }
+    }
+
+    #[test]
+    fn allocations_list_only_what_was_served() {
+        let gpus = (0..4)
+            .map(|i| LedgerGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                memory_mib: 80_000,
+            })
+            .collect();
+        let mut l = Ledger::new("n", gpus);
+        l.replace_all(vec![
+            pod("a", &[0, 1], None),
+            pod("b", &[2], None),
+            pod("s", &[3], Some(250)),
+        ]);
+        // nothing handed to the kubelet yet: nothing allocated
+        assert!(allocations(&l).pods.is_empty());
+        let healthy = [true; 4];
+        assert_eq!(l.allocate_whole(&[0, 1], &healthy).unwrap(), "ml/a");
+        l.allocate_share(250, Some(3), &healthy).unwrap();
+        let a = allocations(&l);
+        assert_eq!(a.v, ALLOCATIONS_VERSION);
+        let got: Vec<(&str, Vec<&str>, Option<u32>)> = a
+            .pods
+            .iter()
+            .map(|p| {
+                (
+                    p.uid.as_str(),
+                    p.gpus.iter().map(String::as_str).collect(),
+                    p.milli,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("uid-a", vec!["GPU-0", "GPU-1"], None),
+                ("uid-s", vec!["GPU-3"], Some(250)),
+            ]
+        );
+        // the pod finishes: its allocation goes
+        let mut done = pod("a", &[0, 1], None);
+        done.terminal = true;
+        l.observe(done);
+        assert_eq!(allocations(&l).pods.len(), 1);
     }
 }

@@ -15,6 +15,7 @@ pub mod frag;
 pub mod load;
 pub mod metrics;
 pub mod openb;
+pub mod replay;
 pub mod report;
 pub mod sched;
 pub mod table;

@@ -1,0 +1,64 @@
+//! `gpusched doctor`: the GPU troubleshooting checklist (checks live in
+//! `gpusched_k8s::doctor`). Exit codes: 0 every check passed, 1 warnings
+//! only, 2 at least one failure, 3 the checks could not run.
+
+use clap::Args;
+use gpusched_k8s::doctor::{self, DoctorOptions, probe::ProbeOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of `gpusched doctor`.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Kubeconfig file (default: in-cluster credentials, then $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Print the report as JSON (for automation).
+    #[arg(long)]
+    json: bool,
+    /// Also run a pod asking one GPU (`nvidia-smi -L`) and report what it saw; deleted afterwards.
+    #[arg(long)]
+    probe: bool,
+    /// Report only pods of this namespace (nodes are always checked); the probe runs here.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Scheduler configuration the pending pods are explained with (default: built-in).
+    #[arg(long, value_name = "SCHEDULER_CONFIG.yaml")]
+    config: Option<PathBuf>,
+    /// Image of the probe pod (must contain nvidia-smi or get it from the NVIDIA runtime).
+    #[arg(long, default_value = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")]
+    probe_image: String,
+    /// Seconds to wait for the probe pod.
+    #[arg(long, default_value_t = 120)]
+    probe_timeout: u64,
+}
+
+/// Exit code when the checks could not run.
+pub const EXIT_ERROR: i32 = 3;
+
+pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
+    let config = crate::scheduler::read_config(a.config.as_deref())?;
+    let opts = DoctorOptions {
+        kubeconfig: a.kubeconfig,
+        probe: a.probe.then(|| ProbeOptions {
+            namespace: a.namespace.clone().unwrap_or_else(|| "default".into()),
+            image: a.probe_image,
+            timeout: Duration::from_secs(a.probe_timeout),
+        }),
+        namespace: a.namespace,
+        config,
+    };
+    let report = match doctor::diagnose_blocking(&opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("gpusched doctor: cannot run the checks: {e:#}");
+            std::process::exit(EXIT_ERROR);
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    std::process::exit(report.exit_code);
+}

@@ -1,0 +1,1002 @@
+//! The checks, pure: [`Facts`] in, [`Report`] out.
+
+use super::{Facts, Finding, Report, Status, Summary, gpus_text};
+use crate::world::{Built, Problem};
+use gpusched_core::{
+    Explanation, NodeReason, PendingReason, PodPhase, Scheduler, Snapshot, Verdict,
+};
+use gpusched_model::protocol::{
+    ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS, NodeAllocations, NodeGpu,
+};
+use gpusched_model::{GpuRequest, ResourceKind};
+use gpusched_plugins::config::FilterName;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Label the agent's DaemonSet puts on its pods.
+pub const AGENT_POD_LABEL: (&str, &str) = ("app.kubernetes.io/name", "gpusched-agent");
+/// A pod deleted this long ago (beyond its grace period) and still there is
+/// stuck, and keeps its GPUs counted.
+pub const STUCK_TERMINATING_MS: u64 = 5 * 60 * 1000;
+/// A pod that fits now but has waited this long is not being scheduled.
+pub const FITS_NOW_GRACE_MS: u64 = 60 * 1000;
+
+/// Why a pending GPU pod waits, as doctor classifies the core's reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PendingClass {
+    /// `spec.schedulingGates` present.
+    Gated,
+    /// The spec cannot be scheduled as written.
+    InvalidSpec,
+    /// Names a queue or pod group that does not exist.
+    MissingQueueOrGroup,
+    /// A queue limit / no-borrow rule.
+    Quota,
+    /// Fewer than `minMember` pods of the gang exist.
+    GangIncomplete,
+    /// The gang gave up after its schedule timeout.
+    GangTimedOut,
+    /// No topology domain can hold the gang.
+    Topology,
+    /// No node has the GPU model asked.
+    GpuModel,
+    /// No GPU has the memory asked.
+    GpuMemory,
+    /// Node selector / affinity matches no usable node.
+    Affinity,
+    /// Untolerated taints.
+    Taints,
+    /// The GPUs it could use are unhealthy.
+    UnhealthyGpus,
+    /// Nodes cordoned or not ready.
+    NodeUnavailable,
+    /// Not enough free GPUs (or GPU share) now.
+    InsufficientGpus,
+    /// Not enough CPU, memory or another resource.
+    InsufficientResources,
+    /// Only part of the gang fits now.
+    GangShort,
+    /// Preemption or reservation under way; it waits for a node.
+    WaitingForNode,
+    /// Fits now: the next cycle places it.
+    FitsNow,
+}
+
+impl PendingClass {
+    /// The kebab-case name (as in JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingClass::Gated => "gated",
+            PendingClass::InvalidSpec => "invalid-spec",
+            PendingClass::MissingQueueOrGroup => "missing-queue-or-group",
+            PendingClass::Quota => "quota",
+            PendingClass::GangIncomplete => "gang-incomplete",
+            PendingClass::GangTimedOut => "gang-timed-out",
+            PendingClass::Topology => "topology",
+            PendingClass::GpuModel => "gpu-model",
+            PendingClass::GpuMemory => "gpu-memory",
+            PendingClass::Affinity => "affinity",
+            PendingClass::Taints => "taints",
+            PendingClass::UnhealthyGpus => "unhealthy-gpus",
+            PendingClass::NodeUnavailable => "node-unavailable",
+            PendingClass::InsufficientGpus => "insufficient-gpus",
+            PendingClass::InsufficientResources => "insufficient-resources",
+            PendingClass::GangShort => "gang-short",
+            PendingClass::WaitingForNode => "waiting-for-node",
+            PendingClass::FitsNow => "fits-now",
+        }
+    }
+
+    /// Every class, in the order a pod's main class is chosen.
+    pub const ALL: [PendingClass; 18] = [
+        PendingClass::Gated,
+        PendingClass::InvalidSpec,
+        PendingClass::MissingQueueOrGroup,
+        PendingClass::Quota,
+        PendingClass::GangIncomplete,
+        PendingClass::GangTimedOut,
+        PendingClass::Topology,
+        PendingClass::GpuModel,
+        PendingClass::GpuMemory,
+        PendingClass::Affinity,
+        PendingClass::Taints,
+        PendingClass::UnhealthyGpus,
+        PendingClass::NodeUnavailable,
+        PendingClass::InsufficientGpus,
+        PendingClass::InsufficientResources,
+        PendingClass::GangShort,
+        PendingClass::WaitingForNode,
+        PendingClass::FitsNow,
+    ];
+
+    fn hint(self) -> &'static str {
+        match self {
+            PendingClass::Gated => {
+                "a controller must remove spec.schedulingGates before the pod is scheduled"
+            }
+            PendingClass::InvalidSpec => {
+                "fix the field named in the message (see docs/kubernetes.md, Pods)"
+            }
+            PendingClass::MissingQueueOrGroup => {
+                "create the Queue / PodGroup, or fix the gpusched.io/queue or gpusched.io/pod-group label"
+            }
+            PendingClass::Quota => {
+                "the queue is at its limit (or may not borrow): wait, raise the Queue's limit/guarantee, or use another queue"
+            }
+            PendingClass::GangIncomplete => {
+                "fewer pods than minMember exist: create the missing members or lower minMember"
+            }
+            PendingClass::GangTimedOut => {
+                "the gang gave up: recreate it, or raise its scheduleTimeout"
+            }
+            PendingClass::Topology => {
+                "no single domain holds the whole gang: relax the topology constraint or free a domain"
+            }
+            PendingClass::GpuModel => {
+                "no node has the requested GPU model: check nvidia.com/gpu.product selectors and gpusched.io/gpu-models"
+            }
+            PendingClass::GpuMemory => {
+                "no GPU has that much memory: lower gpusched.io/min-gpu-memory or the memory share"
+            }
+            PendingClass::Affinity => "no GPU node matches the pod's nodeSelector / affinity",
+            PendingClass::Taints => "the GPU nodes are tainted: add the tolerations or untaint",
+            PendingClass::UnhealthyGpus => {
+                "the matching GPUs are unhealthy: see the gpu-resources findings"
+            }
+            PendingClass::NodeUnavailable => "the matching nodes are cordoned or NotReady",
+            PendingClass::InsufficientGpus => {
+                "not enough free GPUs now: it is placed when pods finish (or preempts lower priority)"
+            }
+            PendingClass::InsufficientResources => {
+                "not enough CPU/memory/other resources on the GPU nodes"
+            }
+            PendingClass::GangShort => {
+                "not every member fits at once: the gang waits for capacity (all-or-nothing)"
+            }
+            PendingClass::WaitingForNode => {
+                "victims are terminating or a node is reserved for it: it is placed when they go"
+            }
+            PendingClass::FitsNow => {
+                "it fits now; the scheduler places it next cycle (is the scheduler running?)"
+            }
+        }
+    }
+}
+
+fn node_name(n: &Node) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
+fn quantity(
+    m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    k: &str,
+) -> Option<u64> {
+    m?.get(k)?.0.trim().parse::<u64>().ok()
+}
+
+fn annotation<'a>(n: &'a Node, k: &str) -> Option<&'a str> {
+    n.metadata.annotations.as_ref()?.get(k).map(String::as_str)
+}
+
+fn label<'a>(n: &'a Node, k: &str) -> Option<&'a str> {
+    n.metadata.labels.as_ref()?.get(k).map(String::as_str)
+}
+
+/// Whether a node has GPUs: the agent's annotation, GFD labels, or a GPU
+/// resource in its capacity.
+pub fn is_gpu_node(n: &Node) -> bool {
+    annotation(n, ANNOTATION_NODE_GPUS).is_some()
+        || label(n, "nvidia.com/gpu.count").is_some()
+        || label(n, "nvidia.com/gpu.product").is_some()
+        || quantity(
+            n.status.as_ref().and_then(|s| s.capacity.as_ref()),
+            "nvidia.com/gpu",
+        )
+        .is_some()
+}
+
+fn pod_phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn pod_key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn ts_ms(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> u64 {
+    t.0.as_millisecond().max(0) as u64
+}
+
+/// Runs every check (`namespace`: only pods of it are reported).
+pub fn run(facts: &Facts, scheduler: &mut Scheduler, namespace: Option<&str>) -> Report {
+    let world = facts.world();
+    let built = world.build();
+    let mut findings = Vec::new();
+    let mut summary = Summary {
+        nodes: facts.nodes.len() as u32,
+        ..Summary::default()
+    };
+    let mut nodes: Vec<&Node> = facts.nodes.iter().collect();
+    nodes.sort_by_key(|n| node_name(n));
+    let gpu_nodes: Vec<&Node> = nodes.iter().copied().filter(|n| is_gpu_node(n)).collect();
+    summary.gpu_nodes = gpu_nodes.len() as u32;
+    for n in &built.snapshot.nodes {
+        summary.gpus += n.gpus.len() as u32;
+        summary.unhealthy_gpus += n.gpus.iter().filter(|g| !g.is_healthy()).count() as u32;
+    }
+    for p in &built.snapshot.pods {
+        if let Some((_, a)) = p.holding() {
+            summary.allocated_milli += a.milli();
+        }
+    }
+    if gpu_nodes.is_empty() {
+        findings.push(Finding::new(
+            "gpu-resources",
+            Status::Fail,
+            "cluster",
+            "no node has GPUs (no gpusched.io/gpus annotation, GFD labels or nvidia.com/gpu capacity)",
+            "deploy the gpusched agent DaemonSet on the GPU nodes (deploy/)",
+        ));
+    }
+    for n in &gpu_nodes {
+        gpu_resources(n, &mut findings);
+    }
+    for n in &gpu_nodes {
+        agent(n, &facts.pods, &mut findings);
+    }
+    for n in &nodes {
+        node_state(n, is_gpu_node(n), &mut findings);
+    }
+    pending(
+        facts,
+        &built,
+        scheduler,
+        namespace,
+        &mut findings,
+        &mut summary,
+    );
+    for n in &gpu_nodes {
+        topology(n, &mut findings);
+    }
+    leaks(facts, &gpu_nodes, namespace, &mut findings, &mut summary);
+    config(&built, namespace, &mut findings);
+    Report::new(summary, findings)
+}
+
+fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
+    let name = node_name(n);
+    let subject = format!("node/{name}");
+    let st = n.status.as_ref();
+    let cap = st.and_then(|s| s.capacity.as_ref());
+    let alloc = st.and_then(|s| s.allocatable.as_ref());
+    let gpu_cap = quantity(cap, "nvidia.com/gpu");
+    let gpu_alloc = quantity(alloc, "nvidia.com/gpu").unwrap_or(0);
+    let published: Option<Result<Vec<NodeGpu>, String>> = annotation(n, ANNOTATION_NODE_GPUS)
+        .map(|t| serde_json::from_str::<Vec<NodeGpu>>(t).map_err(|e| e.to_string()));
+    let before = out.len();
+    if gpu_alloc == 0 {
+        out.push(Finding::new(
+            "gpu-resources",
+            Status::Fail,
+            &subject,
+            format!(
+                "no nvidia.com/gpu allocatable (capacity {})",
+                gpu_cap.map(|c| c.to_string()).unwrap_or_else(|| "absent".into())
+            ),
+            "the device plugin is not registered with the kubelet, or every GPU is unhealthy: check the gpusched-agent pod on this node and its log",
+        ));
+    }
+    // every GPU-ish resource: capacity vs allocatable
+    if let Some(cap) = cap {
+        for (k, c) in cap {
+            if !(k.starts_with("nvidia.com/") || k.starts_with("gpusched.io/")) {
+                continue;
+            }
+            let a = alloc.and_then(|m| m.get(k)).map(|q| q.0.clone());
+            if a.as_deref() != Some(c.0.as_str()) && !(k == "nvidia.com/gpu" && gpu_alloc == 0) {
+                out.push(Finding::new(
+                    "gpu-resources",
+                    Status::Warn,
+                    &subject,
+                    format!(
+                        "{k}: capacity {} but allocatable {}",
+                        c.0,
+                        a.unwrap_or_else(|| "absent".into())
+                    ),
+                    "the kubelet withholds devices the plugin reported Unhealthy (or reserved them): see the unhealthy GPUs below and the agent log",
+                ));
+            }
+        }
+    }
+    match published {
+        Some(Ok(gpus)) => {
+            let bad: Vec<String> = gpus
+                .iter()
+                .filter(|g| !g.healthy)
+                .map(|g| format!("GPU {} ({})", g.index, g.uuid))
+                .collect();
+            if !bad.is_empty() {
+                out.push(Finding::new(
+                    "gpu-resources",
+                    Status::Fail,
+                    &subject,
+                    format!("the agent reports {} unhealthy: {}", bad.len(), bad.join(", ")),
+                    "check XID errors in the agent log and `nvidia-smi -q`; the GPU gets no new pods until the agent sees it healthy again",
+                ));
+            }
+            let healthy = gpus.iter().filter(|g| g.healthy).count() as u64;
+            if healthy != gpu_alloc && gpu_alloc > 0 {
+                out.push(Finding::new(
+                    "gpu-resources",
+                    Status::Warn,
+                    &subject,
+                    format!(
+                        "the agent reports {healthy} healthy GPUs but the kubelet has {gpu_alloc} nvidia.com/gpu allocatable"
+                    ),
+                    "the kubelet's count wins: the scheduler takes the extra GPUs as unhealthy; restart the agent if it persists",
+                ));
+            }
+        }
+        Some(Err(e)) => out.push(Finding::new(
+            "gpu-resources",
+            Status::Fail,
+            &subject,
+            format!("annotation {ANNOTATION_NODE_GPUS} is unreadable: {e}"),
+            "the scheduler falls back to nvidia.com/gpu and GFD labels (no topology); check the agent version",
+        )),
+        None => {}
+    }
+    if out.len() == before {
+        out.push(Finding::new(
+            "gpu-resources",
+            Status::Ok,
+            &subject,
+            format!("{gpu_alloc} nvidia.com/gpu allocatable, all healthy"),
+            "",
+        ));
+    }
+}
+
+fn agent(n: &Node, pods: &[Pod], out: &mut Vec<Finding>) {
+    let name = node_name(n);
+    let subject = format!("node/{name}");
+    let agents: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| {
+            p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())
+                && p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(AGENT_POD_LABEL.0))
+                    .is_some_and(|v| v == AGENT_POD_LABEL.1)
+        })
+        .collect();
+    let registered = quantity(
+        n.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+        "nvidia.com/gpu",
+    )
+    .unwrap_or(0)
+        > 0;
+    let published = annotation(n, ANNOTATION_NODE_GPUS).is_some();
+    let version = annotation(n, ANNOTATION_NODE_ALLOCATIONS)
+        .and_then(|t| NodeAllocations::parse(t).ok())
+        .map(|a| a.agent)
+        .filter(|v| !v.is_empty());
+    let before = out.len();
+    if agents.is_empty() {
+        out.push(Finding::new(
+            "agent",
+            Status::Warn,
+            &subject,
+            format!(
+                "no gpusched-agent pod (label {}={}) on this node{}",
+                AGENT_POD_LABEL.0,
+                AGENT_POD_LABEL.1,
+                if published { " (but the node carries its annotation: another deployment?)" } else { "" }
+            ),
+            "check the DaemonSet's nodeSelector and tolerations (kubectl -n gpusched-system get ds gpusched-agent)",
+        ));
+    }
+    for p in &agents {
+        let key = pod_key(p);
+        let statuses = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .unwrap_or_default();
+        let restarts: i32 = statuses.iter().map(|c| c.restart_count).sum();
+        let ready = !statuses.is_empty() && statuses.iter().all(|c| c.ready);
+        if pod_phase(p) != "Running" || !ready {
+            out.push(Finding::new(
+                "agent",
+                Status::Fail,
+                &subject,
+                format!("agent pod {key} is {} (ready: {ready})", pod_phase(p)),
+                format!(
+                    "kubectl -n {} describe pod {} ; kubectl logs",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        if restarts > 0 {
+            out.push(Finding::new(
+                "agent",
+                Status::Warn,
+                &subject,
+                format!("agent pod {key} restarted {restarts} time(s)"),
+                "kubectl logs --previous on the agent pod shows why",
+            ));
+        }
+    }
+    if !published {
+        out.push(Finding::new(
+            "agent",
+            Status::Warn,
+            &subject,
+            format!("no {ANNOTATION_NODE_GPUS} annotation: GPUs come from labels only (no topology, no health)"),
+            "run the agent with --node-name (the DaemonSet sets it) and RBAC to patch nodes",
+        ));
+    } else if !registered {
+        out.push(Finding::new(
+            "agent",
+            Status::Fail,
+            &subject,
+            "the agent published its GPUs but the kubelet offers none: not registered with the kubelet",
+            "check the agent log for registration errors and the kubelet's device-plugins directory",
+        ));
+    }
+    if out.len() == before {
+        out.push(Finding::new(
+            "agent",
+            Status::Ok,
+            &subject,
+            format!(
+                "agent running, registered with the kubelet{}",
+                version
+                    .map(|v| format!(", version {v}"))
+                    .unwrap_or_default()
+            ),
+            "",
+        ));
+    }
+}
+
+fn node_state(n: &Node, gpu: bool, out: &mut Vec<Finding>) {
+    let subject = format!("node/{}", node_name(n));
+    let before = out.len();
+    let conds = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if !crate::translate::node_ready(n) {
+        out.push(Finding::new(
+            "node",
+            if gpu { Status::Fail } else { Status::Warn },
+            &subject,
+            "condition Ready is not True: no new pods",
+            "kubectl describe node; check the kubelet",
+        ));
+    }
+    for c in &conds {
+        if c.type_ != "Ready" && c.type_.ends_with("Pressure") && c.status == "True" {
+            out.push(Finding::new(
+                "node",
+                Status::Warn,
+                &subject,
+                format!("{} is True", c.type_),
+                "the kubelet may evict pods and the node lifecycle controller taints the node",
+            ));
+        }
+    }
+    let spec = n.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+        out.push(Finding::new(
+            "node",
+            Status::Warn,
+            &subject,
+            "cordoned (spec.unschedulable)",
+            "kubectl uncordon when maintenance is over",
+        ));
+    }
+    let taints: Vec<String> = spec
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .iter()
+        .filter(|t| t.effect != "PreferNoSchedule")
+        .map(|t| {
+            format!(
+                "{}{}:{}",
+                t.key,
+                t.value
+                    .as_ref()
+                    .map(|v| format!("={v}"))
+                    .unwrap_or_default(),
+                t.effect
+            )
+        })
+        .collect();
+    if gpu && !taints.is_empty() {
+        out.push(Finding::new(
+            "node",
+            Status::Warn,
+            &subject,
+            format!("tainted: {}", taints.join(", ")),
+            "only pods that tolerate these taints land here",
+        ));
+    }
+    if gpu && out.len() == before {
+        out.push(Finding::new(
+            "node",
+            Status::Ok,
+            &subject,
+            "Ready, schedulable, no taints",
+            "",
+        ));
+    }
+}
+
+/// The classes of one explanation, most specific first.
+pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> Vec<PendingClass> {
+    let mut set = BTreeSet::new();
+    if e.reasons.is_empty() {
+        set.insert(PendingClass::FitsNow);
+    }
+    for r in &e.reasons {
+        match r {
+            PendingReason::Nodes(s) => {
+                for (nr, _) in &s.counts {
+                    set.insert(node_class(nr, pod, snap));
+                }
+            }
+            PendingReason::QueueMissing { .. }
+            | PendingReason::GroupMissing { .. }
+            | PendingReason::GroupQueueMissing { .. } => {
+                set.insert(PendingClass::MissingQueueOrGroup);
+            }
+            PendingReason::GangTimedOut { .. } => {
+                set.insert(PendingClass::GangTimedOut);
+            }
+            PendingReason::GangIncomplete { .. } => {
+                set.insert(PendingClass::GangIncomplete);
+            }
+            PendingReason::GangShort { .. } => {
+                set.insert(PendingClass::GangShort);
+            }
+            PendingReason::NoTopologyDomain { .. } => {
+                set.insert(PendingClass::Topology);
+            }
+            PendingReason::Quota(_) => {
+                set.insert(PendingClass::Quota);
+            }
+            PendingReason::Reserved { .. }
+            | PendingReason::VictimsTerminating { .. }
+            | PendingReason::TerminatingPods { .. }
+            | PendingReason::PodsMoving { .. }
+            | PendingReason::Nominated => {
+                set.insert(PendingClass::WaitingForNode);
+            }
+            PendingReason::SnapshotInconsistent { .. } => {
+                set.insert(PendingClass::InsufficientGpus);
+            }
+        }
+    }
+    PendingClass::ALL
+        .iter()
+        .copied()
+        .filter(|c| set.contains(c))
+        .collect()
+}
+
+/// A node reason's class. The GPU filter's refusals are told apart by the
+/// facts of the snapshot (is there any GPU of the model? with the memory?),
+/// not by the phrase.
+fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
+    match r {
+        NodeReason::Insufficient(ResourceKind::Gpu) | NodeReason::InsufficientGpuShare => {
+            PendingClass::InsufficientGpus
+        }
+        NodeReason::Insufficient(ResourceKind::GpuMemory) => PendingClass::GpuMemory,
+        NodeReason::Insufficient(_) => PendingClass::InsufficientResources,
+        NodeReason::ReservedForOtherJob => PendingClass::WaitingForNode,
+        NodeReason::Filter { plugin, .. } => {
+            if plugin == FilterName::NodeUnschedulable.as_str() {
+                PendingClass::NodeUnavailable
+            } else if plugin == FilterName::NodeAffinity.as_str() {
+                PendingClass::Affinity
+            } else if plugin == FilterName::TaintToleration.as_str() {
+                PendingClass::Taints
+            } else if plugin == FilterName::GpuFit.as_str() {
+                gpu_fit_class(pod, snap)
+            } else {
+                PendingClass::InsufficientResources
+            }
+        }
+    }
+}
+
+fn gpu_fit_class(pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
+    let gpus = || snap.nodes.iter().flat_map(|n| n.gpus.iter());
+    if !gpus().any(|g| pod.allows_model(&g.model)) {
+        return PendingClass::GpuModel;
+    }
+    let need_mem = match pod.gpu {
+        GpuRequest::Share { memory_mib, .. } => memory_mib.max(pod.min_gpu_memory_mib),
+        _ => pod.min_gpu_memory_mib,
+    };
+    if !gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem) {
+        return PendingClass::GpuMemory;
+    }
+    if gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem && !g.is_healthy()) {
+        return PendingClass::UnhealthyGpus;
+    }
+    PendingClass::InsufficientGpus
+}
+
+fn in_ns(namespace: Option<&str>, ns: &str) -> bool {
+    namespace.is_none_or(|n| n == ns)
+}
+
+fn pending(
+    facts: &Facts,
+    built: &Built,
+    scheduler: &mut Scheduler,
+    namespace: Option<&str>,
+    out: &mut Vec<Finding>,
+    summary: &mut Summary,
+) {
+    let cycle = scheduler.cycle(&built.snapshot, facts.now_ms, 1);
+    let before = out.len();
+    for p in &built.problems {
+        let (pod, class, msg) = match p {
+            Problem::GatedPod { pod, gates } => (
+                pod,
+                PendingClass::Gated,
+                format!("scheduling gates: {}", gates.join(", ")),
+            ),
+            Problem::InvalidPod { pod, error } => (pod, PendingClass::InvalidSpec, error.clone()),
+            _ => continue,
+        };
+        summary.pending_pods += 1;
+        if !in_ns(namespace, &pod.namespace) {
+            continue;
+        }
+        let mut f = Finding::new(
+            "pending",
+            if class == PendingClass::InvalidSpec {
+                Status::Fail
+            } else {
+                Status::Warn
+            },
+            format!("pod/{}/{}", pod.namespace, pod.name),
+            msg,
+            class.hint(),
+        );
+        f.class = Some(class);
+        out.push(f);
+    }
+    for e in &cycle.explanations {
+        let i = e.pod as usize;
+        let (Some(r), Some(ps)) = (built.pods.get(i), built.snapshot.pods.get(i)) else {
+            continue;
+        };
+        if !matches!(ps.phase, PodPhase::Pending { .. }) {
+            continue;
+        }
+        summary.pending_pods += 1;
+        if !in_ns(namespace, &r.namespace) {
+            continue;
+        }
+        let classes = classify(e, &ps.pod, &built.snapshot);
+        let class = classes.first().copied().unwrap_or(PendingClass::FitsNow);
+        let status =
+            if e.verdict == Verdict::Unresolvable || class == PendingClass::MissingQueueOrGroup {
+                Status::Fail
+            } else {
+                Status::Warn
+            };
+        let mut msg = e.message();
+        if classes.len() > 1 {
+            let names: Vec<&str> = classes.iter().map(|c| c.as_str()).collect();
+            msg = format!("{msg} [{}]", names.join(", "));
+        }
+        let mut f = Finding::new(
+            "pending",
+            status,
+            format!("pod/{}/{}", r.namespace, r.name),
+            msg,
+            class.hint(),
+        );
+        f.class = Some(class);
+        out.push(f);
+    }
+    // pods the cycle would place now are pending too, but not explained: a
+    // scheduler that runs binds them within moments; one that waited long
+    // means no scheduler is placing them
+    let mut placed = 0;
+    for d in &cycle.decisions {
+        let gpusched_core::Decision::Bind { pod, node, .. } = d else {
+            continue;
+        };
+        let i = *pod as usize;
+        let (Some(r), Some(ps)) = (built.pods.get(i), built.snapshot.pods.get(i)) else {
+            continue;
+        };
+        placed += 1;
+        summary.pending_pods += 1;
+        let waited = facts.now_ms.saturating_sub(ps.pod.arrival_ms);
+        if waited < FITS_NOW_GRACE_MS || !in_ns(namespace, &r.namespace) {
+            continue;
+        }
+        let mut f = Finding::new(
+            "pending",
+            Status::Warn,
+            format!("pod/{}/{}", r.namespace, r.name),
+            format!(
+                "pending for {} s although it fits now (the scheduler would bind it to {})",
+                waited / 1000,
+                built
+                    .snapshot
+                    .nodes
+                    .get(*node as usize)
+                    .map(|n| n.name.as_str())
+                    .unwrap_or("?")
+            ),
+            PendingClass::FitsNow.hint(),
+        );
+        f.class = Some(PendingClass::FitsNow);
+        out.push(f);
+    }
+    if out.len() == before {
+        out.push(Finding::new(
+            "pending",
+            Status::Ok,
+            "cluster",
+            if placed > 0 {
+                format!("no pod waits for a reason; {placed} fit now and are placed next cycle")
+            } else {
+                "no pending pods".to_string()
+            },
+            "",
+        ));
+    }
+}
+
+fn topology(n: &Node, out: &mut Vec<Finding>) {
+    let subject = format!("node/{}", node_name(n));
+    let Some(Ok(gpus)) =
+        annotation(n, ANNOTATION_NODE_GPUS).map(serde_json::from_str::<Vec<NodeGpu>>)
+    else {
+        return;
+    };
+    let mut diffs: Vec<String> = Vec::new();
+    let mut cmp = |key: &str, discovered: String| {
+        if let Some(l) = label(n, key)
+            && l != discovered
+        {
+            diffs.push(format!("{key}={l} but the agent discovered {discovered}"));
+        }
+    };
+    cmp("nvidia.com/gpu.count", gpus.len().to_string());
+    let models: BTreeSet<&str> = gpus.iter().map(|g| g.model.as_str()).collect();
+    if models.len() == 1 {
+        cmp(
+            "nvidia.com/gpu.product",
+            models.iter().next().copied().unwrap_or("").to_string(),
+        );
+    }
+    let mems: BTreeSet<u64> = gpus.iter().map(|g| g.memory_mib).collect();
+    if mems.len() == 1 {
+        cmp(
+            "nvidia.com/gpu.memory",
+            mems.iter().next().copied().unwrap_or(0).to_string(),
+        );
+    }
+    let distinct = |f: fn(&NodeGpu) -> Option<u32>| {
+        gpus.iter()
+            .filter_map(f)
+            .collect::<BTreeSet<u32>>()
+            .len()
+            .to_string()
+    };
+    cmp("gpusched.io/gpu.nvlink-domains", distinct(|g| g.nvlink));
+    cmp("gpusched.io/gpu.pcie-switches", distinct(|g| g.pcie_switch));
+    cmp("gpusched.io/gpu.numa-nodes", distinct(|g| g.numa));
+    if diffs.is_empty() {
+        out.push(Finding::new(
+            "topology",
+            Status::Ok,
+            &subject,
+            format!(
+                "labels agree with the {} discovered GPUs ({} NVLink domain(s), {} PCIe switch(es))",
+                gpus.len(),
+                distinct(|g| g.nvlink),
+                distinct(|g| g.pcie_switch)
+            ),
+            "",
+        ));
+    } else {
+        out.push(Finding::new(
+            "topology",
+            Status::Warn,
+            &subject,
+            diffs.join("; "),
+            "labels are stale or set by hand: selectors on them may mislead; the scheduler places by the agent's annotation",
+        ));
+    }
+}
+
+fn leaks(
+    facts: &Facts,
+    gpu_nodes: &[&Node],
+    namespace: Option<&str>,
+    out: &mut Vec<Finding>,
+    summary: &mut Summary,
+) {
+    let by_uid: BTreeMap<&str, &Pod> = facts
+        .pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
+    let before = out.len();
+    let mut publishing = 0;
+    for n in gpu_nodes {
+        let name = node_name(n);
+        let Some(text) = annotation(n, ANNOTATION_NODE_ALLOCATIONS) else {
+            continue;
+        };
+        let allocs = match NodeAllocations::parse(text) {
+            Ok(a) => a,
+            Err(e) => {
+                out.push(Finding::new(
+                    "leaks",
+                    Status::Warn,
+                    format!("node/{name}"),
+                    e.to_string(),
+                    "an agent of another version? the leak check skips this node",
+                ));
+                continue;
+            }
+        };
+        publishing += 1;
+        for a in &allocs.pods {
+            let why = match by_uid.get(a.uid.as_str()) {
+                None => "no longer exists".to_string(),
+                Some(p) if matches!(pod_phase(p), "Succeeded" | "Failed") => {
+                    format!("has finished ({})", pod_phase(p))
+                }
+                Some(p)
+                    if p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        != Some(name.as_str()) =>
+                {
+                    "is not on this node".to_string()
+                }
+                Some(_) => continue,
+            };
+            let milli = a.milli.map(u64::from).unwrap_or(a.gpus.len() as u64 * 1000);
+            summary.leaked_milli += milli;
+            if !in_ns(namespace, &a.namespace) {
+                continue;
+            }
+            let mut f = Finding::new(
+                "leaks",
+                Status::Fail,
+                format!("node/{name}"),
+                format!(
+                    "{} GPU(s) [{}] still counted for pod {}/{} (uid {}), which {why}",
+                    gpus_text(milli),
+                    a.gpus.join(", "),
+                    a.namespace,
+                    a.name,
+                    a.uid
+                ),
+                "restart the gpusched-agent pod on this node (it rebuilds from the kubelet's PodResources); if the kubelet still lists the pod, the kubelet holds the devices until the pod object is gone",
+            );
+            f.reclaimable_milli = Some(milli);
+            out.push(f);
+        }
+    }
+    // pods stuck terminating keep their GPUs counted by the scheduler
+    for p in &facts.pods {
+        let Some(del) = &p.metadata.deletion_timestamp else {
+            continue;
+        };
+        let ns = p.metadata.namespace.as_deref().unwrap_or_default();
+        let grace = p.metadata.deletion_grace_period_seconds.unwrap_or(0).max(0) as u64 * 1000;
+        let since = ts_ms(del);
+        if facts.now_ms < since + grace + STUCK_TERMINATING_MS || !in_ns(namespace, ns) {
+            continue;
+        }
+        let gpu = crate::translate::effective_resources(p)
+            .map(|(_, g)| g.milli())
+            .unwrap_or(0);
+        if gpu == 0 || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+            continue;
+        }
+        let mut f = Finding::new(
+            "leaks",
+            Status::Warn,
+            format!("pod/{}", pod_key(p)),
+            format!(
+                "deleted {} s ago and still terminating: its {} GPU(s) stay counted",
+                (facts.now_ms - since) / 1000,
+                gpus_text(gpu)
+            ),
+            "a finalizer or an unreachable kubelet holds it: check finalizers, or force-delete once the node is known down",
+        );
+        f.reclaimable_milli = Some(gpu);
+        out.push(f);
+    }
+    if out.len() == before {
+        out.push(Finding::new(
+            "leaks",
+            Status::Ok,
+            "cluster",
+            if publishing > 0 {
+                format!("no GPU held for an exited pod ({publishing} node(s) publish their allocations)")
+            } else {
+                format!("no node publishes {ANNOTATION_NODE_ALLOCATIONS}; only pods stuck terminating were checked")
+            },
+            "",
+        ));
+    }
+}
+
+fn config(built: &Built, namespace: Option<&str>, out: &mut Vec<Finding>) {
+    let before = out.len();
+    for p in &built.problems {
+        let f = match p {
+            Problem::InvalidQueue { queue, error } => Finding::new(
+                "config",
+                Status::Fail,
+                format!("queue/{queue}"),
+                error.clone(),
+                "kubectl get queue -o yaml; fix the spec (its Valid condition says the same)",
+            ),
+            Problem::InvalidGroup { group, error } => Finding::new(
+                "config",
+                Status::Fail,
+                format!("podgroup/{group}"),
+                error.clone(),
+                "fix the PodGroup's spec",
+            ),
+            Problem::NodeWarning { node, warning } => Finding::new(
+                "config",
+                Status::Warn,
+                format!("node/{node}"),
+                warning.clone(),
+                "",
+            ),
+            Problem::BadDecision { pod, error } if in_ns(namespace, &pod.namespace) => {
+                Finding::new(
+                    "config",
+                    Status::Warn,
+                    format!("pod/{}/{}", pod.namespace, pod.name),
+                    error.clone(),
+                    "its GPUs are assumed to be the lowest free ones; the agent refuses such a decision",
+                )
+            }
+            _ => continue,
+        };
+        out.push(f);
+    }
+    if out.len() == before {
+        out.push(Finding::new(
+            "config",
+            Status::Ok,
+            "cluster",
+            "queues, pod groups and node annotations are readable",
+            "",
+        ));
+    }
+}

@@ -1,0 +1,241 @@
+//! End-to-end: `gpusched doctor` and snapshot capture → offline replay
+//! against a real kube-apiserver + etcd, nodes played by kwok (`e2e/run`).
+
+mod common;
+
+use common::*;
+use gpusched_k8s::doctor::{self, DoctorOptions};
+use gpusched_k8s::snapshot;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::Patch;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const H100: &str = "nodes:
+  - name: h100
+    count: 2
+    cpu: \"64\"
+    memory: 512Gi
+    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}
+";
+
+async fn patch_node(nodes: &Api<Node>, name: &str, v: Value) {
+    nodes
+        .patch(name, &Default::default(), &Patch::Merge(v))
+        .await
+        .unwrap();
+}
+
+fn finding<'a>(r: &'a Value, check: &str, subject: &str) -> Vec<&'a Value> {
+    r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == check && f["subject"] == subject)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn doctor_finds_and_names_each_problem() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    // h100-0: the agent reports GPU 5 unhealthy, the kubelet withholds it
+    let n0 = nodes.get("h100-0").await.unwrap();
+    let ann = n0.metadata.annotations.clone().unwrap();
+    let mut gpus: Vec<Value> = serde_json::from_str(&ann["gpusched.io/gpus"]).unwrap();
+    gpus[5]["healthy"] = json!(false);
+    let uuid5 = gpus[5]["uuid"].as_str().unwrap().to_string();
+    patch_node(
+        &nodes,
+        "h100-0",
+        json!({"metadata": {"annotations": {"gpusched.io/gpus": serde_json::to_string(&gpus).unwrap()}}}),
+    )
+    .await;
+    nodes
+        .patch_status(
+            "h100-0",
+            &Default::default(),
+            &Patch::Merge(json!({"status": {
+                "allocatable": {"nvidia.com/gpu": "7"}, "capacity": {"nvidia.com/gpu": "8"}}})),
+        )
+        .await
+        .unwrap();
+    // h100-1: its agent still counts two GPUs for a pod that is gone
+    let n1 = nodes.get("h100-1").await.unwrap();
+    let g1: Vec<Value> =
+        serde_json::from_str(&n1.metadata.annotations.unwrap()["gpusched.io/gpus"]).unwrap();
+    let leaked = json!({"v": 1, "agent": "0.1.0", "pods": [{"uid": "5e1f-gone", "namespace": "ml",
+        "name": "trainer-old", "gpus": [g1[6]["uuid"], g1[7]["uuid"]]}]});
+    patch_node(
+        &nodes,
+        "h100-1",
+        json!({"metadata": {"annotations": {"gpusched.io/allocations": leaked.to_string()}}}),
+    )
+    .await;
+    // a queue limited to one GPU with two pods; a gang of 3 with one member;
+    // a gated pod
+    let queues: Api<gpusched_k8s::crd::Queue> = Api::all(c.client.clone());
+    create_obj(
+        &queues,
+        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+               "metadata": {"name": "small"},
+               "spec": {"limit": {"nvidia.com/gpu": "1", "cpu": "1k", "memory": "1Pi"}}}),
+    )
+    .await;
+    let groups: Api<gpusched_k8s::crd::PodGroup> = Api::namespaced(c.client.clone(), "ml");
+    create_obj(
+        &groups,
+        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+               "metadata": {"name": "ring"}, "spec": {"minMember": 3}}),
+    )
+    .await;
+    let pods = c.pods("ml");
+    let s = c.scheduler(opts()).await;
+    for name in ["small-a", "small-b"] {
+        let mut p = gpu_pod(name, 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/queue": "small"});
+        create(&pods, p).await;
+        if name == "small-a" {
+            wait_for(Duration::from_secs(30), || async {
+                bound(&pods).await.contains_key("small-a").then_some(())
+            })
+            .await
+            .expect("small-a bound");
+        }
+    }
+    let mut member = gpu_pod("ring-0", 1);
+    member["metadata"]["labels"] = json!({"gpusched.io/pod-group": "ring"});
+    create(&pods, member).await;
+    let mut gated = gpu_pod("held", 1);
+    gated["spec"]["schedulingGates"] = json!([{"name": "example.com/approval"}]);
+    create(&pods, gated).await;
+    wait_event(&c, "ml", "small-b", "FailedScheduling", 20)
+        .await
+        .expect("small-b waits");
+
+    let report = doctor::diagnose(&c.client, &DoctorOptions::default())
+        .await
+        .unwrap();
+    // what `gpusched doctor --json` prints
+    let r: Value = serde_json::to_value(&report).unwrap();
+    let text = report.render();
+    let unhealthy = finding(&r, "gpu-resources", "node/h100-0");
+    assert!(
+        unhealthy.iter().any(|f| f["status"] == "fail"
+            && f["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("GPU 5 ({uuid5})"))),
+        "{text}"
+    );
+    let class = |pod: &str| {
+        let f = finding(&r, "pending", &format!("pod/ml/{pod}"));
+        assert_eq!(f.len(), 1, "{pod}: {text}");
+        f[0]["class"].as_str().unwrap().to_string()
+    };
+    assert_eq!(class("small-b"), "quota");
+    assert_eq!(class("ring-0"), "gang-incomplete");
+    assert_eq!(class("held"), "gated");
+    assert!(
+        finding(&r, "pending", "pod/ml/small-a").is_empty(),
+        "{text}"
+    );
+    let leak = finding(&r, "leaks", "node/h100-1");
+    assert_eq!(leak.len(), 1, "{text}");
+    assert!(
+        leak[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ml/trainer-old")
+    );
+    assert_eq!(leak[0]["reclaimableMilli"], 2000);
+    assert_eq!(r["summary"]["leakedMilli"], 2000);
+    assert_eq!(r["summary"]["unhealthyGpus"], 1);
+    assert_eq!(r["exitCode"], 2);
+    assert_eq!(r["healthy"], false);
+    // the namespace filter drops pods of other namespaces, not node checks
+    let other = doctor::diagnose(
+        &c.client,
+        &DoctorOptions {
+            namespace: Some("other".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(other.of("pending").all(|f| !f.subject.starts_with("pod/")));
+    assert!(
+        other
+            .of("gpu-resources")
+            .any(|f| f.status == doctor::Status::Fail)
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn snapshot_replay_gives_the_scheduler_s_decisions() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let pods = c.pods("ml");
+    // 16 GPUs asked of 16, in sizes that make placement matter, and one
+    // more that cannot fit
+    for (name, n) in [("a", 8), ("b", 4), ("c", 2), ("d", 1), ("e", 1), ("f", 1)] {
+        create(&pods, gpu_pod(name, n)).await;
+    }
+    // capture while no scheduler runs; write, read back, replay offline
+    let config = gpusched_plugins::SchedulerConfig::default();
+    let file = snapshot::capture(&c.client, &config).await.unwrap();
+    assert_eq!(
+        file.snapshot.pods.iter().filter(|p| p.is_pending()).count(),
+        6
+    );
+    let path = c.dir.path().join("snap.json");
+    std::fs::write(&path, file.to_json()).unwrap();
+    let file = snapshot::load(&path).unwrap();
+    let out = gpusched_sim::replay::replay(
+        &gpusched_sim::replay::ReplayInput {
+            name: "e2e".into(),
+            snapshot: file.snapshot.clone(),
+            durations_ms: vec![None; file.snapshot.pods.len()],
+            start_ms: file.captured_at_ms,
+            cycle_interval_ms: 1_000,
+            max_cycles: 100,
+        },
+        &mut gpusched_plugins::config::build(&file.config).unwrap(),
+    );
+    let replayed: BTreeMap<String, (String, Vec<u32>)> = out
+        .decisions
+        .iter()
+        .filter(|d| d.action == "bind")
+        .map(|d| {
+            (
+                d.pod.trim_start_matches("ml/").to_string(),
+                (d.node.clone(), d.gpus.clone()),
+            )
+        })
+        .collect();
+    assert_eq!(replayed.len(), 5, "{:#?}", out.decisions);
+    assert_eq!(out.pending.len(), 1);
+    // now the live scheduler on the same state
+    let s = c.scheduler(opts()).await;
+    let live = wait_for(Duration::from_secs(60), || async {
+        let b = bound(&pods).await;
+        (b.len() == 5).then_some(b)
+    })
+    .await
+    .expect("five pods bound");
+    let live: BTreeMap<String, (String, Vec<u32>)> = live
+        .iter()
+        .map(|(name, p)| {
+            let d = decision(p);
+            (name.clone(), (d.node.clone(), d.indices.clone()))
+        })
+        .collect();
+    assert_eq!(live, replayed, "live bindings differ from the replay");
+    s.stop().await;
+}
