@@ -29,6 +29,7 @@
 use gpusched_core::{ClusterState, NodeId, PackEnv, PodPhase, PodState, Snapshot};
 use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod};
 use gpusched_plugins::packing::fgd::FragEngine;
+use gpusched_plugins::packing::gpusched::GpuschedConfig;
 use gpusched_plugins::packing::profile::TYPICAL_COVERAGE;
 use gpusched_plugins::packing::{self, PackerOptions, Profile, UnknownPolicy};
 use rand::seq::SliceRandom;
@@ -69,6 +70,8 @@ pub struct FgdMethod {
     pub profile: Option<Profile>,
     /// Worker threads for the seeds (0: available parallelism).
     pub threads: usize,
+    /// Knobs of the `gpusched` policy (experiments); `None`: its defaults.
+    pub gpusched: Option<GpuschedConfig>,
 }
 
 impl Default for FgdMethod {
@@ -78,6 +81,7 @@ impl Default for FgdMethod {
             tie_break: TieBreak::Permuted,
             profile: None,
             threads: 0,
+            gpusched: None,
         }
     }
 }
@@ -293,7 +297,7 @@ pub fn run_seed(
         policy,
         &PackerOptions {
             profile: Some(profile.clone()),
-            gpusched: None,
+            gpusched: method.gpusched,
         },
     )?;
     let frag = FragEngine::new(profile.typical(TYPICAL_COVERAGE));

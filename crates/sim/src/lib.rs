@@ -17,6 +17,7 @@ pub mod openb;
 pub mod report;
 pub mod sched;
 pub mod table;
+pub mod variants;
 pub mod workload;
 
 pub use engine::{Hooks, NoHooks, run};

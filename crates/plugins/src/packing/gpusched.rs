@@ -71,6 +71,28 @@ pub struct GpuschedConfig {
     /// Weight `κ` of a penalty on fully free GPUs left without the CPU a
     /// typical whole-GPU pod needs (GPU-milli per stranded GPU).
     pub cpu_reserve: f64,
+    /// How the pod classes of the target workload are weighted in the
+    /// expected fragmentation.
+    pub class_weight: ClassWeight,
+}
+
+/// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClassWeight {
+    /// Share of the pods (the FGD paper's rule).
+    Pods,
+    /// Share of the GPU demand: pods × GPU milli ([`Profile::gpu_weighted`]);
+    /// CPU-only classes drop out.
+    Gpu,
+    /// Pressure: share of the pods divided by the share of the cluster's
+    /// GPUs the class may use (its allowed models), so a class that can
+    /// only use a scarce model counts the more the scarcer the model is.
+    /// Equals `Pods` when no class is restricted.
+    #[default]
+    Pressure,
+    /// As `Pressure`, on the share of the GPU demand instead of the pods.
+    GpuPressure,
 }
 
 impl Default for GpuschedConfig {
@@ -86,6 +108,7 @@ impl Default for GpuschedConfig {
             size_order: 1,
             coverage: 1.0,
             cpu_reserve: 0.0,
+            class_weight: ClassWeight::Pressure,
         }
     }
 }
@@ -104,6 +127,10 @@ pub struct GpuschedPacker {
     source: Profile,
     /// Mean CPU (milli) per GPU of the workload's whole-GPU classes.
     cpu_per_gpu: f64,
+    /// GPUs of the cluster per model (for [`ClassWeight::Pressure`]).
+    reach: std::collections::BTreeMap<String, u64>,
+    /// Node count `reach` was computed for.
+    reach_nodes: usize,
 }
 
 impl Default for GpuschedPacker {
@@ -124,6 +151,8 @@ impl GpuschedPacker {
             waste: Vec::new(),
             source: Profile::default(),
             cpu_per_gpu: 0.0,
+            reach: Default::default(),
+            reach_nodes: usize::MAX,
         }
     }
 
@@ -143,6 +172,28 @@ impl GpuschedPacker {
         } else {
             profile
         };
+        let profile = match self.cfg.class_weight {
+            ClassWeight::Pods => profile,
+            ClassWeight::Gpu => profile.gpu_weighted(),
+            ClassWeight::Pressure | ClassWeight::GpuPressure => {
+                let total: u64 = self.reach.values().sum();
+                let by_gpu = self.cfg.class_weight == ClassWeight::GpuPressure;
+                profile.reweighted(|c| {
+                    let reach: u64 = if c.gpu_models.is_empty() {
+                        total
+                    } else {
+                        c.gpu_models
+                            .iter()
+                            .map(|m| self.reach.get(m).copied().unwrap_or(0))
+                            .sum()
+                    };
+                    // a class that can reach no GPU of the cluster cannot be
+                    // helped by placement: it keeps its demand weight
+                    let base = if by_gpu { c.gpu_demand() } else { 1.0 };
+                    base * total.max(1) as f64 / reach.max(1).min(total.max(1)) as f64
+                })
+            }
+        };
         self.waste = expected_waste(&profile);
         let (mut num, mut den) = (0.0, 0.0);
         for (c, w) in profile.classes() {
@@ -152,7 +203,7 @@ impl GpuschedPacker {
             }
         }
         self.cpu_per_gpu = if den > 0.0 { num / den } else { 0.0 };
-        self.engine = FragEngine::with_scale(profile, self.cfg.quantize_scale);
+        self.engine = FragEngine::grouped(profile, self.cfg.quantize_scale);
         self
     }
 
@@ -285,14 +336,42 @@ impl Packer for GpuschedPacker {
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
+        let mut rebuild = None;
+        if matches!(
+            self.cfg.class_weight,
+            ClassWeight::Pressure | ClassWeight::GpuPressure
+        ) && self.reach_nodes != env.snapshot.nodes.len()
+        {
+            // GPUs per model; recounted when the node count changes
+            let mut reach = std::collections::BTreeMap::new();
+            for n in &env.snapshot.nodes {
+                for g in n.gpus.iter().filter(|g| g.is_healthy()) {
+                    *reach.entry(g.model.clone()).or_insert(0u64) += 1;
+                }
+            }
+            self.reach_nodes = env.snapshot.nodes.len();
+            if reach != self.reach {
+                self.reach = reach;
+                rebuild = Some(self.source.clone());
+            }
+        }
         if !self.explicit {
             let p = derive_profile(env);
             if p != self.source {
-                let cfg = self.cfg;
-                let this = std::mem::take(self);
-                *self = this.with_engine(p);
-                self.cfg = cfg;
+                rebuild = Some(p);
             }
+        }
+        if let Some(p) = rebuild {
+            let this = std::mem::take(self);
+            let (cfg, reach, reach_nodes) = (this.cfg, this.reach.clone(), this.reach_nodes);
+            *self = GpuschedPacker {
+                cfg,
+                reach,
+                reach_nodes,
+                explicit: this.explicit,
+                ..GpuschedPacker::new()
+            }
+            .with_engine(p);
         }
         if self.cfg.sum_of_squares {
             self.levels.clear();
