@@ -102,6 +102,8 @@ struct Memo {
     allowed: Vec<Vec<bool>>,
     /// Per model id: is class group i allowed there? (grouped engines)
     allowed_groups: Vec<Vec<bool>>,
+    /// Per model id: total weight of the classes allowed there.
+    allowed_weight: Vec<f64>,
     frag: FxMap<Sig, f64>,
     eval: FxMap<(Sig, u32), Eval>,
     pod_class_ids: FxMap<PodClass, u32>,
@@ -186,9 +188,13 @@ pub struct FragEngine {
     memo: Mutex<Memo>,
     /// Grouped evaluation (same `F` up to floating-point summation order).
     groups: Option<(Vec<Group>, f64)>,
+    /// Exponent `a` of the pod's GPU demand in the squash scale
+    /// (`scale · gᵃ`); 0: one scale for every pod.
+    size_exponent: f64,
 }
 
 impl FragEngine {
+    /// An engine against `profile` with the reference squash scale (1000).
     pub fn new(profile: Profile) -> Self {
         Self::with_scale(profile, 1000.0)
     }
@@ -200,6 +206,7 @@ impl FragEngine {
             scale: if scale > 0.0 { scale } else { 1000.0 },
             memo: Mutex::new(Memo::default()),
             groups: None,
+            size_exponent: 0.0,
         }
     }
 
@@ -215,6 +222,23 @@ impl FragEngine {
         }
     }
 
+    /// Squash each pod's `Δ` with `scale · gᵃ`, `g` the pod's GPU demand in
+    /// GPUs ([`pod_gpus`]).
+    pub fn with_size_exponent(mut self, a: f64) -> Self {
+        self.size_exponent = a;
+        self
+    }
+
+    /// The squash scale of `pod`.
+    pub fn pod_scale(&self, pod: &Pod) -> f64 {
+        if self.size_exponent == 0.0 {
+            self.scale
+        } else {
+            self.scale * pod_gpus(pod).powf(self.size_exponent)
+        }
+    }
+
+    /// The target workload the fragmentation is measured against.
     pub fn profile(&self) -> &Profile {
         &self.profile
     }
@@ -239,6 +263,14 @@ impl FragEngine {
                         .iter()
                         .map(|(c, _)| c.allows_model(name))
                         .collect(),
+                );
+                memo.allowed_weight.push(
+                    self.profile
+                        .classes()
+                        .iter()
+                        .filter(|(c, _)| c.gpu_count > 0 && c.allows_model(name))
+                        .map(|(_, w)| w)
+                        .sum(),
                 );
                 memo.allowed_groups
                     .push(self.groups.as_ref().map_or_else(Vec::new, |(g, _)| {
@@ -385,6 +417,16 @@ impl FragEngine {
         f
     }
 
+    /// Total weight of the GPU classes of the profile that may use the
+    /// GPUs of `node` (its model): how contested the node's GPUs are.
+    pub fn allowed_weight(&self, state: &ClusterState<'_>, node: NodeId) -> f64 {
+        let Ok(mut memo) = self.memo.lock() else {
+            return 0.0;
+        };
+        let id = self.model_id(&mut memo, state, node);
+        memo.allowed_weight[id as usize]
+    }
+
     /// Fragmentation of `node` now (milli-GPU).
     pub fn node_frag(&self, state: &ClusterState<'_>, node: NodeId) -> f64 {
         let Ok(mut memo) = self.memo.lock() else {
@@ -465,7 +507,7 @@ impl FragEngine {
                 }
             }
         }
-        Eval::new(deltas, self.scale)
+        Eval::new(deltas, self.pod_scale(pod))
     }
 
     /// Runs `f` on the evaluation of `pod` on `node` (memoised by state).
@@ -545,8 +587,19 @@ impl FragEngine {
                 }
             }
         }
-        Eval::new(deltas, self.scale)
+        Eval::new(deltas, self.pod_scale(pod))
     }
+}
+
+/// A pod's GPU demand in GPUs for the squash: `k` whole GPUs, a share's
+/// fraction (at least 0.05), 1 for a pod without GPU.
+pub fn pod_gpus(pod: &Pod) -> f64 {
+    let g = match pod.gpu {
+        GpuRequest::Share { milli, .. } => milli as f64,
+        GpuRequest::Whole(k) if k > 0 => (k as u64 * GPU_MILLI) as f64,
+        _ => GPU_MILLI as f64,
+    };
+    g.max(50.0) / GPU_MILLI as f64
 }
 
 /// The reference's integer score of a fragmentation change.
@@ -593,6 +646,7 @@ impl FgdPacker {
         }
     }
 
+    /// The fragmentation engine (its profile and memo).
     pub fn engine(&self) -> &FragEngine {
         &self.engine
     }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 /// A pod class: what fragmentation is measured against.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PodClass {
+    /// CPU request (milli-CPU).
     pub cpu_milli: u64,
     /// Milli-GPU asked of each GPU: 1000 for whole GPUs, less for a share,
     /// 0 for a share asked by memory only or for no GPU.
@@ -60,10 +61,12 @@ impl PodClass {
         self.gpu_count as f64 * per_gpu as f64
     }
 
+    /// Whether the class asks for no GPU.
     pub fn is_cpu_only(&self) -> bool {
         self.gpu_count == 0
     }
 
+    /// Whether the class may run on GPUs of `model`.
     pub fn allows_model(&self, model: &str) -> bool {
         self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| m == model)
     }
@@ -118,6 +121,7 @@ impl Profile {
         Self::from_pods_with(pods, ProfileOptions::default())
     }
 
+    /// The class distribution of a pod list, cut as `opts` says.
     pub fn from_pods_with<'a>(
         pods: impl IntoIterator<Item = &'a Pod>,
         opts: ProfileOptions,
@@ -181,10 +185,12 @@ impl Profile {
         if p.is_empty() { self.clone() } else { p }
     }
 
+    /// The classes with their weights, most popular first.
     pub fn classes(&self) -> &[(PodClass, f64)] {
         &self.classes
     }
 
+    /// Whether the profile has no class.
     pub fn is_empty(&self) -> bool {
         self.classes.is_empty()
     }
