@@ -98,6 +98,10 @@ pub struct GpuschedConfig {
     /// then the size order: capacity that restricted pods need is spent
     /// last. Without restricted classes every node weighs the same.
     pub least_contested_first: bool,
+    /// Pressure of a restricted class from the load on its models:
+    /// `π_c = 1 + (pod share of the classes with c's model set) / (their
+    /// share of the cluster's GPUs)` instead of `1 / share`.
+    pub pressure_by_load: bool,
 }
 
 /// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
@@ -134,6 +138,7 @@ impl Default for GpuschedConfig {
             cpu_reserve: 0.0,
             class_weight: ClassWeight::Pressure,
             least_contested_first: false,
+            pressure_by_load: false,
         }
     }
 }
@@ -215,7 +220,18 @@ impl GpuschedPacker {
                     };
                     // a class that can reach no GPU of the cluster cannot be
                     // helped by placement: it keeps its own weight
-                    let pressure = total as f64 / reach.clamp(1, total) as f64;
+                    let capacity_share = reach.clamp(1, total) as f64 / total as f64;
+                    let pressure = if self.cfg.pressure_by_load && !c.gpu_models.is_empty() {
+                        let load: f64 = profile
+                            .classes()
+                            .iter()
+                            .filter(|(o, _)| o.gpu_models == c.gpu_models)
+                            .map(|(_, w)| w)
+                            .sum();
+                        1.0 + load / capacity_share
+                    } else {
+                        1.0 / capacity_share
+                    };
                     if by_gpu {
                         c.gpu_demand() * pressure
                     } else {
