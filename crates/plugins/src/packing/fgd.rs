@@ -141,7 +141,8 @@ impl Group {
 /// The profile's GPU classes grouped by shape (and the CPU-only weight).
 fn group_classes(profile: &Profile) -> (Vec<Group>, f64) {
     let mut cpu_only = 0.0;
-    let mut map: std::collections::BTreeMap<(u32, u64, u32, Vec<String>), Vec<(u64, f64)>> =
+    type Shape = (u32, u64, u32, Vec<String>);
+    let mut map: std::collections::BTreeMap<Shape, Vec<(u64, f64)>> =
         std::collections::BTreeMap::new();
     for (c, w) in profile.classes() {
         if c.gpu_count == 0 {

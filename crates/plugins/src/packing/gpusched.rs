@@ -276,6 +276,7 @@ impl GpuschedPacker {
         &self.cfg
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn score(
         &self,
         (delta, squashed): (f64, i64),
