@@ -10,6 +10,7 @@ use clap::Args;
 use gpusched_plugins::packing::POLICY_NAMES;
 use gpusched_sim::consolidate_method::{BudgetRow, budget_table};
 use gpusched_sim::fgd_method::{self, FgdMethod, MethodResult, TieBreak};
+use gpusched_sim::variants::{self, Variant};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -51,6 +52,14 @@ pub struct OpenbArgs {
     /// may be moved; see `gpusched_sim::consolidate_method`). 0: off.
     #[arg(long, default_value = "0", requires = "openb")]
     pub move_budget: String,
+    /// Run trace variants built from PODS.csv instead of PODS.csv itself:
+    /// `all` (the published family: cpu050…multigpu50) or a comma-separated
+    /// list such as `gpushare40,gpuspec10` (gpusched_sim::variants).
+    #[arg(long, requires = "openb")]
+    pub variants: Option<String>,
+    /// Seed of the variant construction.
+    #[arg(long, default_value_t = variants::DEFAULT_VARIANT_SEED, requires = "openb")]
+    pub variant_seed: u64,
 }
 
 impl OpenbArgs {
@@ -147,161 +156,85 @@ struct JsonPolicy<'a> {
     result: &'a MethodResult,
 }
 
-pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
-    let paths = args.openb.as_deref().unwrap_or_default();
-    let [nodes_csv, pods_csv] = paths else {
-        anyhow::bail!("--openb takes NODES.csv PODS.csv");
-    };
-    let json = args.json;
-    let seeds = parse_seeds(&args.seeds)?;
-    let policies = parse_policies(&args.policies)?;
-    let nodes = gpusched_sim::openb::read_nodes(nodes_csv)?;
-    let pods: Vec<_> = gpusched_sim::openb::read_pods(pods_csv)?
-        .into_iter()
-        .map(|t| t.pod)
-        .collect();
-    let workload = pods_csv
-        .file_stem()
-        .map(|s| s.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let published_path = args
-        .published
-        .clone()
-        .unwrap_or_else(|| default_published(pods_csv));
-    let (published, published_note) = match std::fs::read_to_string(&published_path) {
-        Ok(text) => {
-            let p = fgd_method::parse_published(
-                &published_path.display().to_string(),
-                &text,
-                &workload,
-            )?;
-            let note = if p.is_empty() {
-                format!(
-                    "published results: {} has no workload {workload:?}",
-                    published_path.display()
-                )
-            } else {
-                format!("published results: {}", published_path.display())
-            };
-            (p, note)
-        }
-        Err(e) => (
-            BTreeMap::new(),
-            format!(
-                "published results: not available ({}: {e}); showing ours only",
-                published_path.display()
-            ),
-        ),
-    };
-    let method = FgdMethod {
-        tune_ratio: args.tune_ratio,
-        tie_break: match args.tie_break.as_str() {
-            "lowest-id" => TieBreak::LowestId,
-            "random" => TieBreak::Random,
-            _ => TieBreak::Permuted,
-        },
-        profile: None,
-        threads: args.threads,
-        move_budget: 0,
-    };
-    let budgets = parse_budgets(&args.move_budget)?;
-    if budgets != [0] {
-        let mut rows = Vec::new();
-        for &budget in &budgets {
-            for p in &policies {
-                let m = FgdMethod {
-                    move_budget: budget,
-                    ..method.clone()
-                };
-                let t0 = Instant::now();
-                let result = fgd_method::run(&m, &nodes, &pods, p, &seeds)?;
-                eprintln!(
-                    "  budget {budget}, {p}: {:.1} s",
-                    t0.elapsed().as_secs_f64()
-                );
-                rows.push(BudgetRow { budget, result });
-            }
-        }
-        if json {
-            let v: Vec<_> = rows.iter().map(|r| (r.budget, &r.result)).collect();
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        } else {
-            println!(
-                "FGD evaluation method with consolidation moves, seeds {}",
-                args.seeds
-            );
-            print!("{}", budget_table(&rows));
-        }
-        return Ok(());
+/// One workload's runs: (policy, result, seconds) per policy.
+type Rows = Vec<(String, MethodResult, f64)>;
+
+/// The published means of one workload, by policy and seed.
+type Published = BTreeMap<String, Vec<(u64, f64)>>;
+
+fn published_for(text: Option<&(PathBuf, String)>, workload: &str) -> anyhow::Result<Published> {
+    match text {
+        Some((path, text)) => Ok(fgd_method::parse_published(
+            &path.display().to_string(),
+            text,
+            workload,
+        )?),
+        None => Ok(BTreeMap::new()),
     }
+}
+
+/// Mean of the published runs of `policy` (over our seeds where it has
+/// them, else over all of its seeds).
+fn published_mean(published: &Published, policy: &str, seeds: &[u64]) -> Option<f64> {
+    let v = published.get(policy)?;
+    let matching: Vec<f64> = v
+        .iter()
+        .filter(|(s, _)| seeds.contains(s))
+        .map(|x| x.1)
+        .collect();
+    let use_v: Vec<f64> = if matching.is_empty() {
+        v.iter().map(|x| x.1).collect()
+    } else {
+        matching
+    };
+    Some(fgd_method::mean_stdev(use_v).0)
+}
+
+fn run_policies(
+    method: &FgdMethod,
+    nodes: &[gpusched_model::Node],
+    pods: &[gpusched_model::Pod],
+    policies: &[String],
+    seeds: &[u64],
+    quiet: bool,
+) -> anyhow::Result<Rows> {
     let mut rows = Vec::new();
-    for p in &policies {
+    for p in policies {
         let t0 = Instant::now();
-        let r = fgd_method::run(&method, &nodes, &pods, p, &seeds)?;
+        let r = fgd_method::run(method, nodes, pods, p, seeds)?;
         let secs = t0.elapsed().as_secs_f64();
-        if !json {
+        if !quiet {
             eprintln!("  {p}: {secs:.1} s");
         }
         rows.push((p.clone(), r, secs));
     }
-    let pub_mean = |p: &str| -> Option<f64> {
-        let v = published.get(p)?;
-        let matching: Vec<f64> = v
-            .iter()
-            .filter(|(s, _)| seeds.contains(s))
-            .map(|x| x.1)
-            .collect();
-        let use_v: Vec<f64> = if matching.is_empty() {
-            v.iter().map(|x| x.1).collect()
-        } else {
-            matching
-        };
-        Some(fgd_method::mean_stdev(use_v).0)
-    };
-    if json {
-        let out = JsonOut {
-            nodes_csv: nodes_csv.display().to_string(),
-            pods_csv: pods_csv.display().to_string(),
-            workload: workload.clone(),
-            seeds: &seeds,
-            tie_break: &args.tie_break,
-            results: rows
-                .iter()
-                .map(|(p, r, secs)| {
-                    let (mean, stdev) = r.headline();
-                    JsonPolicy {
-                        policy: p,
-                        mean,
-                        stdev,
-                        published_mean: pub_mean(p),
-                        seconds: *secs,
-                        result: r,
-                    }
-                })
-                .collect(),
-        };
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
-    }
-    let total_gpus = rows.first().map_or(0, |r| r.1.total_gpus);
-    println!(
-        "FGD evaluation method: {} nodes, {total_gpus} GPUs ({}), workload {workload} ({} pods), tune {}, seeds {}, tie-break {}",
-        nodes.len(),
-        nodes_csv.display(),
-        pods.len(),
-        args.tune_ratio,
-        args.seeds,
-        args.tie_break
-    );
-    println!("{published_note}");
-    println!();
+    Ok(rows)
+}
+
+fn json_policies<'a>(rows: &'a Rows, published: &Published, seeds: &[u64]) -> Vec<JsonPolicy<'a>> {
+    rows.iter()
+        .map(|(p, r, secs)| {
+            let (mean, stdev) = r.headline();
+            JsonPolicy {
+                policy: p,
+                mean,
+                stdev,
+                published_mean: published_mean(published, p, seeds),
+                seconds: *secs,
+                result: r,
+            }
+        })
+        .collect()
+}
+
+fn print_table(rows: &Rows, published: &Published, seeds: &[u64]) {
     println!(
         "{:<16} {:>18} {:>10} {:>7} {:>10} {:>8}",
         "policy", "alloc@100% (ours)", "published", "diff", "frag@100%", "time"
     );
-    for (p, r, secs) in &rows {
+    for (p, r, secs) in rows {
         let (m, sd) = r.headline();
-        let (pm, diff) = match pub_mean(p) {
+        let (pm, diff) = match published_mean(published, p, seeds) {
             Some(x) => (format!("{x:.2}"), format!("{:+.2}", m - x)),
             None => ("-".to_string(), "".to_string()),
         };
@@ -318,6 +251,142 @@ pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
             secs
         );
     }
+}
+
+pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
+    let paths = args.openb.as_deref().unwrap_or_default();
+    let [nodes_csv, pods_csv] = paths else {
+        anyhow::bail!("--openb takes NODES.csv PODS.csv");
+    };
+    let json = args.json;
+    let seeds = parse_seeds(&args.seeds)?;
+    let policies = parse_policies(&args.policies)?;
+    let variant_list = args
+        .variants
+        .as_deref()
+        .map(variants::parse_list)
+        .transpose()
+        .context("--variants")?;
+    let nodes = gpusched_sim::openb::read_nodes(nodes_csv)?;
+    let pods: Vec<_> = gpusched_sim::openb::read_pods(pods_csv)?
+        .into_iter()
+        .map(|t| t.pod)
+        .collect();
+    let workload = pods_csv
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let published_path = args
+        .published
+        .clone()
+        .unwrap_or_else(|| default_published(pods_csv));
+    let (published_text, published_note) = match std::fs::read_to_string(&published_path) {
+        Ok(text) => (
+            Some((published_path.clone(), text)),
+            format!("published results: {}", published_path.display()),
+        ),
+        Err(e) => (
+            None,
+            format!(
+                "published results: not available ({}: {e}); showing ours only",
+                published_path.display()
+            ),
+        ),
+    };
+    let method = FgdMethod {
+        tune_ratio: args.tune_ratio,
+        tie_break: match args.tie_break.as_str() {
+            "lowest-id" => TieBreak::LowestId,
+            "random" => TieBreak::Random,
+            _ => TieBreak::Permuted,
+        },
+        profile: None,
+        threads: args.threads,
+        gpusched: None,
+        move_budget: 0,
+    };
+    let budgets = parse_budgets(&args.move_budget)?;
+    if budgets != [0] {
+        anyhow::ensure!(
+            variant_list.is_none(),
+            "--move-budget and --variants cannot be combined"
+        );
+        let mut rows = Vec::new();
+        for &budget in &budgets {
+            for p in &policies {
+                let m = FgdMethod {
+                    move_budget: budget,
+                    ..method.clone()
+                };
+                let t0 = Instant::now();
+                let result = fgd_method::run(&m, &nodes, &pods, p, &seeds)?;
+                eprintln!(
+                    "  budget {budget}, {p}: {:.1} s",
+                    t0.elapsed().as_secs_f64()
+                );
+                rows.push(BudgetRow { budget, result });
+            }
+        }
+        if args.json {
+            let v: Vec<_> = rows.iter().map(|r| (r.budget, &r.result)).collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            println!(
+                "FGD evaluation method with consolidation moves, seeds {}",
+                args.seeds
+            );
+            print!("{}", budget_table(&rows));
+        }
+        return Ok(());
+    }
+    if let Some(list) = variant_list {
+        return run_variants(
+            args,
+            &method,
+            &nodes,
+            &pods,
+            &list,
+            &policies,
+            &seeds,
+            published_text.as_ref(),
+            &published_note,
+        );
+    }
+    let published = published_for(published_text.as_ref(), &workload)?;
+    let published_note = if published_text.is_some() && published.is_empty() {
+        format!(
+            "published results: {} has no workload {workload:?}",
+            published_path.display()
+        )
+    } else {
+        published_note
+    };
+    let rows = run_policies(&method, &nodes, &pods, &policies, &seeds, json)?;
+    if json {
+        let out = JsonOut {
+            nodes_csv: nodes_csv.display().to_string(),
+            pods_csv: pods_csv.display().to_string(),
+            workload: workload.clone(),
+            seeds: &seeds,
+            tie_break: &args.tie_break,
+            results: json_policies(&rows, &published, &seeds),
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let total_gpus = rows.first().map_or(0, |r| r.1.total_gpus);
+    println!(
+        "FGD evaluation method: {} nodes, {total_gpus} GPUs ({}), workload {workload} ({} pods), tune {}, seeds {}, tie-break {}",
+        nodes.len(),
+        nodes_csv.display(),
+        pods.len(),
+        args.tune_ratio,
+        args.seeds,
+        args.tie_break
+    );
+    println!("{published_note}");
+    println!();
+    print_table(&rows, &published, &seeds);
     println!();
     println!(
         "alloc@100%: GPU allocation ratio (%) when the arrived GPU demand reaches 100% of capacity; mean ± sample stdev over {} seed(s).",
@@ -326,6 +395,128 @@ pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
     println!(
         "frag@100%: fragmented GPU (FGD definition, trace's typical pods) in % of capacity at that point."
     );
+    Ok(())
+}
+
+/// `--variants`: every variant built from the pod list, one table each,
+/// then a summary (mean per policy, the published FGD mean, and each
+/// policy's difference to `fgd` with the seeds where it was ≥ fgd).
+#[allow(clippy::too_many_arguments)]
+fn run_variants(
+    args: &OpenbArgs,
+    method: &FgdMethod,
+    nodes: &[gpusched_model::Node],
+    base: &[gpusched_model::Pod],
+    list: &[Variant],
+    policies: &[String],
+    seeds: &[u64],
+    published_text: Option<&(PathBuf, String)>,
+    published_note: &str,
+) -> anyhow::Result<()> {
+    let json = args.json;
+    let mut all = Vec::new();
+    for &v in list {
+        let pods = variants::build(v, base, nodes, args.variant_seed)?;
+        let workload = v.workload_name();
+        let published = published_for(published_text, &workload)?;
+        if !json {
+            eprintln!("{v}: {} pods", pods.len());
+        }
+        let rows = run_policies(method, nodes, &pods, policies, seeds, json)?;
+        all.push((v, pods.len(), published, rows));
+    }
+    if json {
+        let out: Vec<JsonOut> = all
+            .iter()
+            .map(|(v, _, published, rows)| JsonOut {
+                nodes_csv: args.openb.as_deref().unwrap_or_default()[0]
+                    .display()
+                    .to_string(),
+                pods_csv: format!(
+                    "{} as variant {v} (seed {})",
+                    args.openb.as_deref().unwrap_or_default()[1].display(),
+                    args.variant_seed
+                ),
+                workload: v.workload_name(),
+                seeds,
+                tie_break: &args.tie_break,
+                results: json_policies(rows, published, seeds),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "FGD evaluation method on trace variants (variant seed {}): {} nodes, tune {}, seeds {}, tie-break {}",
+        args.variant_seed,
+        nodes.len(),
+        args.tune_ratio,
+        args.seeds,
+        args.tie_break
+    );
+    println!("{published_note}");
+    for (v, n, published, rows) in &all {
+        println!();
+        println!("== {v} ({n} pods)");
+        print_table(rows, published, seeds);
+    }
+    println!();
+    println!(
+        "== summary: alloc@100% mean over seeds; pub fgd = published FGD mean; Δ = policy − fgd (won: seeds where ≥ fgd)"
+    );
+    let fgd = policies.iter().position(|p| p == "fgd");
+    print!("{:<12}", "variant");
+    for p in policies {
+        print!(" {:>14}", p);
+    }
+    print!(" {:>8}", "pub fgd");
+    if fgd.is_some() {
+        for p in policies.iter().filter(|p| *p != "fgd") {
+            print!(" {:>16}", format!("Δ {p}"));
+        }
+    }
+    println!();
+    let mut deltas = vec![0.0; policies.len()];
+    for (v, _, published, rows) in &all {
+        print!("{:<12}", v.to_string());
+        for (_, r, _) in rows {
+            print!(" {:>14.2}", r.headline().0);
+        }
+        let pf =
+            published_mean(published, "fgd", seeds).map_or("-".to_string(), |x| format!("{x:.2}"));
+        print!(" {pf:>8}");
+        if let Some(fi) = fgd {
+            let f = &rows[fi].1;
+            for (i, (p, r, _)) in rows.iter().enumerate() {
+                if p == "fgd" {
+                    continue;
+                }
+                let d = r.headline().0 - f.headline().0;
+                deltas[i] += d;
+                let won = f
+                    .runs
+                    .iter()
+                    .zip(&r.runs)
+                    .filter(|(a, b)| b.alloc_at_100 >= a.alloc_at_100)
+                    .count();
+                print!(" {:>16}", format!("{d:+.2} ({won}/{})", seeds.len()));
+            }
+        }
+        println!();
+    }
+    if fgd.is_some() && !all.is_empty() {
+        print!("{:<12}", "mean");
+        for _ in policies {
+            print!(" {:>14}", "");
+        }
+        print!(" {:>8}", "");
+        for (i, p) in policies.iter().enumerate() {
+            if p != "fgd" {
+                print!(" {:>16}", format!("{:+.2}", deltas[i] / all.len() as f64));
+            }
+        }
+        println!();
+    }
     Ok(())
 }
 

@@ -25,12 +25,16 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct SchedulerConfig {
     #[serde(default = "v1")]
+    /// Configuration schema version (`v1`).
     pub version: String,
     #[serde(default)]
+    /// Options of the scheduling actions.
     pub actions: SchedulerOptions,
     #[serde(default)]
+    /// The packing policy and its arguments.
     pub packing: PackingConfig,
     #[serde(default = "all_filters")]
+    /// Filters, in the order they run (each at most once).
     pub filters: Vec<FilterName>,
 }
 
@@ -53,9 +57,13 @@ impl Default for SchedulerConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FilterName {
+    /// Refuse nodes marked unschedulable.
     NodeUnschedulable,
+    /// The pod's node selector and required node affinity.
     NodeAffinity,
+    /// Taints the pod does not tolerate.
     TaintToleration,
+    /// GPU count, share, memory and model fit.
     GpuFit,
 }
 
@@ -85,8 +93,10 @@ fn all_filters() -> Vec<FilterName> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("version: unsupported version {0:?} (supported: v1)")]
+    /// A `version` other than the supported one.
     Version(String),
     #[error("filters: {0:?} listed twice")]
+    /// A filter listed twice.
     DuplicateFilter(FilterName),
 }
 

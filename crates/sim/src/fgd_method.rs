@@ -29,6 +29,7 @@
 use gpusched_core::{ClusterState, NodeId, PackEnv, PodPhase, PodState, Snapshot};
 use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod};
 use gpusched_plugins::packing::fgd::FragEngine;
+use gpusched_plugins::packing::gpusched::GpuschedConfig;
 use gpusched_plugins::packing::profile::TYPICAL_COVERAGE;
 use gpusched_plugins::packing::{self, PackerOptions, Profile, UnknownPolicy};
 use rand::seq::SliceRandom;
@@ -72,6 +73,8 @@ pub struct FgdMethod {
     /// Consolidation moves allowed per 100 pods placed (0: off); see
     /// [`crate::consolidate_method`].
     pub move_budget: u32,
+    /// Knobs of the `gpusched` policy (experiments); `None`: its defaults.
+    pub gpusched: Option<GpuschedConfig>,
 }
 
 impl Default for FgdMethod {
@@ -82,6 +85,7 @@ impl Default for FgdMethod {
             profile: None,
             threads: 0,
             move_budget: 0,
+            gpusched: None,
         }
     }
 }
@@ -300,7 +304,7 @@ pub fn run_seed(
         policy,
         &PackerOptions {
             profile: Some(profile.clone()),
-            gpusched: None,
+            gpusched: method.gpusched,
         },
     )?;
     let frag = FragEngine::new(profile.typical(TYPICAL_COVERAGE));

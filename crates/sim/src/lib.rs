@@ -19,6 +19,7 @@ pub mod replay;
 pub mod report;
 pub mod sched;
 pub mod table;
+pub mod variants;
 pub mod workload;
 
 pub use engine::{Hooks, NoHooks, run};

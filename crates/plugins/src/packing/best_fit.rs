@@ -19,6 +19,7 @@ pub struct BestFitPacker {
 }
 
 impl BestFitPacker {
+    /// The policy (stateless).
     pub fn new() -> Self {
         Self::default()
     }

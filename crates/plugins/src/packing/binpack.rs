@@ -16,6 +16,7 @@ pub struct BinpackPacker {
 }
 
 impl BinpackPacker {
+    /// The policy (stateless).
     pub fn new() -> Self {
         Self::default()
     }

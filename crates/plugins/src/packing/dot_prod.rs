@@ -24,6 +24,7 @@ pub struct DotProdPacker {
 }
 
 impl DotProdPacker {
+    /// The policy (stateless).
     pub fn new() -> Self {
         Self::default()
     }

@@ -31,15 +31,18 @@ pub fn tag(gpu: &GpuRequest) -> Option<u32> {
 pub struct NodeTags(Vec<(u32, u32)>);
 
 impl NodeTags {
+    /// Adds the shape tag `t`.
     pub fn add(&mut self, t: u32) {
         match self.0.iter_mut().find(|(x, _)| *x == t) {
             Some((_, c)) => *c += 1,
             None => self.0.push((t, 1)),
         }
     }
+    /// Whether the shape tag `t` is present.
     pub fn has(&self, t: u32) -> bool {
         self.0.iter().any(|(x, c)| *x == t && *c > 0)
     }
+    /// How many distinct shape tags are present.
     pub fn kinds(&self) -> usize {
         self.0.len()
     }
@@ -53,6 +56,7 @@ pub struct GpuClusteringPacker {
 }
 
 impl GpuClusteringPacker {
+    /// The policy (tags recounted in `prepare`).
     pub fn new() -> Self {
         Self::default()
     }

@@ -20,6 +20,7 @@ pub struct GpuPackingPacker {
 }
 
 impl GpuPackingPacker {
+    /// The policy (stateless).
     pub fn new() -> Self {
         Self::default()
     }

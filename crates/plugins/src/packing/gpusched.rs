@@ -1,37 +1,56 @@
 //! `gpusched`: our default packing policy — fragmentation gradient descent
-//! against the *whole* class distribution of the workload, squashed more
-//! coarsely than the reference and in proportion to the pod's GPU size,
-//! with ties going to the smaller node.
+//! against the *whole* class distribution of the workload, each class
+//! weighted by its pods *and by the pressure on the GPUs it may use*,
+//! squashed more coarsely than the reference and in proportion to the
+//! pod's GPU size, with ties going to the smaller node.
 //!
 //! With `Δ` the change of node fragmentation of [`super::fgd`] (positive:
 //! the placement removes fragments) computed against every pod class (the
 //! reference keeps only the classes covering 95 % of the pods, which drops
-//! all 8-GPU classes of the Alibaba trace), `L` the node's free GPU milli
-//! after placing, `λ` = [`GpuschedConfig::pack_weight`], `s` =
-//! [`GpuschedConfig::quantize_scale`], `a` = [`GpuschedConfig::size_exponent`]
-//! and `g` the pod's GPU demand in GPUs (`k` whole GPUs, a share's
-//! fraction, at least 0.05; 1 for a CPU-only pod):
+//! all 8-GPU classes of the Alibaba trace and most model-restricted ones),
+//! `L` the node's free GPU milli after placing, `λ` =
+//! [`GpuschedConfig::pack_weight`], `s` = [`GpuschedConfig::quantize_scale`],
+//! `a` = [`GpuschedConfig::size_exponent`] and `g` the pod's GPU demand in
+//! GPUs (`k` whole GPUs, a share's fraction, at least 0.05; 1 for a
+//! CPU-only pod):
 //!
 //! ```text
+//! w_c     = p_c · π_c,  π_c = cluster GPUs / GPUs of the models c may use
+//! F(n)    = Σ_c w_c · f_c(n)           (f_c: FGD's fragment of n for c)
 //! v       = Δ − λ · L
 //! primary = ⌊100 · sigmoid(v / (s · gᵃ))⌋     (quantize; else ⌊v⌋)
 //! score   = (primary, secondary, tie), compared in that order
 //! ```
 //!
+//! `p_c` is the class's share of the pods ([`ClassWeight`]). The pressure
+//! `π_c` is 1 for a class that may use any GPU and grows as the GPUs a
+//! restricted class may use get scarcer: for such a class every free GPU
+//! it cannot reach is fragment, so with `π` a pod that could go anywhere
+//! gains most by landing where the restricted classes of *scarce* models
+//! cannot go (FGD's plain pod weights give every model the same bonus when
+//! the restrictions are spread evenly). Weights are not renormalised, so an
+//! unrestricted workload scores exactly as with pod weights.
+//!
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
 //! levels, or the expected waste of the leftover); `tie` prefers nodes with
 //! fewer GPUs ([`GpuschedConfig::size_order`]) or, optionally, the fuller
-//! node. What is left equal falls to the node order (the core: lowest node
-//! id), i.e. first fit among placements of nearly equal fragmentation.
-//! Defaults (measured, see `docs/placement-benchmarks.md`): full
-//! distribution, `s = 2500`, `a = 1` (the squash scales with the pod: a
-//! small share's `Δ` is small, so its near-equal placements tie and go
-//! first fit, while an 8-GPU pod's large `Δ` is still told apart), `λ = 0`,
-//! no secondary key, smaller nodes first. A share goes on the GPU with the best score, then the least
-//! compute left.
+//! node or the least contested model. What is left equal falls to the node
+//! order (the core: lowest node id), i.e. first fit among placements of
+//! nearly equal fragmentation. Defaults (measured on the openb trace and
+//! its variants, see `docs/placement.md`): full distribution, pressure
+//! weights, `s = 2500`, `a = 1` (the squash scales with the pod: a small
+//! share's `Δ` is small, so its near-equal placements tie and go first
+//! fit, while an 8-GPU pod's large `Δ` is still told apart), `λ = 0`, no
+//! secondary key, smaller nodes first. A share goes on the GPU with the
+//! best score, then the least compute left.
+//!
+//! `F` is evaluated by [`FragEngine::grouped`] (classes grouped by GPU
+//! shape, CPU by binary search) and the squash is computed once per node
+//! state and pod class, which makes the policy cheaper per decision than
+//! the reference FGD despite the full distribution.
 
 use super::fgd::{FragEngine, derive_profile, sigmoid_score};
-use super::profile::Profile;
+use super::profile::{PodClass, Profile};
 use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
@@ -71,6 +90,37 @@ pub struct GpuschedConfig {
     /// Weight `κ` of a penalty on fully free GPUs left without the CPU a
     /// typical whole-GPU pod needs (GPU-milli per stranded GPU).
     pub cpu_reserve: f64,
+    /// How the pod classes of the target workload are weighted in the
+    /// expected fragmentation.
+    pub class_weight: ClassWeight,
+    /// Among equal scores, first the node whose GPU model the fewest pod
+    /// classes may use (total class weight, [`FragEngine::allowed_weight`]),
+    /// then the size order: capacity that restricted pods need is spent
+    /// last. Without restricted classes every node weighs the same.
+    pub least_contested_first: bool,
+    /// Pressure of a restricted class from the load on its models:
+    /// `π_c = 1 + (pod share of the classes with c's model set) / (their
+    /// share of the cluster's GPUs)` instead of `1 / share`.
+    pub pressure_by_load: bool,
+}
+
+/// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClassWeight {
+    /// Share of the pods (the FGD paper's rule).
+    Pods,
+    /// Share of the GPU demand: pods × GPU milli ([`Profile::gpu_weighted`]);
+    /// CPU-only classes drop out.
+    Gpu,
+    /// Pressure: share of the pods divided by the share of the cluster's
+    /// GPUs the class may use (its allowed models), so a class that can
+    /// only use a scarce model counts the more the scarcer the model is.
+    /// Equals `Pods` when no class is restricted.
+    #[default]
+    Pressure,
+    /// As `Pressure`, on the share of the GPU demand instead of the pods.
+    GpuPressure,
 }
 
 impl Default for GpuschedConfig {
@@ -86,6 +136,9 @@ impl Default for GpuschedConfig {
             size_order: 1,
             coverage: 1.0,
             cpu_reserve: 0.0,
+            class_weight: ClassWeight::Pressure,
+            least_contested_first: false,
+            pressure_by_load: false,
         }
     }
 }
@@ -104,6 +157,10 @@ pub struct GpuschedPacker {
     source: Profile,
     /// Mean CPU (milli) per GPU of the workload's whole-GPU classes.
     cpu_per_gpu: f64,
+    /// GPUs of the cluster per model (for [`ClassWeight::Pressure`]).
+    reach: std::collections::BTreeMap<String, u64>,
+    /// Node count `reach` was computed for.
+    reach_nodes: usize,
 }
 
 impl Default for GpuschedPacker {
@@ -124,6 +181,8 @@ impl GpuschedPacker {
             waste: Vec::new(),
             source: Profile::default(),
             cpu_per_gpu: 0.0,
+            reach: Default::default(),
+            reach_nodes: usize::MAX,
         }
     }
 
@@ -143,6 +202,54 @@ impl GpuschedPacker {
         } else {
             profile
         };
+        let mut scale = self.cfg.quantize_scale;
+        let profile = match self.cfg.class_weight {
+            ClassWeight::Pods => profile,
+            ClassWeight::Gpu => profile.gpu_weighted(),
+            ClassWeight::Pressure | ClassWeight::GpuPressure => {
+                let total = self.reach.values().sum::<u64>().max(1);
+                let by_gpu = self.cfg.class_weight == ClassWeight::GpuPressure;
+                let factor = |c: &PodClass| {
+                    let reach: u64 = if c.gpu_models.is_empty() {
+                        total
+                    } else {
+                        c.gpu_models
+                            .iter()
+                            .map(|m| self.reach.get(m).copied().unwrap_or(0))
+                            .sum()
+                    };
+                    // a class that can reach no GPU of the cluster cannot be
+                    // helped by placement: it keeps its own weight
+                    let capacity_share = reach.clamp(1, total) as f64 / total as f64;
+                    let pressure = if self.cfg.pressure_by_load && !c.gpu_models.is_empty() {
+                        let load: f64 = profile
+                            .classes()
+                            .iter()
+                            .filter(|(o, _)| o.gpu_models == c.gpu_models)
+                            .map(|(_, w)| w)
+                            .sum();
+                        1.0 + load / capacity_share
+                    } else {
+                        1.0 / capacity_share
+                    };
+                    if by_gpu {
+                        c.gpu_demand() * pressure
+                    } else {
+                        pressure
+                    }
+                };
+                if !by_gpu {
+                    // the renormalisation would shrink every Δ by z; the
+                    // squash scale shrinks with it, so unrestricted classes
+                    // keep the units of `Pods`
+                    let z: f64 = profile.classes().iter().map(|(c, w)| w * factor(c)).sum();
+                    if z > 0.0 && z.is_finite() {
+                        scale /= z;
+                    }
+                }
+                profile.reweighted(factor)
+            }
+        };
         self.waste = expected_waste(&profile);
         let (mut num, mut den) = (0.0, 0.0);
         for (c, w) in profile.classes() {
@@ -152,20 +259,24 @@ impl GpuschedPacker {
             }
         }
         self.cpu_per_gpu = if den > 0.0 { num / den } else { 0.0 };
-        self.engine = FragEngine::with_scale(profile, self.cfg.quantize_scale);
+        self.engine =
+            FragEngine::grouped(profile, scale).with_size_exponent(self.cfg.size_exponent);
         self
     }
 
+    /// The policy with the knobs `cfg` (the engine is rebuilt).
     pub fn with_config(mut self, cfg: GpuschedConfig) -> Self {
         self.cfg = cfg;
         let p = self.source.clone();
         self.with_engine(p)
     }
 
+    /// The knobs in effect.
     pub fn config(&self) -> &GpuschedConfig {
         &self.cfg
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn score(
         &self,
         (delta, squashed): (f64, i64),
@@ -174,25 +285,20 @@ impl GpuschedPacker {
         pod: &Pod,
         node: NodeId,
         gpu_left: u64,
+        contest: i64,
     ) -> Score {
         let mut value = delta - self.cfg.pack_weight * gpu_left as f64;
         if self.cfg.cpu_reserve > 0.0 && self.cpu_per_gpu > 0.0 {
             value -= self.cfg.cpu_reserve * self.stranded(state, pod, node, gpu_left);
         }
-        let primary = if self.cfg.quantize && self.cfg.size_exponent != 0.0 {
-            let g = match pod.gpu {
-                GpuRequest::Share { milli, .. } => milli as f64,
-                GpuRequest::Whole(k) if k > 0 => (k as u64 * GPU_MILLI) as f64,
-                _ => GPU_MILLI as f64,
-            };
-            let f = (g.max(50.0) / GPU_MILLI as f64).powf(self.cfg.size_exponent);
-            sigmoid_score(value * 1000.0 / (self.cfg.quantize_scale * f))
-        } else if self.cfg.quantize && value == delta {
-            squashed
-        } else if self.cfg.quantize {
-            sigmoid_score(value * 1000.0 / self.cfg.quantize_scale)
-        } else {
+        // the engine squashes Δ with this pod's scale (s·gᵃ) once per node
+        // state; only a modified value is squashed here
+        let primary = if !self.cfg.quantize {
             value.floor() as i64
+        } else if value == delta {
+            squashed
+        } else {
+            sigmoid_score(value * 1000.0 / self.engine.pod_scale(pod))
         };
         let secondary = if self.cfg.sum_of_squares || self.cfg.waste_key {
             (1 << 19) - dss.clamp(-(1 << 19), (1 << 19) - 1)
@@ -209,13 +315,24 @@ impl GpuschedPacker {
             (gpu_used_ppm / 100) * 256 + cpu_used_ppm / 4000
         } else {
             let g = state.node(node).gpus.len().min(255) as i64;
-            match self.cfg.size_order {
+            let size = match self.cfg.size_order {
                 1 => 255 - g,
                 -1 => g,
                 _ => 0,
-            }
+            };
+            contest * 256 + size
         };
         Score::keys(primary, secondary, tie)
+    }
+
+    /// Tie key of [`GpuschedConfig::least_contested_first`] (higher: less
+    /// contested). Must not be called inside `engine.with_eval`.
+    fn contest(&self, state: &ClusterState<'_>, node: NodeId) -> i64 {
+        if !self.cfg.least_contested_first || self.cfg.best_fit_tie {
+            return 0;
+        }
+        let w = self.engine.allowed_weight(state, node).clamp(0.0, 1.0);
+        10_000 - (w * 10_000.0).round() as i64
     }
 
     /// Fully free GPUs (after placing) that the node's CPU left cannot feed
@@ -285,14 +402,42 @@ impl Packer for GpuschedPacker {
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
+        let mut rebuild = None;
+        if matches!(
+            self.cfg.class_weight,
+            ClassWeight::Pressure | ClassWeight::GpuPressure
+        ) && self.reach_nodes != env.snapshot.nodes.len()
+        {
+            // GPUs per model; recounted when the node count changes
+            let mut reach = std::collections::BTreeMap::new();
+            for n in &env.snapshot.nodes {
+                for g in n.gpus.iter().filter(|g| g.is_healthy()) {
+                    *reach.entry(g.model.clone()).or_insert(0u64) += 1;
+                }
+            }
+            self.reach_nodes = env.snapshot.nodes.len();
+            if reach != self.reach {
+                self.reach = reach;
+                rebuild = Some(self.source.clone());
+            }
+        }
         if !self.explicit {
             let p = derive_profile(env);
             if p != self.source {
-                let cfg = self.cfg;
-                let this = std::mem::take(self);
-                *self = this.with_engine(p);
-                self.cfg = cfg;
+                rebuild = Some(p);
             }
+        }
+        if let Some(p) = rebuild {
+            let this = std::mem::take(self);
+            let (cfg, reach, reach_nodes) = (this.cfg, this.reach.clone(), this.reach_nodes);
+            *self = GpuschedPacker {
+                cfg,
+                reach,
+                reach_nodes,
+                explicit: this.explicit,
+                ..GpuschedPacker::new()
+            }
+            .with_engine(p);
         }
         if self.cfg.sum_of_squares {
             self.levels.clear();
@@ -309,6 +454,7 @@ impl Packer for GpuschedPacker {
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
         let node_free = state.get(node).free.gpu_milli;
+        let contest = self.contest(state, node);
         match pod.gpu {
             GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
                 let mut best: Option<(Score, u32, usize, u32)> = None;
@@ -322,6 +468,7 @@ impl Packer for GpuschedPacker {
                         pod,
                         node,
                         node_free - m as u64,
+                        contest,
                     );
                     if best.is_none_or(|(bs, bl, _, _)| sc > bs || (sc == bs && left < bl)) {
                         best = Some((sc, left, g, m));
@@ -337,7 +484,7 @@ impl Packer for GpuschedPacker {
                 let d = self.engine.with_eval(pod, node, state, |e| e.first())?;
                 let left = node_free.saturating_sub(gpus.milli());
                 Some(Placement {
-                    score: self.score(d, 0, state, pod, node, left),
+                    score: self.score(d, 0, state, pod, node, left, contest),
                     gpus,
                 })
             }

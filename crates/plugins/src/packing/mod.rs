@@ -47,13 +47,21 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyName {
+    /// Least allocated node, emptiest GPU.
     Spread,
+    /// Most allocated node, fullest GPU.
     Binpack,
+    /// Uniformly random feasible node (seeded).
     Random,
+    /// Tetris dot product (FGD paper baseline).
     DotProd,
+    /// Keep pods of one GPU shape together.
     GpuClustering,
+    /// Used GPUs, then used nodes, then free nodes.
     GpuPacking,
+    /// Least CPU + GPU left after placing.
     BestFit,
+    /// Fragmentation gradient descent (Weng et al., ATC '23).
     Fgd,
     /// Our default.
     #[default]
@@ -124,7 +132,9 @@ pub const POLICY_NAMES: [&str; 9] = {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown packing policy {name:?} (known: {known})")]
 pub struct UnknownPolicy {
+    /// The name asked for.
     pub name: String,
+    /// The known names, comma-separated.
     pub known: String,
 }
 
@@ -181,14 +191,23 @@ pub fn by_name(name: &str, opts: &PackerOptions) -> Result<Box<dyn Packer>, Unkn
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "policy", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum PackingConfig {
+    /// `spread` (no arguments).
     Spread {},
+    /// `binpack` (no arguments).
     Binpack {},
+    /// `random` (no arguments).
     Random {},
+    /// `dot-prod` (no arguments).
     DotProd {},
+    /// `gpu-clustering` (no arguments).
     GpuClustering {},
+    /// `gpu-packing` (no arguments).
     GpuPacking {},
+    /// `best-fit` (no arguments).
     BestFit {},
+    /// `fgd` (no arguments).
     Fgd {},
+    /// `gpusched` with its knobs.
     Gpusched(gpusched::GpuschedConfig),
 }
 

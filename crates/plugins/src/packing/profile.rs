@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 /// A pod class: what fragmentation is measured against.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PodClass {
+    /// CPU request (milli-CPU).
     pub cpu_milli: u64,
     /// Milli-GPU asked of each GPU: 1000 for whole GPUs, less for a share,
     /// 0 for a share asked by memory only or for no GPU.
@@ -49,10 +50,23 @@ impl PodClass {
         }
     }
 
+    /// GPU milli the class asks for: `gpu_count · gpu_milli`; a share
+    /// asked by memory only counts as half a GPU; 0 without GPU.
+    pub fn gpu_demand(&self) -> f64 {
+        let per_gpu = if self.gpu_milli == 0 && self.gpu_mem_mib > 0 {
+            500
+        } else {
+            self.gpu_milli
+        };
+        self.gpu_count as f64 * per_gpu as f64
+    }
+
+    /// Whether the class asks for no GPU.
     pub fn is_cpu_only(&self) -> bool {
         self.gpu_count == 0
     }
 
+    /// Whether the class may run on GPUs of `model`.
     pub fn allows_model(&self, model: &str) -> bool {
         self.gpu_models.is_empty() || self.gpu_models.iter().any(|m| m == model)
     }
@@ -107,6 +121,7 @@ impl Profile {
         Self::from_pods_with(pods, ProfileOptions::default())
     }
 
+    /// The class distribution of a pod list, cut as `opts` says.
     pub fn from_pods_with<'a>(
         pods: impl IntoIterator<Item = &'a Pod>,
         opts: ProfileOptions,
@@ -152,10 +167,30 @@ impl Profile {
         Profile::new(keep)
     }
 
+    /// The profile re-weighted by GPU demand: class `c` gets `p_c · d_c`
+    /// (renormalised), `d_c` its GPU milli (`gpu_count · gpu_milli`; a
+    /// share asked by memory only counts as half a GPU). CPU-only classes
+    /// drop out. The weight of a class is then the probability that a unit
+    /// of arriving GPU demand belongs to it. A profile without GPU classes
+    /// is returned unchanged.
+    pub fn gpu_weighted(&self) -> Profile {
+        self.reweighted(PodClass::gpu_demand)
+    }
+
+    /// The profile with each class's weight multiplied by `f(class)` and
+    /// renormalised (classes whose product is not positive drop out); a
+    /// result without classes is replaced by the profile unchanged.
+    pub fn reweighted(&self, f: impl Fn(&PodClass) -> f64) -> Profile {
+        let p = Profile::new(self.classes.iter().map(|(c, w)| (c.clone(), w * f(c))));
+        if p.is_empty() { self.clone() } else { p }
+    }
+
+    /// The classes with their weights, most popular first.
     pub fn classes(&self) -> &[(PodClass, f64)] {
         &self.classes
     }
 
+    /// Whether the profile has no class.
     pub fn is_empty(&self) -> bool {
         self.classes.is_empty()
     }
@@ -208,5 +243,12 @@ mod tests {
         let s: f64 = all.classes().iter().map(|c| c.1).sum();
         assert!((s - 1.0).abs() < 1e-12);
         assert!(Profile::from_pods(&[]).is_empty());
+        // by GPU demand: 60 pods x 1000 vs 35 x 500; CPU-only dropped
+        let g = all.gpu_weighted();
+        assert_eq!(g.classes().len(), 2);
+        assert!((g.classes()[0].1 - 60_000.0 / 77_500.0).abs() < 1e-12);
+        assert_eq!(g.classes()[1].0.gpu_milli, 500);
+        let cpu_only = Profile::from_pods(&pods[95..]);
+        assert_eq!(cpu_only.gpu_weighted(), cpu_only);
     }
 }

@@ -19,6 +19,7 @@ pub struct RandomPacker {
 }
 
 impl RandomPacker {
+    /// The policy (draws only from the seed given to `prepare`).
     pub fn new() -> Self {
         Self::default()
     }

@@ -16,6 +16,7 @@ pub struct SpreadPacker {
 }
 
 impl SpreadPacker {
+    /// The policy (stateless).
     pub fn new() -> Self {
         Self::default()
     }
