@@ -469,7 +469,7 @@ mod tests {
         r.redact();
         let text = r.to_json();
         for secret in [
-            "team-x", "alpha", "beta", "east", "west", "uid-run", "research", "\"run\"",
+            "team-x", "alpha", "beta", "\"east\"", "\"west\"", "uid-run", "research", "\"run\"",
         ] {
             assert!(!text.contains(secret), "{secret} left in the redacted file");
         }
