@@ -63,6 +63,7 @@ pub enum TieBreak {
 pub struct FgdMethod {
     /// Target total GPU request as a multiple of capacity.
     pub tune_ratio: f64,
+    /// How equal scores are split.
     pub tie_break: TieBreak,
     /// Target workload (pod-class distribution) of the fragmentation-aware
     /// policies and of the fragmentation metric (which, like `fgd`, uses its
@@ -93,10 +94,13 @@ impl Default for FgdMethod {
 /// One seed's run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SeedRun {
+    /// The seed of the sampling and shuffling.
     pub seed: u64,
     /// Pods in the workload, placed and skipped.
     pub pods: usize,
+    /// Pods placed.
     pub placed: usize,
+    /// Pods that fit no node (skipped, never retried).
     pub skipped: usize,
     /// Total GPU request of the workload, % of capacity.
     pub requested_pct: f64,
@@ -117,8 +121,11 @@ pub struct SeedRun {
 /// All seeds of one policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MethodResult {
+    /// The packing policy.
     pub policy: String,
+    /// GPUs of the cluster.
     pub total_gpus: u64,
+    /// One run per seed, in seed order.
     pub runs: Vec<SeedRun>,
 }
 
@@ -158,17 +165,25 @@ pub fn mean_stdev(v: impl IntoIterator<Item = f64>) -> (f64, f64) {
 /// Why an evaluation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum MethodError {
+    /// The policy name is unknown.
     #[error(transparent)]
     Policy(#[from] UnknownPolicy),
+    /// No node has a GPU.
     #[error("the cluster has no usable GPU")]
     NoGpus,
+    /// No pod to place.
     #[error("the pod list is empty")]
     NoPods,
+    /// The cluster state refused a placement the policy chose (a bug).
     #[error("seed {seed}: placement of pod {pod:?} on node {node} refused: {reason}")]
     Refused {
+        /// The seed of the run.
         seed: u64,
+        /// The pod.
         pod: String,
+        /// The node chosen.
         node: String,
+        /// Why it was refused.
         reason: String,
     },
 }

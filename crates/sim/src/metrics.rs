@@ -10,23 +10,34 @@ use std::collections::BTreeMap;
 /// The result of one run. Serialises to the `--json` output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimResult {
+    /// Name of the scenario.
     pub scenario: String,
+    /// Seed of the run.
     pub seed: u64,
     /// The packer's name.
     pub scheduler: String,
+    /// Nodes in the cluster.
     pub nodes: u32,
+    /// GPUs in the cluster.
     pub gpus: u32,
     /// Virtual time the run ended (ms).
     pub end_ms: u64,
+    /// Scheduling cycles run.
     pub cycles: u64,
     /// Why the run ended: `done` (nothing left), `until` (time limit),
     /// `idle` (pods left that nothing will change).
     pub ended_by: String,
+    /// Counters and percentiles of the whole run.
     pub totals: Totals,
+    /// Per-queue figures.
     pub queues: Vec<QueueReport>,
+    /// Allocation, fragmentation and pods over time.
     pub series: Series,
+    /// Per-node GPU occupancy over time.
     pub heatmap: Heatmap,
+    /// Queue wait CDF per queue.
     pub wait_cdf: Vec<Cdf>,
+    /// Node and GPU events as they happened.
     pub incidents: Vec<Incident>,
     /// The first simulator errors (refused decisions, conservation
     /// violations); `totals.sim_errors` counts all.
@@ -36,13 +47,21 @@ pub struct SimResult {
 /// Whole-run counters and summaries.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
+    /// Job instances that arrived.
     pub jobs: u64,
+    /// Jobs whose pods all succeeded.
     pub jobs_completed: u64,
+    /// Jobs failed (retries exhausted or gang timed out).
     pub jobs_failed: u64,
+    /// Jobs still pending or running at the end.
     pub jobs_unfinished: u64,
+    /// Pods that arrived.
     pub pods: u64,
+    /// Pods that ran to completion.
     pub pods_succeeded: u64,
+    /// Pods failed for good.
     pub pods_failed: u64,
+    /// Bindings made (a retried pod counts again).
     pub binds: u64,
     /// Pods evicted by the scheduler for a higher-priority job of the same
     /// queue (`Decision::Evict` with `EvictionKind::Preempt`).
@@ -70,27 +89,36 @@ pub struct Totals {
     pub failure_kills: u64,
     /// Pods (or gangs' pods) failed after exceeding the retry limit.
     pub retry_limit_failures: u64,
+    /// Gangs started (all of min_member placed).
     pub gang_starts: u64,
     /// Gangs whose first binds of an attempt were fewer than `minMember`
     /// (must be 0).
     pub gangs_started_partially: u64,
     /// Gangs stopped as a whole because one member was evicted or failed.
     pub gang_restarts: u64,
+    /// Gangs that reached their schedule timeout.
     pub groups_timed_out: u64,
     /// Nominations that set or changed a pod's nominated node.
     pub nominations: u64,
     /// Sum of the core's `CycleStats::backfilled`.
     pub backfilled: u64,
+    /// Decisions the simulator refused (should be 0).
     pub sim_errors: u64,
     /// Time-weighted GPU allocation (used / schedulable capacity), percent.
     pub alloc_mean_pct: f64,
+    /// Highest GPU allocation, % of capacity.
     pub alloc_peak_pct: f64,
     /// Time-weighted fragmentation (fragmented milli / capacity), percent.
     pub frag_mean_pct: f64,
+    /// Queue wait, median, seconds.
     pub wait_p50_s: f64,
+    /// Queue wait, 95th percentile, seconds.
     pub wait_p95_s: f64,
+    /// Queue wait, 99th percentile, seconds.
     pub wait_p99_s: f64,
+    /// Job completion time, median, seconds.
     pub jct_p50_s: f64,
+    /// Job completion time, mean, seconds.
     pub jct_mean_s: f64,
     /// Time-weighted Σ|used − fair| / (2 · capacity), percent: the share of
     /// the cluster held against the demand-aware fair share.
@@ -100,18 +128,31 @@ pub struct Totals {
 /// Per-queue results.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueReport {
+    /// Queue name.
     pub name: String,
+    /// Weight among siblings.
     pub weight: u32,
+    /// Guaranteed GPUs.
     pub guarantee_gpus: f64,
+    /// Job instances that arrived.
     pub jobs: u64,
+    /// Jobs whose pods all succeeded.
     pub jobs_completed: u64,
+    /// Pods that arrived.
     pub pods: u64,
+    /// Pods that started at least once.
     pub pods_started: u64,
+    /// Queue wait, median, seconds.
     pub wait_p50_s: f64,
+    /// Queue wait, 95th percentile, seconds.
     pub wait_p95_s: f64,
+    /// Queue wait, 99th percentile, seconds.
     pub wait_p99_s: f64,
+    /// Job completion time, median, seconds.
     pub jct_p50_s: f64,
+    /// Job completion time, 95th percentile, seconds.
     pub jct_p95_s: f64,
+    /// Job completion time, mean, seconds.
     pub jct_mean_s: f64,
     /// Time-averaged GPUs held.
     pub avg_gpus: f64,
@@ -122,28 +163,39 @@ pub struct QueueReport {
     pub entitled_gpus: f64,
     /// `avg_gpus / fair_gpus` (1 = exactly fair; 0 when fair is 0).
     pub fairness_ratio: f64,
+    /// Pods of this queue preempted or reclaimed.
     pub preempted: u64,
 }
 
 /// Time series in equal buckets (time-weighted averages).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Series {
+    /// Bucket width, ms.
     pub bucket_ms: u64,
     /// Bucket start times.
     pub t_ms: Vec<u64>,
+    /// GPU allocation, % of capacity.
     pub alloc_pct: Vec<f64>,
+    /// Fragmented GPUs, % of capacity.
     pub frag_pct: Vec<f64>,
+    /// GPUs in use.
     pub used_gpus: Vec<f64>,
+    /// Usable GPUs (healthy, on nodes up and schedulable).
     pub capacity_gpus: Vec<f64>,
+    /// Pods waiting.
     pub pending_pods: Vec<f64>,
+    /// Pods running.
     pub running_pods: Vec<f64>,
 }
 
 /// Per-node GPU occupancy over time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Heatmap {
+    /// Bucket width, ms.
     pub bucket_ms: u64,
+    /// Node names, rows of `cells`.
     pub nodes: Vec<String>,
+    /// GPUs per node.
     pub node_gpus: Vec<u32>,
     /// `cells[node][bucket]`: used fraction of the node's GPUs (0–1), or
     /// −1 when the node was down or cordoned for most of the bucket.
@@ -153,16 +205,22 @@ pub struct Heatmap {
 /// Empirical CDF of queue wait: `(seconds, fraction ≤)`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Cdf {
+    /// Queue name.
     pub queue: String,
+    /// `(seconds, fraction of pods that waited at most that long)`.
     pub points: Vec<(f64, f64)>,
 }
 
 /// A cluster event as it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Incident {
+    /// Virtual time, ms.
     pub t_ms: u64,
+    /// What happened (`node-failure`, `drain`, …).
     pub what: String,
+    /// The node.
     pub node: String,
+    /// Pods stopped by it.
     pub pods_stopped: u32,
 }
 
@@ -184,6 +242,7 @@ pub fn pct_s(sorted: &[u64], p: f64) -> f64 {
     r4(sorted[rank.min(sorted.len()) - 1] as f64 / 1000.0)
 }
 
+/// Mean of millisecond values, in seconds (0 for none).
 pub fn mean_s(v: &[u64]) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -281,11 +340,17 @@ pub fn gpus(milli: f64) -> f64 {
 /// [`crate::Hooks`]. Never part of [`SimResult`]: it differs run to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WallTiming {
+    /// Whole run, seconds.
     pub total_s: f64,
+    /// Cycles timed.
     pub cycles: u64,
+    /// Mean cycle, ms.
     pub cycle_mean_ms: f64,
+    /// Median cycle, ms.
     pub cycle_p50_ms: f64,
+    /// 99th percentile cycle, ms.
     pub cycle_p99_ms: f64,
+    /// Slowest cycle, ms.
     pub cycle_max_ms: f64,
 }
 

@@ -39,42 +39,73 @@ pub fn gpu_memory_mib(model: &str) -> u64 {
 /// A parse error; `file` is the name given to the parser.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenbError {
+    /// The file could not be read.
     #[error("{file}: cannot read: {source}")]
     Io {
+        /// The file.
         file: String,
+        /// The I/O error.
         #[source]
         source: std::io::Error,
     },
+    /// No header line.
     #[error("{file}: empty file (no header line)")]
-    Empty { file: String },
+    Empty {
+        /// The file.
+        file: String,
+    },
+    /// A required column is missing from the header.
     #[error("{file}:1: header has no column {column:?}")]
-    MissingColumn { file: String, column: &'static str },
+    MissingColumn {
+        /// The file.
+        file: String,
+        /// The column looked for.
+        column: &'static str,
+    },
+    /// A line is not valid CSV.
     #[error("{file}:{line}: malformed CSV: {message}")]
     Csv {
+        /// The file.
         file: String,
+        /// 1-based line.
         line: u64,
+        /// What the CSV reader said.
         message: String,
     },
+    /// A value cannot be read.
     #[error("{file}:{line}: column {column:?}: {message}")]
     Field {
+        /// The file.
         file: String,
+        /// 1-based line.
         line: u64,
+        /// The column.
         column: &'static str,
+        /// Why the value was refused.
         message: String,
     },
+    /// A header but no data.
     #[error("{file}: no data rows")]
-    NoRows { file: String },
+    NoRows {
+        /// The file.
+        file: String,
+    },
 }
 
 /// One pod of a trace with the fields the scheduler does not use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TracePod {
+    /// The pod as the scheduler sees it.
     pub pod: Pod,
+    /// The trace's QoS class.
     pub qos: Option<String>,
+    /// The pod's phase in the trace.
     pub phase: Option<String>,
     /// Seconds since the start of the trace.
     pub creation_time_s: Option<u64>,
+    /// Seconds since the start of the trace.
     pub deletion_time_s: Option<u64>,
+    /// Seconds since the start of the trace.
     pub scheduled_time_s: Option<u64>,
 }
 

@@ -42,7 +42,9 @@ mod world;
 /// Observes a run from outside (wall-clock timing, progress). The library
 /// never reads the clock itself.
 pub trait Hooks {
+    /// Called before each cycle at virtual time `now_ms`.
     fn before_cycle(&mut self, _now_ms: u64) {}
+    /// Called after each cycle with its output.
     fn after_cycle(&mut self, _now_ms: u64, _out: &CycleOutput) {}
     /// Called after every cycle with the snapshot it read and its output
     /// (for tools that inspect one cycle, e.g. `gpusched explain --from-sim`).
