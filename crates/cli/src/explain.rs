@@ -222,18 +222,7 @@ fn simulate(s: &Source, pod: Option<&str>) -> anyhow::Result<(Snapshot, CycleOut
     if let Some(a) = at {
         scenario.settings.until_ms = Some(a);
     }
-    let cfg = match &s.config {
-        Some(p) => {
-            let text = gpusched_sim::load::read(p)?;
-            Some(
-                gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?,
-            )
-        }
-        None => None,
-    };
-    let mut scheduler = gpusched_sim::sched::build(cfg.as_ref(), s.policy.as_deref())
-        .map_err(|e| anyhow::anyhow!("scheduler configuration: {e}"))?;
+    let mut scheduler = crate::simulate::build_scheduler(s.config.as_deref(), s.policy.as_deref())?;
     let mut keep = Keep {
         pod,
         at,

@@ -80,7 +80,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     scenario.settings.verify |= args.verify;
 
-    let mut scheduler = build_scheduler(&args)?;
+    let mut scheduler = build_scheduler(args.config.as_deref(), args.policy.as_deref())?;
     let mut hooks = CliHooks::new(!args.openb.json);
     let started = Instant::now();
     let result = gpusched_sim::run(&scenario, &mut scheduler, args.seed, &mut hooks);
@@ -210,8 +210,11 @@ fn print_ok(text: &str) -> anyhow::Result<()> {
 
 /// The scheduler from `--config` (a `gpusched_plugins::SchedulerConfig`)
 /// and `--policy` (overrides `packing.policy`).
-fn build_scheduler(args: &SimulateArgs) -> anyhow::Result<gpusched_core::Scheduler> {
-    let cfg = match &args.config {
+pub(crate) fn build_scheduler(
+    config: Option<&std::path::Path>,
+    policy: Option<&str>,
+) -> anyhow::Result<gpusched_core::Scheduler> {
+    let cfg = match config {
         Some(p) => {
             let text = gpusched_sim::load::read(p)?;
             Some(
@@ -221,7 +224,7 @@ fn build_scheduler(args: &SimulateArgs) -> anyhow::Result<gpusched_core::Schedul
         }
         None => None,
     };
-    gpusched_sim::sched::build(cfg.as_ref(), args.policy.as_deref())
+    gpusched_sim::sched::build(cfg.as_ref(), policy)
         .map_err(|e| anyhow::anyhow!("scheduler configuration: {e}"))
 }
 

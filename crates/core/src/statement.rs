@@ -141,6 +141,14 @@ impl Statement {
     pub fn ops_since(&self, checkpoint: usize) -> &[Op] {
         &self.ops[checkpoint.min(self.ops.len())..]
     }
+
+    /// The pods this statement removes from their nodes, in order.
+    pub fn removed_pods(&self) -> impl Iterator<Item = PodId> + '_ {
+        self.ops.iter().filter_map(|op| match op {
+            Op::Remove { pod, .. } => Some(*pod),
+            Op::Place { .. } => None,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@
 
 use crate::fgd_method::MethodResult;
 use gpusched_core::scheduler::moves::{MoveLimits, MoveWorld, plan_pod};
-use gpusched_core::statement::Op;
 use gpusched_core::{
     ClusterState, GpuAssignment, NodeId, Packer, PodId, PodPhase, PodState, SchedulerOptions,
     Snapshot, Statement,
@@ -248,14 +247,7 @@ impl MoveWorld for InMethod<'_, '_> {
 
     fn rollback(&mut self, st: &mut Statement, checkpoint: usize) {
         st.rollback_to(self.cs, checkpoint);
-        self.removed = st
-            .ops_since(0)
-            .iter()
-            .filter_map(|op| match op {
-                Op::Remove { pod, .. } => Some(*pod),
-                Op::Place { .. } => None,
-            })
-            .collect();
+        self.removed = st.removed_pods().collect();
     }
 
     fn destination(&mut self, pod: PodId, avoid: NodeId) -> Option<(NodeId, GpuAssignment)> {

@@ -21,7 +21,7 @@ use crate::scheduler::cycle::Cycle;
 use crate::scheduler::jobs::{Job, JobId};
 use crate::scheduler::moves::{MoveLimits, MoveWorld, plan_all};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase};
-use crate::statement::{Op, Statement};
+use crate::statement::Statement;
 use std::collections::BTreeSet;
 
 /// A job id no node is ever reserved for: moved pods go only to free
@@ -227,14 +227,7 @@ impl MoveWorld for InCycle<'_, '_> {
 
     fn rollback(&mut self, st: &mut Statement, checkpoint: usize) {
         self.c.rollback(st, checkpoint);
-        self.removed = st
-            .ops_since(0)
-            .iter()
-            .filter_map(|op| match op {
-                Op::Remove { pod, .. } => Some(*pod),
-                Op::Place { .. } => None,
-            })
-            .collect();
+        self.removed = st.removed_pods().collect();
     }
 
     fn destination(&mut self, pod: PodId, avoid: NodeId) -> Option<(NodeId, GpuAssignment)> {
