@@ -31,6 +31,17 @@
 //! the restrictions are spread evenly). Weights are not renormalised, so an
 //! unrestricted workload scores exactly as with pod weights.
 //!
+//! A restriction counts only as far as it binds
+//! ([`GpuschedConfig::pressure_by_demand`]): with `q_S` the share of the
+//! GPU demand restricted to the model set `S`, `U` the cluster's free GPU
+//! milli and `R_S` the free GPU milli on `S`, `ρ_S = q_S·U/R_S` is how much
+//! of what is left on `S` the restricted pods will need if arrivals go on
+//! until the cluster is full. Each restricted class is split into an
+//! unrestricted twin of weight `p_c·(1 − ℓ_S)` and itself with `p_c·ℓ_S`,
+//! `ℓ_S = min(1, ρ_S)⁸` (a soft step at `ρ_S = 1`; recomputed in `prepare`,
+//! in steps of 1/16): a model with room to spare for its restricted pods
+//! is not kept free, one that will run short is.
+//!
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
 //! levels, or the expected waste of the leftover); `tie` prefers nodes with
 //! fewer GPUs ([`GpuschedConfig::size_order`]) or, optionally, the fuller
@@ -102,6 +113,15 @@ pub struct GpuschedConfig {
     /// `π_c = 1 + (pod share of the classes with c's model set) / (their
     /// share of the cluster's GPUs)` instead of `1 / share`.
     pub pressure_by_load: bool,
+    /// Count a model restriction only as far as it binds: a class
+    /// restricted to the model set `S` is split into an unrestricted twin
+    /// of weight `p_c·(1 − ℓ_S)` and the restricted class of weight
+    /// `p_c·ℓ_S` (then pressure-weighted), with `ℓ_S` the scarcity level of
+    /// `S` ([`scarcity_level`]). Off: `ℓ_S = 1`.
+    pub pressure_by_demand: bool,
+    /// Exponent `k` of the scarcity level `ℓ_S = min(1, ρ_S)ᵏ` (large:
+    /// a step at `ρ_S = 1`).
+    pub scarcity_exponent: f64,
 }
 
 /// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
@@ -139,6 +159,8 @@ impl Default for GpuschedConfig {
             class_weight: ClassWeight::Pressure,
             least_contested_first: false,
             pressure_by_load: false,
+            pressure_by_demand: true,
+            scarcity_exponent: 8.0,
         }
     }
 }
@@ -161,6 +183,31 @@ pub struct GpuschedPacker {
     reach: std::collections::BTreeMap<String, u64>,
     /// Node count `reach` was computed for.
     reach_nodes: usize,
+    /// Scarcity level `ℓ_S` per restricted model set, in 1/[`LEVELS`]
+    /// (absent: full, [`LEVELS`]).
+    scarcity: std::collections::BTreeMap<Vec<String>, u32>,
+    /// Share of the GPU demand restricted to each model set `S`
+    /// (`q_S`, from the target workload).
+    restricted: std::collections::BTreeMap<Vec<String>, f64>,
+}
+
+/// Steps of the scarcity level (the engine is rebuilt when a level moves
+/// by one step).
+pub const LEVELS: u32 = 16;
+
+/// Scarcity level of a model set `S` in `0..=LEVELS`: `min(1, ρ_S)` with
+/// `ρ_S = q_S · U / R_S` rounded to `1/LEVELS`, where `q_S` is the share of
+/// the arriving GPU demand restricted to `S`, `U` the cluster's free GPU
+/// milli and `R_S` the free GPU milli on `S`'s models. If arrivals go on
+/// until the cluster is full, `q_S·U` of them can only use `S`: at `ρ_S ≥ 1`
+/// every milli of `S` taken by another pod is one a restricted pod misses,
+/// at `ρ_S ≪ 1` keeping `S` free only idles it.
+pub fn scarcity_level(q: f64, free_total: u64, free_on_set: u64, exponent: f64) -> u32 {
+    if free_on_set == 0 {
+        return LEVELS;
+    }
+    let rho = q * free_total as f64 / free_on_set as f64;
+    (rho.clamp(0.0, 1.0).powf(exponent) * LEVELS as f64).round() as u32
 }
 
 impl Default for GpuschedPacker {
@@ -183,6 +230,8 @@ impl GpuschedPacker {
             cpu_per_gpu: 0.0,
             reach: Default::default(),
             reach_nodes: usize::MAX,
+            scarcity: Default::default(),
+            restricted: Default::default(),
         }
     }
 
@@ -203,6 +252,38 @@ impl GpuschedPacker {
             profile
         };
         let mut scale = self.cfg.quantize_scale;
+        self.restricted.clear();
+        let demand: f64 = profile
+            .classes()
+            .iter()
+            .map(|(c, w)| w * c.gpu_demand())
+            .sum();
+        for (c, w) in profile.classes() {
+            if !c.gpu_models.is_empty() && demand > 0.0 {
+                *self.restricted.entry(c.gpu_models.clone()).or_insert(0.0) +=
+                    w * c.gpu_demand() / demand;
+            }
+        }
+        let profile = if self.cfg.pressure_by_demand && !self.restricted.is_empty() {
+            let mut split = Vec::with_capacity(profile.classes().len() * 2);
+            for (c, w) in profile.classes() {
+                if c.gpu_models.is_empty() {
+                    split.push((c.clone(), *w));
+                    continue;
+                }
+                let l = self.scarcity.get(&c.gpu_models).copied().unwrap_or(LEVELS) as f64
+                    / LEVELS as f64;
+                let free = PodClass {
+                    gpu_models: Vec::new(),
+                    ..c.clone()
+                };
+                split.push((free, w * (1.0 - l)));
+                split.push((c.clone(), w * l));
+            }
+            Profile::new(split)
+        } else {
+            profile
+        };
         let profile = match self.cfg.class_weight {
             ClassWeight::Pods => profile,
             ClassWeight::Gpu => profile.gpu_weighted(),
@@ -325,6 +406,39 @@ impl GpuschedPacker {
         Score::keys(primary, secondary, tie)
     }
 
+    /// [`scarcity_level`] of every restricted model set in `state`.
+    fn scarcity_levels(
+        &self,
+        state: &ClusterState<'_>,
+    ) -> std::collections::BTreeMap<Vec<String>, u32> {
+        let mut free_by_model: std::collections::BTreeMap<&str, u64> = Default::default();
+        let mut total = 0u64;
+        for (i, st) in state.states().iter().enumerate() {
+            let node = state.node(i as NodeId);
+            for (g, (&f, &ok)) in st.gpu_free_milli.iter().zip(&st.gpu_usable).enumerate() {
+                if ok && f > 0 {
+                    *free_by_model
+                        .entry(node.gpus[g].model.as_str())
+                        .or_insert(0) += f as u64;
+                    total += f as u64;
+                }
+            }
+        }
+        self.restricted
+            .iter()
+            .map(|(set, &q)| {
+                let on_set: u64 = set
+                    .iter()
+                    .map(|m| free_by_model.get(m.as_str()).copied().unwrap_or(0))
+                    .sum();
+                (
+                    set.clone(),
+                    scarcity_level(q, total, on_set, self.cfg.scarcity_exponent),
+                )
+            })
+            .collect()
+    }
+
     /// Tie key of [`GpuschedConfig::least_contested_first`] (higher: less
     /// contested). Must not be called inside `engine.with_eval`.
     fn contest(&self, state: &ClusterState<'_>, node: NodeId) -> i64 {
@@ -421,6 +535,19 @@ impl Packer for GpuschedPacker {
                 rebuild = Some(self.source.clone());
             }
         }
+        if self.cfg.pressure_by_demand
+            && matches!(
+                self.cfg.class_weight,
+                ClassWeight::Pressure | ClassWeight::GpuPressure
+            )
+            && !self.restricted.is_empty()
+        {
+            let levels = self.scarcity_levels(env.state);
+            if levels != self.scarcity {
+                self.scarcity = levels;
+                rebuild.get_or_insert_with(|| self.source.clone());
+            }
+        }
         if !self.explicit {
             let p = derive_profile(env);
             if p != self.source {
@@ -434,6 +561,7 @@ impl Packer for GpuschedPacker {
                 cfg,
                 reach,
                 reach_nodes,
+                scarcity: this.scarcity,
                 explicit: this.explicit,
                 ..GpuschedPacker::new()
             }
@@ -532,6 +660,60 @@ mod tests {
         // an 8-GPU pod only fits on a
         let (n, _) = pick(&p, &pod(1000, GpuRequest::Whole(8)), &cs).unwrap();
         assert_eq!(n, 0);
+    }
+
+    #[test]
+    fn scarcity_levels() {
+        // ρ = 0.1 · 10000 / 2000 = 0.5
+        assert_eq!(scarcity_level(0.1, 10_000, 2000, 1.0), LEVELS / 2);
+        assert_eq!(scarcity_level(0.1, 10_000, 2000, 8.0), 0);
+        // ρ ≥ 1 and a set without free GPUs: full
+        assert_eq!(scarcity_level(0.3, 10_000, 2000, 8.0), LEVELS);
+        assert_eq!(scarcity_level(0.01, 10_000, 0, 8.0), LEVELS);
+        assert_eq!(scarcity_level(0.0, 10_000, 2000, 8.0), 0);
+    }
+
+    #[test]
+    fn scarce_models_are_kept_only_while_their_restricted_demand_binds() {
+        // a: model X, 2 GPUs; b: model Y, 2 GPUs; c: model Y, 16 GPUs
+        let nodes = vec![
+            node("a", 2, 64_000, "X"),
+            node("b", 2, 64_000, "Y"),
+            node("c", 16, 256_000, "Y"),
+        ];
+        let snap = Snapshot {
+            nodes: nodes.clone(),
+            ..Default::default()
+        };
+        let one = |models: Vec<String>| PodClass {
+            cpu_milli: 1000,
+            gpu_milli: 1000,
+            gpu_count: 1,
+            gpu_mem_mib: 0,
+            gpu_models: models,
+        };
+        // 30 % of the GPU demand may only use X (10 % of the GPUs)
+        let prof = Profile::new([(one(vec![]), 0.7), (one(vec!["X".into()]), 0.3)]);
+        let p1 = pod(1000, GpuRequest::Whole(1));
+        let mut cs = ClusterState::new(&nodes);
+        let mut p = GpuschedPacker::with_profile(prof.clone());
+        // ρ_X = 0.3 · 20000 / 2000 = 3: X is kept for its pods
+        prepare(&mut p, &snap, &cs, 0);
+        assert_eq!(pick(&p, &p1, &cs).unwrap().0, 1);
+        // c full: ρ_X = 0.3 · 4000 / 2000 = 0.6, X has room to spare and
+        // the tie goes to the node order
+        for g in 0..16 {
+            take(&mut cs, 2, g, 1000, 0);
+        }
+        prepare(&mut p, &snap, &cs, 1);
+        assert_eq!(pick(&p, &p1, &cs).unwrap().0, 0);
+        // the static pressure keeps X free regardless
+        let mut fixed = GpuschedPacker::with_profile(prof).with_config(GpuschedConfig {
+            pressure_by_demand: false,
+            ..Default::default()
+        });
+        prepare(&mut fixed, &snap, &cs, 1);
+        assert_eq!(pick(&fixed, &p1, &cs).unwrap().0, 1);
     }
 
     #[test]
