@@ -39,7 +39,7 @@
 //! until the cluster is full. Each restricted class is split into an
 //! unrestricted twin of weight `p_c·(1 − ℓ_S)` and itself with `p_c·ℓ_S`,
 //! `ℓ_S = min(1, ρ_S)⁸` (a soft step at `ρ_S = 1`; recomputed in `prepare`,
-//! in steps of 1/16): a model with room to spare for its restricted pods
+//! in steps of 1/16, with a one-step hysteresis): a model with room to spare for its restricted pods
 //! is not kept free, one that will run short is.
 //!
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
@@ -62,7 +62,7 @@
 
 use super::fgd::{FragEngine, derive_profile, sigmoid_score};
 use super::profile::{PodClass, Profile};
-use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
+use super::util::{WholeChooser, cpu_left_after, for_each_share, node_model, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 
@@ -203,11 +203,28 @@ pub const LEVELS: u32 = 16;
 /// every milli of `S` taken by another pod is one a restricted pod misses,
 /// at `ρ_S ≪ 1` keeping `S` free only idles it.
 pub fn scarcity_level(q: f64, free_total: u64, free_on_set: u64, exponent: f64) -> u32 {
+    scarcity_raw(q, free_total, free_on_set, exponent).round() as u32
+}
+
+/// [`scarcity_level`] before rounding (in `0.0..=LEVELS`).
+fn scarcity_raw(q: f64, free_total: u64, free_on_set: u64, exponent: f64) -> f64 {
     if free_on_set == 0 {
-        return LEVELS;
+        return LEVELS as f64;
     }
     let rho = q * free_total as f64 / free_on_set as f64;
-    (rho.clamp(0.0, 1.0).powf(exponent) * LEVELS as f64).round() as u32
+    rho.clamp(0.0, 1.0).powf(exponent) * LEVELS as f64
+}
+
+/// The next level of a set at level `current` whose unrounded level is
+/// now `raw`: it moves only when `raw` is a whole step away (hysteresis:
+/// a `ρ` wavering around a step boundary does not rebuild the engine at
+/// every pod).
+pub fn next_level(current: u32, raw: f64) -> u32 {
+    if (raw - current as f64).abs() >= 1.0 {
+        raw.round() as u32
+    } else {
+        current
+    }
 }
 
 impl Default for GpuschedPacker {
@@ -411,17 +428,20 @@ impl GpuschedPacker {
         &self,
         state: &ClusterState<'_>,
     ) -> std::collections::BTreeMap<Vec<String>, u32> {
-        let mut free_by_model: std::collections::BTreeMap<&str, u64> = Default::default();
+        // per node (one model per node, as the fragmentation engine reads
+        // it); a handful of models, so a short list beats a map
+        let mut free_by_model: Vec<(&str, u64)> = Vec::new();
         let mut total = 0u64;
         for (i, st) in state.states().iter().enumerate() {
-            let node = state.node(i as NodeId);
-            for (g, (&f, &ok)) in st.gpu_free_milli.iter().zip(&st.gpu_usable).enumerate() {
-                if ok && f > 0 {
-                    *free_by_model
-                        .entry(node.gpus[g].model.as_str())
-                        .or_insert(0) += f as u64;
-                    total += f as u64;
-                }
+            let f = st.free.gpu_milli;
+            if f == 0 {
+                continue;
+            }
+            let model = node_model(state, i as NodeId);
+            total += f;
+            match free_by_model.iter_mut().find(|(m, _)| *m == model) {
+                Some((_, v)) => *v += f,
+                None => free_by_model.push((model, f)),
             }
         }
         self.restricted
@@ -429,12 +449,16 @@ impl GpuschedPacker {
             .map(|(set, &q)| {
                 let on_set: u64 = set
                     .iter()
-                    .map(|m| free_by_model.get(m.as_str()).copied().unwrap_or(0))
+                    .map(|m| {
+                        free_by_model
+                            .iter()
+                            .find(|(x, _)| *x == m.as_str())
+                            .map_or(0, |(_, v)| *v)
+                    })
                     .sum();
-                (
-                    set.clone(),
-                    scarcity_level(q, total, on_set, self.cfg.scarcity_exponent),
-                )
+                let raw = scarcity_raw(q, total, on_set, self.cfg.scarcity_exponent);
+                let current = self.scarcity.get(set).copied().unwrap_or(LEVELS);
+                (set.clone(), next_level(current, raw))
             })
             .collect()
     }
@@ -671,6 +695,11 @@ mod tests {
         assert_eq!(scarcity_level(0.3, 10_000, 2000, 8.0), LEVELS);
         assert_eq!(scarcity_level(0.01, 10_000, 0, 8.0), LEVELS);
         assert_eq!(scarcity_level(0.0, 10_000, 2000, 8.0), 0);
+        // hysteresis: a level moves only a whole step away
+        assert_eq!(next_level(8, 8.9), 8);
+        assert_eq!(next_level(8, 7.2), 8);
+        assert_eq!(next_level(8, 9.0), 9);
+        assert_eq!(next_level(16, 0.3), 0);
     }
 
     #[test]
