@@ -252,7 +252,7 @@ impl Search {
         }
         self.trials += 1;
         let need = w.gpu_milli(v);
-        let mut cands: Vec<(u64, NodeId, Vec<(u64, PodId)>)> = Vec::new();
+        let mut cands: Vec<Candidate> = Vec::new();
         for m in w.targets(v) {
             if m == from {
                 continue;
