@@ -231,7 +231,7 @@ impl QueueTree {
         }
         for (i, q) in self.queues.iter().enumerate() {
             if let Some(l) = &q.limit {
-                let capped = self.acct[i].demand.min(l);
+                let capped = l.clamp(&self.acct[i].demand);
                 let mut d = self.acct[i].demand.clone();
                 for k in 0..DIMS {
                     set_dim(&mut d, k, dims(&capped)[k]);
@@ -348,13 +348,13 @@ impl QueueTree {
             let queue = &self.queues[a];
             let after = self.acct[a].usage.plus(extra);
             if let Some(l) = &queue.limit
-                && let Some(k) = after.first_exceeding(l)
+                && let Some(k) = l.first_exceeded_by(&after)
             {
                 return Some(QuotaViolation {
                     queue: queue.name.clone(),
                     rule: QuotaRule::Limit,
                     would_use: after.get(&k),
-                    cap: l.get(&k),
+                    cap: l.cap(&k).unwrap_or(0),
                     dimension: k,
                 });
             }
@@ -392,6 +392,7 @@ impl QueueTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_model::ResourceLimit;
 
     fn q(name: &str, w: u32, g: u64) -> Queue {
         let mut q = Queue::new(name);
@@ -419,7 +420,7 @@ mod tests {
         let mut child = q("team-x", 1, 0);
         child.parent = Some("org".into());
         let mut org = q("org", 1, 0);
-        org.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 4000));
+        org.limit = Some(ResourceLimit::gpus(4000));
         let (mut t, _) = QueueTree::build(&[org, child, q("other", 1, 0)]);
         t.add_usage(1, &ResourceVec::new(0, 0, 3000));
         assert_eq!(t.acct[0].usage.gpu_milli, 3000);
@@ -440,6 +441,29 @@ mod tests {
         assert_eq!(t.acct[0].deserved.gpu_milli, 4000);
         assert_eq!(t.acct[1].deserved.gpu_milli, 4000);
         assert_eq!(t.acct[2].deserved.gpu_milli, 6000);
+    }
+
+    #[test]
+    fn a_gpu_only_limit_leaves_cpu_and_memory_uncapped() {
+        let mut capped = q("capped", 1, 0);
+        capped.limit = Some(ResourceLimit::gpus(4000));
+        let (mut t, _) = QueueTree::build(&[capped, q("other", 1, 0)]);
+        // Lots of CPU and memory, GPUs within the limit: allowed.
+        let big_host = ResourceVec::new(64_000, 512 << 30, 4000);
+        assert_eq!(t.quota_violation(0, &big_host), None);
+        t.add_usage(0, &big_host);
+        let v = t
+            .quota_violation(0, &ResourceVec::new(1000, 1 << 30, 1000))
+            .expect("a fifth GPU breaks the limit");
+        assert_eq!(v.dimension, ResourceKind::Gpu);
+        assert_eq!((v.would_use, v.cap), (5000, 4000));
+        // CPU alone is never capped by this limit.
+        assert_eq!(t.quota_violation(0, &ResourceVec::new(8000, 0, 0)), None);
+        // Its entitlement is capped on GPUs only.
+        t.add_pending(0, &ResourceVec::new(16_000, 64 << 30, 8000));
+        t.compute_deserved(&ResourceVec::new(128_000, 1 << 40, 16_000));
+        assert_eq!(t.acct[0].demand.gpu_milli, 4000);
+        assert_eq!(t.acct[0].demand.cpu_milli, 80_000);
     }
 
     #[test]

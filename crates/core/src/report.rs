@@ -20,7 +20,8 @@ use crate::state::ClusterState;
 use gpusched_model::duration::fmt_duration;
 use gpusched_model::topology::{ideal_cost, set_cost};
 use gpusched_model::{
-    GPU_MILLI, GpuRequest, ResourceKind, ResourceVec, TopologyConstraint, TopologyLevel,
+    GPU_MILLI, GpuRequest, ResourceKind, ResourceLimit, ResourceVec, TopologyConstraint,
+    TopologyLevel,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -131,8 +132,8 @@ pub struct QueueState {
     pub weight: u32,
     /// Guarantee (GPU: plain plus per-model).
     pub guarantee: ResourceVec,
-    /// Limit, if any.
-    pub limit: Option<ResourceVec>,
+    /// Limit, if any (only the dimensions it names are capped).
+    pub limit: Option<ResourceLimit>,
     /// Whether it may use more than its guarantee.
     pub can_borrow: bool,
     /// Whether what it borrowed may be reclaimed.
@@ -870,6 +871,28 @@ fn res_text(r: &ResourceVec) -> String {
     parts.join(", ")
 }
 
+/// Only the capped dimensions; "none" when the limit names none.
+fn limit_text(l: &ResourceLimit) -> String {
+    // GPU first, as in every other resource line of the report.
+    let mut caps: Vec<(ResourceKind, u64)> = l.caps().collect();
+    caps.sort_by_key(|(k, _)| *k != ResourceKind::Gpu);
+    let parts: Vec<String> = caps
+        .into_iter()
+        .map(|(k, c)| match k {
+            ResourceKind::Gpu => format!("gpu {}", gpus_text(c)),
+            ResourceKind::Cpu => format!("cpu {c}m"),
+            ResourceKind::Memory => format!("memory {}", mem_text(c)),
+            ResourceKind::GpuMemory => format!("gpu memory {c} MiB"),
+            ResourceKind::Extended(n) => format!("{n} {c}"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "none".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
 fn mem_text(b: u64) -> String {
     const GI: u64 = 1 << 30;
     const MI: u64 = 1 << 20;
@@ -901,7 +924,7 @@ fn write_queue(f: &mut fmt::Formatter<'_>, q: &QueueState, indent: &str) -> fmt:
     )?;
     writeln!(f, "{indent}  guarantee   {}", res_text(&q.guarantee))?;
     if let Some(l) = &q.limit {
-        writeln!(f, "{indent}  limit       {}", res_text(l))?;
+        writeln!(f, "{indent}  limit       {}", limit_text(l))?;
     }
     writeln!(f, "{indent}  fair share  {}", res_text(&q.fair_share))?;
     writeln!(f, "{indent}  usage       {}", res_text(&q.usage))?;

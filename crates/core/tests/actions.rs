@@ -296,7 +296,7 @@ fn reclaim_restores_guarantee_but_not_below_victims_share() {
 fn quota_limit_and_no_borrow() {
     let nodes = vec![node("a").gpus(8).build()];
     let mut capped = queue("capped");
-    capped.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 2000));
+    capped.limit = Some(ResourceLimit::gpus(2000));
     let mut strict = queue("strict");
     strict.guarantee.gpu_milli = 1000;
     strict.can_borrow = false;
@@ -552,7 +552,7 @@ fn reasons_of(snap: &Snapshot, out: &CycleOutput, name: &str) -> Vec<PendingReas
 #[test]
 fn reasons_are_typed_with_their_facts() {
     let mut capped = queue("capped");
-    capped.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 2000));
+    capped.limit = Some(ResourceLimit::gpus(2000));
     let snap = snapshot(
         vec![
             node("a").gpus(2).build(),

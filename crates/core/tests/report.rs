@@ -33,7 +33,7 @@ fn report(snap: &Snapshot, out: &CycleOutput, now: u64, name: &str) -> report::P
 #[test]
 fn a_pod_pending_on_quota_names_the_queue_and_the_dimension() {
     let mut org = queue("org");
-    org.limit = Some(ResourceVec::new(u64::MAX, u64::MAX, 4000));
+    org.limit = Some(ResourceLimit::gpus(4000));
     let mut team = queue("team");
     team.parent = Some("org".into());
     let mut snap = snapshot(
@@ -84,7 +84,7 @@ fn a_pod_pending_on_quota_names_the_queue_and_the_dimension() {
     let names: Vec<&str> = r.queues.iter().map(|q| q.name.as_str()).collect();
     assert_eq!(names, vec!["team", "org"]);
     assert_eq!(r.queues[1].usage.gpu_milli, 3000);
-    assert_eq!(r.queues[1].limit.as_ref().unwrap().gpu_milli, 4000);
+    assert_eq!(r.queues[1].limit.as_ref().unwrap().gpu_milli, Some(4000));
     assert!(r.hints.contains(&Hint::QueueFrees {
         queue: "org".into(),
         dimension: ResourceKind::Gpu,

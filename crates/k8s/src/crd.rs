@@ -52,7 +52,8 @@ pub struct QueueSpec {
     /// label value); added to the GPU guarantee.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub guaranteed_gpus_by_model: BTreeMap<String, String>,
-    /// Hard cap per resource; absent: no cap.
+    /// Hard cap on each resource it names (e.g. `nvidia.com/gpu: "16"`);
+    /// resources it does not name are not capped; absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<BTreeMap<String, String>>,
     /// May the queue use more than its guarantee while others are idle?

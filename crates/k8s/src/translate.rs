@@ -13,8 +13,9 @@ use gpusched_model::topology::GpuTopo;
 use gpusched_model::validate::{ContainerResources, ResourceError, pod_resources};
 use gpusched_model::{
     Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorOp, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod as MPod, PodGroup as MGroup, Queue as MQueue, ResourceVec, Taint,
-    TaintEffect, Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
+    NodeSelectorTerm, Pod as MPod, PodGroup as MGroup, Queue as MQueue, ResourceKind,
+    ResourceLimit, ResourceVec, Taint, TaintEffect, Toleration, TolerationOp, TopologyConstraint,
+    TopologyLevel,
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -722,6 +723,21 @@ fn resource_vec(
     Ok(r)
 }
 
+/// A limit caps exactly the resources its map names; the others stay
+/// unbounded (a limit of `{nvidia.com/gpu: 4}` leaves CPU and memory free).
+fn resource_limit(
+    obj: &str,
+    field: &str,
+    m: &BTreeMap<String, String>,
+) -> Result<ResourceLimit, TranslateError> {
+    let v = resource_vec(obj, field, m)?;
+    let named: Vec<ResourceKind> = m
+        .keys()
+        .map(|k| ResourceKind::from_resource_name(k))
+        .collect();
+    Ok(ResourceLimit::named(&v, &named))
+}
+
 /// Queue CRD → the core's queue.
 pub fn queue(q: &Queue) -> Result<MQueue, TranslateError> {
     let name = q.metadata.name.clone().unwrap_or_default();
@@ -745,7 +761,7 @@ pub fn queue(q: &Queue) -> Result<MQueue, TranslateError> {
             .insert(model.clone(), n.saturating_mul(gpusched_model::GPU_MILLI));
     }
     m.limit = match &q.spec.limit {
-        Some(l) => Some(resource_vec(&obj, "spec.limit", l)?),
+        Some(l) => Some(resource_limit(&obj, "spec.limit", l)?),
         None => None,
     };
     m.can_borrow = q.spec.borrow;

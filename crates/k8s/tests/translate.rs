@@ -308,7 +308,10 @@ fn queues_groups_and_priorities() {
         .unwrap();
     assert_eq!(rq.weight, 2);
     assert_eq!(rq.guarantee.gpu_milli, 8000);
-    assert_eq!(rq.limit.as_ref().unwrap().gpu_milli, 16000);
+    assert_eq!(rq.limit.as_ref().unwrap().gpu_milli, Some(16000));
+    // The limit names only GPUs: CPU and memory stay uncapped.
+    assert_eq!(rq.limit.as_ref().unwrap().cpu_milli, None);
+    assert_eq!(rq.limit.as_ref().unwrap().memory, None);
     let problems = format!("{:?}", b.problems);
     assert!(
         problems.contains("queue bad") && problems.contains("spec.guaranteed[nvidia.com/gpu]"),

@@ -27,4 +27,4 @@ pub use pod::{
 };
 pub use quantity::{Quantity, QuantityError};
 pub use queue::Queue;
-pub use resources::{GPU_MILLI, ResourceKind, ResourceVec};
+pub use resources::{GPU_MILLI, ResourceKind, ResourceLimit, ResourceVec};

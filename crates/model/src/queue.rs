@@ -1,6 +1,6 @@
 //! Queues: a tree with weights, guarantees and limits.
 
-use crate::resources::ResourceVec;
+use crate::resources::{ResourceLimit, ResourceVec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -17,8 +17,9 @@ pub struct Queue {
     pub guarantee: ResourceVec,
     /// Guaranteed GPUs per model, milli-GPU (e.g. `{"H100": 16000}`).
     pub gpu_guarantee_by_model: BTreeMap<String, u64>,
-    /// Hard cap; `None`: no cap.
-    pub limit: Option<ResourceVec>,
+    /// Hard cap on the queue's usage, on the dimensions it names; `None`:
+    /// no cap.
+    pub limit: Option<ResourceLimit>,
     /// Whether the queue may use more than its guarantee when others idle.
     pub can_borrow: bool,
     /// Whether resources it borrowed may be taken back by reclaim.

@@ -28,6 +28,20 @@ pub enum ResourceKind {
     Extended(String),
 }
 
+impl ResourceKind {
+    /// The dimension a Kubernetes resource name counts in: `cpu`, `memory`,
+    /// `nvidia.com/gpu` and `gpusched.io/gpu-milli` (both GPUs, in
+    /// milli-GPU), anything else an extended resource of that name.
+    pub fn from_resource_name(name: &str) -> ResourceKind {
+        match name {
+            "cpu" => ResourceKind::Cpu,
+            "memory" => ResourceKind::Memory,
+            crate::labels::RESOURCE_GPU | crate::validate::RESOURCE_GPU_MILLI => ResourceKind::Gpu,
+            other => ResourceKind::Extended(other.to_string()),
+        }
+    }
+}
+
 impl fmt::Display for ResourceKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -200,6 +214,117 @@ impl ResourceVec {
     }
 }
 
+/// A cap on some dimensions of a [`ResourceVec`]: only the dimensions a
+/// limit names are capped, every other one is unbounded. A queue limit of
+/// `{nvidia.com/gpu: 4}` caps GPUs at 4 and leaves CPU, memory, GPU memory
+/// and every extended resource free (a `ResourceVec` would read the missing
+/// dimensions as a cap of zero).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ResourceLimit {
+    /// CPU cap, milli-cores; `None`: uncapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_milli: Option<u64>,
+    /// Memory cap, bytes; `None`: uncapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// GPU cap, milli-GPU; `None`: uncapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_milli: Option<u64>,
+    /// GPU memory cap, MiB; `None`: uncapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_mib: Option<u64>,
+    /// Caps on extended resources, by name; a name not listed is uncapped.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ext: BTreeMap<String, u64>,
+}
+
+impl ResourceLimit {
+    /// A limit on GPUs only (milli-GPU).
+    pub fn gpus(gpu_milli: u64) -> Self {
+        ResourceLimit {
+            gpu_milli: Some(gpu_milli),
+            ..Default::default()
+        }
+    }
+
+    /// The limit that caps exactly the `named` dimensions of `v` at their
+    /// values in `v` (a name given twice counts once).
+    pub fn named<'a>(v: &ResourceVec, named: impl IntoIterator<Item = &'a ResourceKind>) -> Self {
+        let mut l = ResourceLimit::default();
+        for k in named {
+            l.set(k, v.get(k));
+        }
+        l
+    }
+
+    /// Caps dimension `k` at `cap`.
+    pub fn set(&mut self, k: &ResourceKind, cap: u64) {
+        match k {
+            ResourceKind::Cpu => self.cpu_milli = Some(cap),
+            ResourceKind::Memory => self.memory = Some(cap),
+            ResourceKind::Gpu => self.gpu_milli = Some(cap),
+            ResourceKind::GpuMemory => self.gpu_mem_mib = Some(cap),
+            ResourceKind::Extended(n) => {
+                self.ext.insert(n.clone(), cap);
+            }
+        }
+    }
+
+    /// The cap on dimension `k`; `None` when it is not capped.
+    pub fn cap(&self, k: &ResourceKind) -> Option<u64> {
+        match k {
+            ResourceKind::Cpu => self.cpu_milli,
+            ResourceKind::Memory => self.memory,
+            ResourceKind::Gpu => self.gpu_milli,
+            ResourceKind::GpuMemory => self.gpu_mem_mib,
+            ResourceKind::Extended(n) => self.ext.get(n).copied(),
+        }
+    }
+
+    /// The capped dimensions with their caps, in a fixed order (CPU,
+    /// memory, GPU, GPU memory, then extended resources by name).
+    pub fn caps(&self) -> impl Iterator<Item = (ResourceKind, u64)> + '_ {
+        [
+            (ResourceKind::Cpu, self.cpu_milli),
+            (ResourceKind::Memory, self.memory),
+            (ResourceKind::Gpu, self.gpu_milli),
+            (ResourceKind::GpuMemory, self.gpu_mem_mib),
+        ]
+        .into_iter()
+        .filter_map(|(k, c)| c.map(|c| (k, c)))
+        .chain(
+            self.ext
+                .iter()
+                .map(|(n, c)| (ResourceKind::Extended(n.clone()), *c)),
+        )
+    }
+
+    /// Whether no dimension is capped.
+    pub fn is_unbounded(&self) -> bool {
+        self.caps().next().is_none()
+    }
+
+    /// The first capped dimension (in the order of [`caps`](Self::caps))
+    /// that `v` exceeds.
+    pub fn first_exceeded_by(&self, v: &ResourceVec) -> Option<ResourceKind> {
+        self.caps().find(|(k, c)| v.get(k) > *c).map(|(k, _)| k)
+    }
+
+    /// `v` with every capped dimension lowered to its cap.
+    pub fn clamp(&self, v: &ResourceVec) -> ResourceVec {
+        let mut r = v.clone();
+        let c = |x: u64, cap: Option<u64>| cap.map_or(x, |cap| x.min(cap));
+        r.cpu_milli = c(r.cpu_milli, self.cpu_milli);
+        r.memory = c(r.memory, self.memory);
+        r.gpu_milli = c(r.gpu_milli, self.gpu_milli);
+        r.gpu_mem_mib = c(r.gpu_mem_mib, self.gpu_mem_mib);
+        for (n, x) in r.ext.iter_mut() {
+            *x = c(*x, self.ext.get(n).copied());
+        }
+        r
+    }
+}
+
 impl fmt::Display for ResourceVec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -223,6 +348,76 @@ impl fmt::Display for ResourceVec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_caps_only_the_dimensions_it_names() {
+        let mut used = ResourceVec::new(64_000, 512 << 30, 3000);
+        used.ext.insert("rdma/hca".into(), 9);
+        let gpus = ResourceLimit::gpus(4000);
+        assert_eq!(
+            gpus.first_exceeded_by(&used),
+            None,
+            "CPU/memory/ext are not capped"
+        );
+        used.gpu_milli = 4001;
+        assert_eq!(gpus.first_exceeded_by(&used), Some(ResourceKind::Gpu));
+        assert_eq!(gpus.cap(&ResourceKind::Cpu), None);
+        assert_eq!(gpus.cap(&ResourceKind::Gpu), Some(4000));
+
+        let mut spec = ResourceVec::new(8000, 0, 2000);
+        spec.ext.insert("rdma/hca".into(), 2);
+        let named = [
+            ResourceKind::Cpu,
+            ResourceKind::Extended("rdma/hca".into()),
+            ResourceKind::Cpu,
+        ];
+        let l = ResourceLimit::named(&spec, &named);
+        assert_eq!(l.gpu_milli, None, "GPUs were not named");
+        assert_eq!(
+            l.caps().collect::<Vec<_>>(),
+            vec![
+                (ResourceKind::Cpu, 8000),
+                (ResourceKind::Extended("rdma/hca".into()), 2)
+            ]
+        );
+        // A named zero is a real cap of zero.
+        let zero = ResourceLimit::named(&ResourceVec::default(), &[ResourceKind::Memory]);
+        assert_eq!(
+            ResourceKind::from_resource_name("nvidia.com/gpu"),
+            ResourceKind::Gpu
+        );
+        assert_eq!(
+            ResourceKind::from_resource_name("gpusched.io/gpu-milli"),
+            ResourceKind::Gpu
+        );
+        assert_eq!(
+            ResourceKind::from_resource_name("rdma/hca"),
+            ResourceKind::Extended("rdma/hca".into())
+        );
+        assert_eq!(zero.first_exceeded_by(&used), Some(ResourceKind::Memory));
+        assert!(ResourceLimit::default().is_unbounded());
+        assert!(!zero.is_unbounded());
+
+        let c = l.clamp(&used);
+        assert_eq!(c.cpu_milli, 8000);
+        assert_eq!(c.gpu_milli, 4001, "uncapped dimension kept");
+        assert_eq!(c.memory, 512 << 30);
+        assert_eq!(c.ext_get("rdma/hca"), 2);
+    }
+
+    #[test]
+    fn a_limit_round_trips_and_reads_older_files_as_fully_named() {
+        let l = ResourceLimit::gpus(2000);
+        let j = serde_json::to_string(&l).unwrap();
+        assert_eq!(j, r#"{"gpu_milli":2000}"#);
+        assert_eq!(serde_json::from_str::<ResourceLimit>(&j).unwrap(), l);
+        // A limit written as a full ResourceVec (older snapshot files) caps
+        // every dimension it lists, as it did then.
+        let old: ResourceLimit =
+            serde_json::from_str(r#"{"cpu_milli":1,"memory":2,"gpu_milli":3,"gpu_mem_mib":4}"#)
+                .unwrap();
+        assert_eq!(old.caps().count(), 4);
+    }
 
     #[test]
     fn arithmetic_and_fit() {

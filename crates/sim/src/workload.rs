@@ -11,7 +11,8 @@ use crate::error::LoadError;
 pub use gpusched_model::duration::{fmt_duration, parse_duration_ms};
 use gpusched_model::validate::{ContainerResources, pod_resources};
 use gpusched_model::{
-    Node, Pod, PodGroup, Queue, ResourceVec, Toleration, TopologyConstraint, TopologyLevel,
+    Node, Pod, PodGroup, Queue, ResourceKind, ResourceLimit, ResourceVec, Toleration,
+    TopologyConstraint, TopologyLevel,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -373,6 +374,24 @@ impl Ctx<'_> {
         }
         Ok(r)
     }
+
+    /// A queue limit: caps exactly the resources the map names, the others
+    /// stay unbounded.
+    fn limit(
+        &self,
+        m: &BTreeMap<String, S<String>>,
+        field: &str,
+    ) -> Result<ResourceLimit, LoadError> {
+        let v = self.resources(m, field)?;
+        let named: Vec<ResourceKind> = m
+            .keys()
+            .map(|k| match k.as_str() {
+                "gpu" => ResourceKind::Gpu,
+                other => ResourceKind::from_resource_name(other),
+            })
+            .collect();
+        Ok(ResourceLimit::named(&v, &named))
+    }
 }
 
 impl WorkloadFile {
@@ -416,7 +435,7 @@ impl WorkloadFile {
             queue.limit = q
                 .limit
                 .as_ref()
-                .map(|l| ctx.resources(l, &f("limit")))
+                .map(|l| ctx.limit(l, &f("limit")))
                 .transpose()?;
             queue.can_borrow = q.can_borrow;
             queue.reclaimable = q.reclaimable;
