@@ -313,3 +313,81 @@ fn moves_per_cycle_are_bounded() {
     let out = run(&mut sched(), &snap);
     assert_eq!(moved(&out).len(), 2);
 }
+
+/// `fragmented` with b full and a third node c whose two GPUs each hold a
+/// half share (`s0` movable, `s1` not): `m` has no free whole GPU to go to
+/// unless `s0` first joins `s1` on c's other GPU.
+fn chain_case() -> Snapshot {
+    let mut snap = fragmented(movable(pod("m").gpus(1).build()), pod("p").gpus(2).build());
+    snap.pods.push(on(pod("z").gpus(1).build(), 1, whole(&[3])));
+    snap.nodes.push(node("c").gpus(2).build());
+    snap.pods
+        .push(on(movable(pod("s0").share(500).build()), 2, share(0, 500)));
+    snap.pods
+        .push(on(pod("s1").share(500).build(), 2, share(1, 500)));
+    snap
+}
+
+#[test]
+fn a_moved_pod_may_make_room_for_itself_by_moving_a_smaller_one() {
+    let mut snap = chain_case();
+    let mut s = sched();
+    let out = run(&mut s, &snap);
+    let (m, p, s0) = (id(&snap, "m"), id(&snap, "p"), id(&snap, "s0"));
+    // two moves: m to c, and s0 to the other half GPU on c
+    let ev = moved(&out);
+    assert_eq!(ev.len(), 2, "{:?}", out.decisions);
+    assert_eq!(ev[0].0, m);
+    assert_eq!(ev[1].0, s0);
+    for (_, r) in &ev {
+        assert_eq!(
+            r,
+            &EvictionReason::Moved {
+                for_pod: "p".into(),
+                to_node: "c".into()
+            }
+        );
+    }
+    let noms = nominations(&out);
+    assert!(noms.contains(&(p, 0)), "{noms:?}");
+    assert!(noms.contains(&(m, 2)), "{noms:?}");
+    assert!(noms.contains(&(s0, 2)), "{noms:?}");
+    // the runner applies it: everything lands where planned, no GPU shared
+    // beyond its capacity (check_invariants in `run`)
+    apply(&mut snap, &out, 1);
+    let out2 = run(&mut s, &snap);
+    let b = binds(&snap, &out2);
+    assert_eq!(b["p"].0, "a", "{b:?}");
+    assert_eq!(b["m"].0, "c", "{b:?}");
+    assert!(moved(&out2).is_empty(), "nothing more moves");
+    // s0 was nominated to c too; c is held for m until m binds, so s0
+    // binds there one cycle later
+    apply(&mut snap, &out2, 2);
+    let out3 = run(&mut s, &snap);
+    let b = binds(&snap, &out3);
+    assert_eq!(b["s0"], ("c".to_string(), share(1, 500)), "{b:?}");
+    assert!(moved(&out3).is_empty());
+}
+
+#[test]
+fn a_chain_counts_both_moves_against_the_limit() {
+    // the chain needs two moves; with one allowed per pod nothing moves
+    let snap = chain_case();
+    let mut one = Scheduler::new(
+        SchedulerOptions {
+            max_moves_per_job: 1,
+            ..Default::default()
+        },
+        vec![],
+        Box::new(TestBestFit),
+    );
+    let out = run(&mut one, &snap);
+    assert!(moved(&out).is_empty(), "{:?}", out.decisions);
+    assert!(nominations(&out).is_empty());
+    // a chain only displaces a pod holding fewer GPUs than the moved one:
+    // with s0 holding a whole GPU there is no chain (and no plan)
+    let mut snap = chain_case();
+    let s0 = id(&snap, "s0") as usize;
+    snap.pods[s0] = on(movable(pod("s0").gpus(1).build()), 2, whole(&[0]));
+    assert!(moved(&run(&mut sched(), &snap)).is_empty());
+}

@@ -13,14 +13,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const H100: &str = "nodes:
-  - name: h100
-    count: 2
-    cpu: \"64\"
-    memory: 512Gi
-    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}
-";
-
 async fn patch_node(nodes: &Api<Node>, name: &str, v: Value) {
     nodes
         .patch(name, &Default::default(), &Patch::Merge(v))
@@ -78,21 +70,10 @@ async fn doctor_finds_and_names_each_problem() {
     .await;
     // a queue limited to one GPU with two pods; a gang of 3 with one member;
     // a gated pod
-    let queues: Api<gpusched_k8s::crd::Queue> = Api::all(c.client.clone());
-    create_obj(
-        &queues,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
-               "metadata": {"name": "small"},
-               "spec": {"limit": {"nvidia.com/gpu": "1", "cpu": "1k", "memory": "1Pi"}}}),
-    )
-    .await;
-    let groups: Api<gpusched_k8s::crd::PodGroup> = Api::namespaced(c.client.clone(), "ml");
-    create_obj(
-        &groups,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
-               "metadata": {"name": "ring"}, "spec": {"minMember": 3}}),
-    )
-    .await;
+    // (the limit names GPUs only: CPU and memory stay uncapped)
+    c.queue("small", json!({"limit": {"nvidia.com/gpu": "1"}}))
+        .await;
+    c.group("ml", "ring", json!({"minMember": 3})).await;
     let pods = c.pods("ml");
     let s = c.scheduler(opts()).await;
     for name in ["small-a", "small-b"] {

@@ -8,14 +8,6 @@ use common::*;
 use serde_json::json;
 use std::time::Duration;
 
-const H100: &str = "nodes:
-  - name: h100
-    count: 2
-    cpu: \"64\"
-    memory: 512Gi
-    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
 async fn one_gpu_pods_are_bound_with_their_gpus_recorded() {
@@ -93,12 +85,8 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
         )
         .await;
     assert!(zero.is_err(), "schema validation of minMember");
-    create_obj(
-        &groups,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": "ghostly"}, "spec": {"minMember": 1, "queue": "ghost"}}),
-    )
-    .await;
+    c.group("ml", "ghostly", json!({"minMember": 1, "queue": "ghost"}))
+        .await;
     let mut member = gpu_pod("ghost-member", 1);
     member["metadata"]["labels"] = json!({"gpusched.io/pod-group": "ghostly"});
     create(&pods, member).await;
@@ -239,14 +227,9 @@ async fn a_gang_binds_all_or_nothing() {
     blocker["spec"]["schedulerName"] = json!("default-scheduler");
     blocker["spec"]["nodeName"] = json!("h100-0");
     create(&pods, blocker).await;
+    c.group("ml", "train", json!({"minMember": 16})).await;
     let groups: kube::Api<gpusched_k8s::crd::PodGroup> =
         kube::Api::namespaced(c.client.clone(), "ml");
-    create_obj(
-        &groups,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
-        "metadata": {"name": "train"}, "spec": {"minMember": 16}}),
-    )
-    .await;
     for i in 0..16 {
         let mut p = gpu_pod(&format!("w{i:02}"), 1);
         p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "train"});
@@ -345,22 +328,22 @@ async fn priority_preemption_evicts_and_binds_on_the_nominated_node() {
     s.stop().await;
 }
 
-async fn queue(c: &Cluster, v: serde_json::Value) {
-    let api: kube::Api<gpusched_k8s::crd::Queue> = kube::Api::all(c.client.clone());
-    create_obj(&api, v).await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
 async fn two_queues_share_fairly_and_reclaim() {
     let c = Cluster::up().await;
     c.nodes_from_yaml(H100).await;
-    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "a"}, "spec": {"weight": 1}})).await;
-    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "b"}, "spec": {"weight": 1, "guaranteed": {"nvidia.com/gpu": "4"}}})).await;
+    c.queue("a", json!({"weight": 1})).await;
+    c.queue(
+        "b",
+        json!({"weight": 1, "guaranteed": {"nvidia.com/gpu": "4"}}),
+    )
+    .await;
     // a Queue cycle and a bad quantity: reported, never fatal
-    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "x"}, "spec": {"parent": "y"}})).await;
-    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "y"}, "spec": {"parent": "x"}})).await;
-    queue(&c, json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "bad"}, "spec": {"guaranteed": {"nvidia.com/gpu": "lots"}}})).await;
+    c.queue("x", json!({"parent": "y"})).await;
+    c.queue("y", json!({"parent": "x"})).await;
+    c.queue("bad", json!({"guaranteed": {"nvidia.com/gpu": "lots"}}))
+        .await;
     let pods = c.pods("ml");
     for i in 0..16 {
         let mut p = gpu_pod(&format!("a{i:02}"), 1);

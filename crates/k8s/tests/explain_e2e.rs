@@ -15,17 +15,29 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const H100: &str = "nodes:
-  - name: h100
-    count: 2
-    cpu: \"64\"
-    memory: 512Gi
-    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}
-";
-
 fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
+}
+
+/// A ClusterRole granting get on the debug URLs and `/metrics` (as the
+/// chart's `gpusched-debug-reader`), bound to the ServiceAccount `ml/sa`.
+async fn grant_debug_reader(c: &Cluster, sa: &str) {
+    let roles: Api<ClusterRole> = Api::all(c.client.clone());
+    create_obj(
+        &roles,
+        json!({"metadata": {"name": "gpusched-debug-reader"},
+            "rules": [{"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]}]}),
+    )
+    .await;
+    let bindings: Api<ClusterRoleBinding> = Api::all(c.client.clone());
+    create_obj(
+        &bindings,
+        json!({"metadata": {"name": sa},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpusched-debug-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": "ml"}]}),
+    )
+    .await;
 }
 
 /// A ServiceAccount in `ml` and a token for it.
@@ -117,39 +129,14 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     c.nodes_from_yaml(H100).await;
     // readers: a ClusterRole granting get on the debug URLs, bound to one
     // ServiceAccount; another has no such binding
-    let roles: Api<ClusterRole> = Api::all(c.client.clone());
-    create_obj(
-        &roles,
-        json!({"metadata": {"name": "gpusched-debug-reader"},
-            "rules": [{"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]}]}),
-    )
-    .await;
-    let bindings: Api<ClusterRoleBinding> = Api::all(c.client.clone());
-    create_obj(
-        &bindings,
-        json!({"metadata": {"name": "reader"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpusched-debug-reader"},
-            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "ml"}]}),
-    )
-    .await;
+    grant_debug_reader(&c, "reader").await;
     step("rbac");
     let reader = sa_token(&c, "reader").await;
     let nobody = sa_token(&c, "nobody").await;
 
-    let queues: Api<gpusched_k8s::crd::Queue> = Api::all(c.client.clone());
-    create_obj(
-        &queues,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "capped"},
-            "spec": {"limit": {"nvidia.com/gpu": "2", "cpu": "1000", "memory": "10Ti"}}}),
-    )
-    .await;
-    let groups: Api<gpusched_k8s::crd::PodGroup> = Api::namespaced(c.client.clone(), "ml");
-    create_obj(
-        &groups,
-        json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
-            "metadata": {"name": "trio"}, "spec": {"minMember": 3}}),
-    )
-    .await;
+    c.queue("capped", json!({"limit": {"nvidia.com/gpu": "2"}}))
+        .await;
+    c.group("ml", "trio", json!({"minMember": 3})).await;
     let pods = c.pods("ml");
     create(&pods, gpu_pod("plain", 2)).await;
     let mut first = gpu_pod("capped-1", 2);
@@ -358,21 +345,7 @@ async fn explain_through_the_apiserver_service_proxy() {
     };
     let c = Cluster::up().await;
     c.nodes_from_yaml(H100).await;
-    let roles: Api<ClusterRole> = Api::all(c.client.clone());
-    create_obj(
-        &roles,
-        json!({"metadata": {"name": "gpusched-debug-reader"},
-            "rules": [{"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]}]}),
-    )
-    .await;
-    let bindings: Api<ClusterRoleBinding> = Api::all(c.client.clone());
-    create_obj(
-        &bindings,
-        json!({"metadata": {"name": "reader"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpusched-debug-reader"},
-            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "ml"}]}),
-    )
-    .await;
+    grant_debug_reader(&c, "reader").await;
     // the proxy itself: get on services/proxy (the chart's gpusched-debug-proxy)
     let ns_roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(c.client.clone(), "ml");
     create_obj(

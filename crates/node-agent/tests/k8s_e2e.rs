@@ -8,7 +8,9 @@ mod common;
 mod k8s;
 
 use common::{FakeKubelet, FakePodResources, RunningAgent, fixture};
-use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, GpuDecision, NodeGpu};
+use gpusched_model::protocol::{
+    ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS, GpuDecision, NodeAllocations, NodeGpu,
+};
 use gpusched_node_agent::api;
 use gpusched_node_agent::coord::KubeSide;
 use gpusched_node_agent::kube::{KubeEvents, KubeNode, KubePods};
@@ -245,6 +247,18 @@ async fn node_gpus(c: &Cluster) -> Option<Vec<NodeGpu>> {
     serde_json::from_str(&text).ok()
 }
 
+/// The agent's `gpusched.io/allocations` annotation on the Node.
+async fn node_allocations(c: &Cluster) -> Option<NodeAllocations> {
+    let api: Api<Node> = Api::all(c.client.clone());
+    let n = api.get(NODE).await.ok()?;
+    let text = n
+        .metadata
+        .annotations?
+        .get(ANNOTATION_NODE_ALLOCATIONS)?
+        .clone();
+    Some(NodeAllocations::parse(&text).expect("a well-formed allocations annotation"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
 async fn scheduler_and_agent_agree_on_gpus() {
@@ -330,6 +344,33 @@ async fn scheduler_and_agent_agree_on_gpus() {
     assert_eq!(env(&r, "NVIDIA_VISIBLE_DEVICES"), d.gpus[0]);
     assert_eq!(env(&r, "GPUSCHED_GPU_MILLI"), "300");
     assert_eq!(env(&r, "GPUSCHED_GPU_MEMORY_LIMIT_MIB"), "8192");
+
+    // The agent publishes what the kubelet was given: each admitted pod
+    // with the GPUs of its decision (and the share of a shared GPU).
+    let admitted = [&early, &got[0], &got[1], &big, &frac];
+    let published = wait_for(Duration::from_secs(20), || async {
+        node_allocations(&c)
+            .await
+            .filter(|a| a.pods.len() == admitted.len())
+    })
+    .await
+    .expect("allocations of the five admitted pods on the Node");
+    for p in admitted {
+        let uid = p.metadata.uid.as_deref().unwrap();
+        let a = published
+            .pods
+            .iter()
+            .find(|a| a.uid == uid)
+            .unwrap_or_else(|| panic!("{uid} in {published:?}"));
+        assert_eq!(Some(a.name.as_str()), p.metadata.name.as_deref());
+        let mut have = a.gpus.clone();
+        let mut want = decision(p).gpus;
+        have.sort();
+        want.sort();
+        assert_eq!(have, want, "{}", a.name);
+        let milli = decision(p).share.map(|s| s.milli);
+        assert_eq!(a.milli, milli, "{}", a.name);
+    }
 
     // A pod carrying a copy of another pod's decision (placed by hand on
     // the node) is refused with a clear error and an event.
@@ -417,7 +458,36 @@ async fn scheduler_and_agent_agree_on_gpus() {
     assert!(!bound(&pods).await.contains_key("one-too-many"));
     k8s::assert_no_double_booking(&c.client).await;
 
+    // With the agent down, a pod deleted behind its back stays in the
+    // published allocations: doctor names it as a leak with the capacity
+    // that would come back.
     ns.stop_agent().await;
+    pods.delete("big", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let report = wait_for(Duration::from_secs(20), || async {
+        let r = gpusched_k8s::doctor::diagnose(
+            &c.client,
+            &gpusched_k8s::doctor::DoctorOptions::default(),
+        )
+        .await
+        .ok()?;
+        let v = serde_json::to_value(&r).unwrap();
+        (v["summary"]["leakedMilli"] == 8000).then_some((v, r.render()))
+    })
+    .await;
+    let (v, text) = report.expect("doctor reports big's 8 GPUs as leaked");
+    let leaks: Vec<&serde_json::Value> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"] == "leaks" && f["status"] != "ok")
+        .collect();
+    assert_eq!(leaks.len(), 1, "{text}");
+    assert!(
+        leaks[0]["message"].as_str().unwrap().contains("ml/big"),
+        "{text}"
+    );
     s.stop().await;
     let _ = fixture("dgx-h100.yaml");
 }

@@ -6,7 +6,8 @@
 //! The search is the core's planner ([`gpusched_core::scheduler::moves`]),
 //! the same code the scheduler's `consolidate` action runs, with the same
 //! limits ([`SchedulerOptions`] defaults: at most 2 moves per pod, 64
-//! candidate nodes, 512 sets tried). This module only supplies the
+//! candidate nodes, 512 sets tried), chains of depth 2 included (a moved
+//! pod may displace one smaller pod, two moves). This module only supplies the
 //! method's mechanics: its filters (GPU model, CPU, memory), the policy
 //! under test as the packer, and a list of placed pods per node.
 //!

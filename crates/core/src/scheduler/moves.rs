@@ -12,10 +12,13 @@
 //! of moves `k = 1, 2, …, max_moves`: on each candidate, every set of `k`
 //! movable pods (bigger holders first) is tried — removed, the pending pod
 //! placed, and each moved pod re-placed on another node where it fits
-//! without moving anything else. The first set that works wins, so the
-//! plan uses the fewest moves among the candidates searched. At most
-//! [`MoveLimits::max_trials`] sets are tried per pod. A failed search
-//! leaves the statement as it found it.
+//! without moving anything else. Then chains: `k` pods moved off the
+//! candidate, of which up to `max_moves - k` may each displace one smaller
+//! movable pod on its new node, which itself must fit elsewhere without
+//! moving anything (a chain of depth 2, two moves). The first plan that
+//! works wins, so it uses the fewest moves among the candidates searched.
+//! At most [`MoveLimits::max_trials`] sets and chain attempts are tried per
+//! pod. A failed search leaves the statement as it found it.
 
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use crate::statement::Statement;
@@ -122,31 +125,40 @@ pub fn plan_pod<W: MoveWorld + ?Sized>(
     }
     cands.sort_by_key(|&(short, n, _)| (short, n));
     cands.truncate(limits.max_nodes as usize);
-    let mut trials = 0u32;
+    let mut search = Search {
+        trials: 0,
+        limits: *limits,
+    };
     let mut idx: Vec<usize> = Vec::new();
-    for k in 1..=limits.max_moves as usize {
-        for (_, n, mv) in &cands {
-            if mv.len() < k {
-                continue;
-            }
-            let free = w.free_gpu_milli(*n);
-            // every k-subset of mv, in lexicographic order of positions
-            idx.clear();
-            idx.extend(0..k);
-            loop {
-                let freed: u64 = idx.iter().map(|&i| mv[i].0).sum();
-                if free + freed >= need {
-                    trials += 1;
-                    let set: Vec<PodId> = idx.iter().map(|&i| mv[i].1).collect();
-                    if let Some(plan) = try_set(w, st, pod, *n, &set) {
-                        return Some(plan);
-                    }
-                    if trials >= limits.max_trials {
-                        return None;
-                    }
+    // iterative deepening over the total number of moves: `total` moves
+    // are `k` pods moved off the target plus at most `total - k` chains
+    // (a moved pod displacing a smaller one); plain sets first
+    for total in 1..=limits.max_moves as usize {
+        for k in (1..=total).rev() {
+            let chains = total - k;
+            for (_, n, mv) in &cands {
+                if mv.len() < k {
+                    continue;
                 }
-                if !next_combination(&mut idx, mv.len()) {
-                    break;
+                let free = w.free_gpu_milli(*n);
+                // every k-subset of mv, in lexicographic order of positions
+                idx.clear();
+                idx.extend(0..k);
+                loop {
+                    let freed: u64 = idx.iter().map(|&i| mv[i].0).sum();
+                    if free + freed >= need {
+                        search.trials += 1;
+                        let set: Vec<PodId> = idx.iter().map(|&i| mv[i].1).collect();
+                        if let Some(plan) = search.try_set(w, st, pod, *n, &set, chains) {
+                            return Some(plan);
+                        }
+                        if search.exhausted() {
+                            return None;
+                        }
+                    }
+                    if !next_combination(&mut idx, mv.len()) {
+                        break;
+                    }
                 }
             }
         }
@@ -154,48 +166,145 @@ pub fn plan_pod<W: MoveWorld + ?Sized>(
     None
 }
 
-/// Moves `set` off `n`, places `pod` there and the moved pods elsewhere;
-/// on failure undoes everything.
-fn try_set<W: MoveWorld + ?Sized>(
-    w: &mut W,
-    st: &mut Statement,
-    pod: PodId,
-    n: NodeId,
-    set: &[PodId],
-) -> Option<PodPlan> {
-    let cp = st.checkpoint();
-    for &v in set {
-        w.remove(st, v);
+/// One pod's search: its limits and the sets tried so far.
+struct Search {
+    trials: u32,
+    limits: MoveLimits,
+}
+
+impl Search {
+    fn exhausted(&self) -> bool {
+        self.trials >= self.limits.max_trials
     }
-    let placed = match w.fit(pod, n) {
-        Some(g) if w.place(st, pod, n, g.clone()) => Some(g),
-        _ => None,
-    };
-    let Some(gpus) = placed else {
-        w.rollback(st, cp);
-        return None;
-    };
-    let mut moves = Vec::with_capacity(set.len());
-    for &v in set {
-        match w.destination(v, n) {
-            Some((to, g)) if w.place(st, v, to, g.clone()) => moves.push(Move {
-                pod: v,
-                from: n,
-                to,
-                gpus: g,
-            }),
-            _ => {
+
+    /// Moves `set` off `n`, places `pod` there and the moved pods
+    /// elsewhere, each where it fits or (at most `chains` times) where it
+    /// fits after one smaller pod there moves on; on failure undoes
+    /// everything.
+    fn try_set<W: MoveWorld + ?Sized>(
+        &mut self,
+        w: &mut W,
+        st: &mut Statement,
+        pod: PodId,
+        n: NodeId,
+        set: &[PodId],
+        mut chains: usize,
+    ) -> Option<PodPlan> {
+        let cp = st.checkpoint();
+        for &v in set {
+            w.remove(st, v);
+        }
+        let placed = match w.fit(pod, n) {
+            Some(g) if w.place(st, pod, n, g.clone()) => Some(g),
+            _ => None,
+        };
+        let Some(gpus) = placed else {
+            w.rollback(st, cp);
+            return None;
+        };
+        let mut moves = Vec::with_capacity(set.len() + chains);
+        for &v in set {
+            if let Some((to, g)) = w.destination(v, n)
+                && w.place(st, v, to, g.clone())
+            {
+                moves.push(Move {
+                    pod: v,
+                    from: n,
+                    to,
+                    gpus: g,
+                });
+                continue;
+            }
+            if chains > 0
+                && let Some(pair) = self.chain(w, st, v, n)
+            {
+                chains -= 1;
+                moves.extend(pair);
+                continue;
+            }
+            w.rollback(st, cp);
+            return None;
+        }
+        Some(PodPlan {
+            pod,
+            node: n,
+            gpus,
+            moves,
+        })
+    }
+
+    /// A chain of two moves for `v` (already removed from `from`): `v` goes
+    /// to a node `m` where it fits once one movable pod `t` there, holding
+    /// fewer GPUs than `v`, leaves; `t` goes where it fits without moving
+    /// anything (any node but `from`, `m` included: on another GPU there,
+    /// which is how two half-used GPUs become one free GPU). Candidates: nodes by GPU shortfall for `v`, then node id
+    /// (at most `max_nodes`); on each, the smallest sufficient `t` first.
+    /// Each attempt counts as a set tried. On failure `st` is unchanged.
+    fn chain<W: MoveWorld + ?Sized>(
+        &mut self,
+        w: &mut W,
+        st: &mut Statement,
+        v: PodId,
+        from: NodeId,
+    ) -> Option<[Move; 2]> {
+        if self.exhausted() {
+            return None;
+        }
+        self.trials += 1;
+        let need = w.gpu_milli(v);
+        let mut cands: Vec<Candidate> = Vec::new();
+        for m in w.targets(v) {
+            if m == from {
+                continue;
+            }
+            let free = w.free_gpu_milli(m);
+            let mut ts: Vec<(u64, PodId)> = w
+                .movable_on(m, v)
+                .into_iter()
+                .map(|t| (w.gpu_milli(t), t))
+                .filter(|&(g, _)| g < need && free + g >= need)
+                .collect();
+            if ts.is_empty() {
+                continue;
+            }
+            ts.sort_unstable();
+            cands.push((need.saturating_sub(free), m, ts));
+        }
+        cands.sort_by_key(|&(short, m, _)| (short, m));
+        cands.truncate(self.limits.max_nodes as usize);
+        for (_, m, ts) in cands {
+            for (_, t) in ts {
+                if self.exhausted() {
+                    return None;
+                }
+                self.trials += 1;
+                let cp = st.checkpoint();
+                w.remove(st, t);
+                if let Some(g) = w.fit(v, m)
+                    && w.place(st, v, m, g.clone())
+                    && let Some((to, gt)) = w.destination(t, from)
+                    && w.place(st, t, to, gt.clone())
+                {
+                    return Some([
+                        Move {
+                            pod: v,
+                            from,
+                            to: m,
+                            gpus: g,
+                        },
+                        Move {
+                            pod: t,
+                            from: m,
+                            to,
+                            gpus: gt,
+                        },
+                    ]);
+                }
                 w.rollback(st, cp);
-                return None;
             }
         }
+        None
     }
-    Some(PodPlan {
-        pod,
-        node: n,
-        gpus,
-        moves,
-    })
 }
 
 /// The next k-combination of `0..n` (positions, ascending); false after

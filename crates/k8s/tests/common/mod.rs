@@ -20,6 +20,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// Two 8-GPU H100 nodes on NVSwitch, the cluster most e2e tests use.
+pub const H100: &str = "nodes:
+  - name: h100
+    count: 2
+    cpu: \"64\"
+    memory: 512Gi
+    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}
+";
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -168,6 +177,28 @@ impl Cluster {
         .await
         .expect("kwok did not make the nodes Ready");
         names
+    }
+
+    /// Creates the gpusched Queue `name` with `spec`.
+    pub async fn queue(&self, name: &str, spec: Value) -> Queue {
+        let api: Api<Queue> = Api::all(self.client.clone());
+        create_obj(
+            &api,
+            json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+                   "metadata": {"name": name}, "spec": spec}),
+        )
+        .await
+    }
+
+    /// Creates the gpusched PodGroup `ns/name` with `spec`.
+    pub async fn group(&self, ns: &str, name: &str, spec: Value) -> PodGroup {
+        let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+        create_obj(
+            &api,
+            json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+                   "metadata": {"name": name}, "spec": spec}),
+        )
+        .await
     }
 
     pub fn pods(&self, ns: &str) -> Api<Pod> {
