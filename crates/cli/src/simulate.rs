@@ -58,6 +58,12 @@ pub struct SimulateArgs {
     /// scheduler configuration unless --config / --policy say otherwise.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload"])]
     pub snapshot: Option<PathBuf>,
+
+    /// With --snapshot: run time (e.g. `2h`) of the pods the file gives
+    /// none in `durationsMs` — running pods from their start, pending ones
+    /// from their binding. Without it such pods run for ever.
+    #[arg(long, value_name = "DURATION", requires = "snapshot")]
+    pub pod_duration: Option<String>,
 }
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
@@ -128,6 +134,12 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
 /// `simulate --snapshot FILE`: replays the captured moment.
 fn replay(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
     use gpusched_sim::replay::{ReplayInput, replay};
+    let default_duration_ms = args
+        .pod_duration
+        .as_deref()
+        .map(gpusched_sim::workload::parse_duration_ms)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--pod-duration: {e}"))?;
     let file = gpusched_k8s::snapshot::load(path)?;
     let cfg = match &args.config {
         Some(p) => crate::scheduler::read_config(Some(p))?,
@@ -148,6 +160,7 @@ fn replay(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         name: format!("snapshot {}", path.display()),
         snapshot: file.snapshot.clone(),
         durations_ms,
+        default_duration_ms,
         start_ms: file.captured_at_ms,
         cycle_interval_ms: 1_000,
         max_cycles: 10_000,

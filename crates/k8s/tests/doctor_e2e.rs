@@ -183,6 +183,7 @@ async fn snapshot_replay_gives_the_scheduler_s_decisions() {
             name: "e2e".into(),
             snapshot: file.snapshot.clone(),
             durations_ms: vec![None; file.snapshot.pods.len()],
+            default_duration_ms: None,
             start_ms: file.captured_at_ms,
             cycle_interval_ms: 1_000,
             max_cycles: 100,

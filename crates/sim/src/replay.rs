@@ -29,6 +29,10 @@ pub struct ReplayInput {
     pub snapshot: Snapshot,
     /// Run time of each pod (`snapshot.pods[i]`) when known.
     pub durations_ms: Vec<Option<u64>>,
+    /// Run time of the pods `durations_ms` gives none (running ones from
+    /// their start, pending ones from their binding); `None`: they run for
+    /// ever.
+    pub default_duration_ms: Option<u64>,
     /// The moment of capture (ms; the first cycle's `now`).
     pub start_ms: u64,
     /// Time between a cycle that changed something and the next.
@@ -136,19 +140,24 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
     let mut snap = input.snapshot.clone();
     let engine = engine_for(snap.pods.iter().map(|p| &p.pod));
     // absolute end time of each running pod with a known run time
+    let mut durations: Vec<Option<u64>> = (0..snap.pods.len())
+        .map(|i| {
+            input
+                .durations_ms
+                .get(i)
+                .copied()
+                .flatten()
+                .or(input.default_duration_ms)
+        })
+        .collect();
     let mut ends: Vec<Option<u64>> = snap
         .pods
         .iter()
-        .enumerate()
-        .map(
-            |(i, p)| match (&p.phase, input.durations_ms.get(i).copied().flatten()) {
-                (PodPhase::Running { since_ms, .. }, Some(d)) => Some((since_ms + d).max(start)),
-                _ => None,
-            },
-        )
-        .collect();
-    let mut durations: Vec<Option<u64>> = (0..snap.pods.len())
-        .map(|i| input.durations_ms.get(i).copied().flatten())
+        .zip(&durations)
+        .map(|(p, d)| match (&p.phase, d) {
+            (PodPhase::Running { since_ms, .. }, Some(d)) => Some((since_ms + d).max(start)),
+            _ => None,
+        })
         .collect();
     let mut decisions = Vec::new();
     let mut samples = vec![sample(0, &snap, &engine)];
@@ -480,6 +489,7 @@ mod tests {
                 ],
             },
             durations_ms: vec![duration, None, None],
+            default_duration_ms: None,
             start_ms: 10_000,
             cycle_interval_ms: 1_000,
             max_cycles: 100,
@@ -515,6 +525,34 @@ mod tests {
         assert_eq!(run(&input(Some(60_000))), out);
         let html = crate::report::render(&out.result, None);
         assert!(html.contains("<svg"), "no chart in the report");
+    }
+
+    #[test]
+    fn a_default_run_time_applies_to_pods_without_one() {
+        // r has no run time of its own: with a default of 60 s it ends at
+        // 65 s (started at 5 s), and p2 gets its GPUs then
+        let mut i = input(None);
+        i.default_duration_ms = Some(60_000);
+        let out = run(&i);
+        let p2 = out
+            .decisions
+            .iter()
+            .find(|d| d.action == "bind" && d.pod == "ml/p2")
+            .expect("p2 bound once r ends");
+        assert_eq!((p2.node.as_str(), p2.at_ms), ("a", 55_000));
+        // the placed pods end too: every pod succeeds and the replay ends
+        assert_eq!(out.result.totals.pods_succeeded, 3);
+        assert_eq!(out.result.ended_by, "done");
+        // a pod's own run time wins over the default
+        let mut own = input(Some(20_000));
+        own.default_duration_ms = Some(60_000);
+        let out = run(&own);
+        let p2 = out
+            .decisions
+            .iter()
+            .find(|d| d.action == "bind" && d.pod == "ml/p2")
+            .unwrap();
+        assert_eq!(p2.at_ms, 15_000);
     }
 
     #[test]
