@@ -3,8 +3,6 @@
 
 mod common;
 
-use gpusched_sim::Source;
-
 /// node-a holds `a1` (4 GPUs) and the movable `m` (2 GPUs); node-b holds
 /// `b2` (6 GPUs); `p` (4 GPUs) arrives at 12 min: 4 GPUs are free in
 /// total, 2 on each node.
@@ -18,19 +16,7 @@ jobs:
 ";
 
 fn scenario(movable: bool) -> gpusched_sim::Scenario {
-    let c = common::fixture("clusters/tiny.yaml");
-    let mut sc = gpusched_sim::scenario(
-        Some(Source {
-            name: "tiny.yaml",
-            text: &c,
-        }),
-        Some(Source {
-            name: "w.yaml",
-            text: WORKLOAD,
-        }),
-        1,
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let mut sc = common::tiny_with(WORKLOAD);
     for j in &mut sc.jobs {
         if j.kind == "m" {
             j.template.movable = movable;

@@ -2,22 +2,10 @@
 
 mod common;
 
-use gpusched_sim::{NoHooks, Source};
+use gpusched_sim::NoHooks;
 
 fn scenario(workload: &str) -> gpusched_sim::Scenario {
-    let c = common::fixture("clusters/tiny.yaml");
-    gpusched_sim::scenario(
-        Some(Source {
-            name: "tiny.yaml",
-            text: &c,
-        }),
-        Some(Source {
-            name: "w.yaml",
-            text: workload,
-        }),
-        1,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    common::tiny_with(workload)
 }
 
 #[test]

@@ -4,8 +4,6 @@
 
 mod common;
 
-use gpusched_sim::Source;
-
 /// `capped` may hold 2 GPUs; three 1-GPU jobs that also ask for CPU and
 /// memory arrive together. The cluster has 16 free GPUs, so only the limit
 /// makes the third wait for one of the first two (1 h).
@@ -16,19 +14,7 @@ jobs:
 ";
 
 fn scenario(workload: &str) -> gpusched_sim::Scenario {
-    let c = common::fixture("clusters/tiny.yaml");
-    gpusched_sim::scenario(
-        Some(Source {
-            name: "tiny.yaml",
-            text: &c,
-        }),
-        Some(Source {
-            name: "w.yaml",
-            text: workload,
-        }),
-        1,
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    common::tiny_with(workload)
 }
 
 /// Runs and returns the waits (p50, p99, seconds) of queue `capped`.

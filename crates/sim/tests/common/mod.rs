@@ -15,6 +15,24 @@ pub fn scenario(cluster: &str, workload: &str, seed: u64) -> Scenario {
     gpusched_sim::load::fixture_scenario(cluster, workload, seed).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A scenario of the two-node `clusters/tiny.yaml` and a workload given
+/// as text (seed 1).
+pub fn tiny_with(workload: &str) -> Scenario {
+    let c = fixture("clusters/tiny.yaml");
+    gpusched_sim::scenario(
+        Some(gpusched_sim::Source {
+            name: "tiny.yaml",
+            text: &c,
+        }),
+        Some(gpusched_sim::Source {
+            name: "w.yaml",
+            text: workload,
+        }),
+        1,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The scheduler the simulator runs by default
 /// (`gpusched_plugins::build(&SchedulerConfig::default())`).
 pub fn scheduler() -> Scheduler {
