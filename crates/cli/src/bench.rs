@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use gpusched_core::{Decision, PodState, Snapshot};
+use gpusched_core::{CycleOutput, Decision, PodPhase, PodState, Snapshot};
 use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
 use gpusched_model::{GpuRequest, Pod, PodGroup, Queue, ResourceVec};
 use gpusched_plugins::SchedulerConfig;
@@ -22,8 +22,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "gpusched")]
     pub policy: String,
     /// Node counts of the cluster-size curve (comma separated; empty: skip).
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000,20000")]
-    pub curve: Vec<u32>,
+    #[arg(long, default_value = "1000,5000,10000,20000", value_parser = parse_curve)]
+    pub curve: Curve,
     /// Number of 1,000-GPU gangs for the gang run (0: skip).
     #[arg(long, default_value_t = 4)]
     pub gangs: u32,
@@ -34,6 +34,23 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Node counts of the cluster-size curve.
+#[derive(Clone, Debug)]
+pub struct Curve(pub Vec<u32>);
+
+/// `--curve`: comma-separated node counts; an empty value skips the curve.
+fn parse_curve(s: &str) -> Result<Curve, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            x.parse::<u32>()
+                .map_err(|e| format!("node count {x:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Curve)
 }
 
 #[derive(Serialize, Debug)]
@@ -52,6 +69,10 @@ struct Report {
     throughput: Run,
     gangs: Option<Run>,
     consolidation: Option<Run>,
+    /// Seconds of one status refresh (the gauges the scheduler recomputes
+    /// every 2 s: pending by reason, GPUs by state, fragmentation) on the
+    /// throughput cluster after its cycle.
+    status_refresh_seconds: f64,
     curve: Vec<Run>,
     bytes_per_node: u64,
     bytes_per_pod: u64,
@@ -108,6 +129,15 @@ fn rss_bytes() -> u64 {
 }
 
 fn time_cycle(cfg: &SchedulerConfig, snap: &Snapshot, name: &str) -> anyhow::Result<Run> {
+    Ok(time_cycle_out(cfg, snap, name)?.0)
+}
+
+/// [`time_cycle`], and the cycle's output.
+fn time_cycle_out(
+    cfg: &SchedulerConfig,
+    snap: &Snapshot,
+    name: &str,
+) -> anyhow::Result<(Run, CycleOutput)> {
     let mut s = gpusched_plugins::build(cfg)?;
     let t = Instant::now();
     let out = s.cycle(snap, 0, 42);
@@ -118,14 +148,43 @@ fn time_cycle(cfg: &SchedulerConfig, snap: &Snapshot, name: &str) -> anyhow::Res
         .filter(|d| matches!(d, Decision::Bind { .. }))
         .count() as u32;
     let pending = snap.pods.len() as u32;
-    Ok(Run {
+    let run = Run {
         name: name.into(),
         nodes: snap.nodes.len() as u32,
         pods: pending,
         bound,
         seconds: secs,
         decisions_per_s: pending as f64 / secs.max(1e-9),
-    })
+    };
+    Ok((run, out))
+}
+
+/// Times the scheduler's periodic status refresh
+/// ([`gpusched_k8s::metrics::Metrics::observe_cycle`]) on `snap` with the
+/// cycle's binds applied, as the next snapshot would show them.
+fn time_status_refresh(snap: &Snapshot, out: &CycleOutput) -> f64 {
+    let mut after = snap.clone();
+    for d in &out.decisions {
+        if let Decision::Bind { pod, node, gpus } = d
+            && let Some(p) = after.pods.get_mut(*pod as usize)
+        {
+            p.phase = PodPhase::Running {
+                node: *node,
+                gpus: gpus.clone(),
+                since_ms: 0,
+            };
+        }
+    }
+    let built = gpusched_k8s::world::Built {
+        pods: Vec::new(),
+        problems: Vec::new(),
+        pending_by_queue: Default::default(),
+        snapshot: after,
+    };
+    let metrics = gpusched_k8s::metrics::Metrics::new();
+    let t = Instant::now();
+    metrics.observe_cycle(&built, out);
+    t.elapsed().as_secs_f64()
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -149,7 +208,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         groups: vec![],
         pods,
     };
-    let throughput = time_cycle(&cfg, &snap, "throughput")?;
+    let (throughput, tout) = time_cycle_out(&cfg, &snap, "throughput")?;
+    let status_refresh_seconds = time_status_refresh(&snap, &tout);
+    drop(tout);
 
     let gangs = if a.gangs > 0 {
         let mut pods = Vec::new();
@@ -237,7 +298,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     };
 
     let mut curve = Vec::new();
-    for &n in &a.curve {
+    for &n in &a.curve.0 {
         let csnap = Snapshot {
             nodes: cluster(n)?,
             queues: vec![Queue::new("default")],
@@ -252,6 +313,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         throughput,
         gangs,
         consolidation,
+        status_refresh_seconds,
         curve,
         bytes_per_node: r1.saturating_sub(r0) / a.nodes.max(1) as u64,
         bytes_per_pod: r2.saturating_sub(r1) / a.pods.max(1) as u64,
@@ -281,6 +343,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             report.consolidation.as_ref().map_or(0, |r| r.nodes)
         );
     }
+    println!(
+        "status refresh (every 2 s in the scheduler: pending by reason, GPUs by state, fragmentation): {:.3} s on the throughput cluster after its cycle",
+        report.status_refresh_seconds
+    );
     println!(
         "memory: {} bytes per node (8 GPUs), {} bytes per pending pod (RSS deltas)",
         report.bytes_per_node, report.bytes_per_pod

@@ -40,6 +40,9 @@ pub(super) struct Cycle<'s> {
     pub on_node: Vec<Vec<PodId>>,
     /// Pods evicted (tentatively or for real) this cycle.
     pub gone: Vec<bool>,
+    /// Pods the snapshot shows terminating, in id order (listed once per
+    /// cycle: every job that waits for them would otherwise scan all pods).
+    pub terminating: Vec<PodId>,
     /// Bound or nominated this cycle.
     pub placed: Vec<bool>,
     /// Jobs the allocate action could not place (for preempt and reclaim).
@@ -126,6 +129,9 @@ impl<'s> Cycle<'s> {
             reserved: vec![None; n_nodes],
             on_node,
             gone: vec![false; n_pods],
+            terminating: (0..n_pods as PodId)
+                .filter(|&p| matches!(snap.pods[p as usize].phase, PodPhase::Terminating { .. }))
+                .collect(),
             placed: vec![false; n_pods],
             unplaced: Vec::new(),
             out: CycleOutput::default(),

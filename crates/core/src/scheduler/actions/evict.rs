@@ -382,14 +382,11 @@ impl<'s> Cycle<'s> {
     /// deletion) would evict again every cycle until the victims are gone.
     /// The trial is rolled back: their resources stay held this cycle.
     pub(super) fn wait_for_terminating(&mut self, j: JobId, job: &Job, count: usize) -> bool {
-        let leaving: Vec<PodId> = (0..self.snap.pods.len() as PodId)
-            .filter(|&p| {
-                !self.gone[p as usize]
-                    && matches!(
-                        self.snap.pods[p as usize].phase,
-                        PodPhase::Terminating { .. }
-                    )
-            })
+        let leaving: Vec<PodId> = self
+            .terminating
+            .iter()
+            .copied()
+            .filter(|&p| !self.gone[p as usize])
             .collect();
         if leaving.is_empty() {
             return false;
