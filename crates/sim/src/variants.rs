@@ -268,6 +268,27 @@ pub fn build(
         }
     };
     let demand: u64 = base.iter().map(gpu).sum();
+    // `pct` % of the GPU demand resampled from the pods of `part`, the rest
+    // from those of `other`; CPU-only pods kept as they are
+    type Group<'a> = (&'a [Kind], &'static str);
+    let split = |rng: &mut ChaCha8Rng,
+                 pct: u32,
+                 part: Group<'_>,
+                 other: Group<'_>|
+     -> Result<Vec<Pod>, VariantError> {
+        let (part_pods, other_pods) = (by(part.0), by(other.0));
+        let f = pct as f64 / 100.0;
+        if f > 0.0 {
+            need(&part_pods, part.1)?;
+        }
+        if f < 1.0 {
+            need(&other_pods, other.1)?;
+        }
+        let mut out = by(&[Kind::Cpu]);
+        out.extend(resample(other_pods, (1.0 - f) * demand as f64, gpu, rng));
+        out.extend(resample(part_pods, f * demand as f64, gpu, rng));
+        Ok(out)
+    };
     Ok(match variant {
         Variant::Default => base.to_vec(),
         Variant::Cpu(pct) => {
@@ -279,36 +300,18 @@ pub fn build(
             out.extend(resample(cpu, target, |p| p.requests.cpu_milli, &mut rng));
             out
         }
-        Variant::GpuShare(pct) => {
-            let share = by(&[Kind::Share]);
-            let whole = by(&[Kind::One, Kind::Multi]);
-            let f = pct as f64 / 100.0;
-            if f > 0.0 {
-                need(&share, "GPU-sharing pods")?;
-            }
-            if f < 1.0 {
-                need(&whole, "whole-GPU pods")?;
-            }
-            let mut out = by(&[Kind::Cpu]);
-            out.extend(resample(whole, (1.0 - f) * demand as f64, gpu, &mut rng));
-            out.extend(resample(share, f * demand as f64, gpu, &mut rng));
-            out
-        }
-        Variant::MultiGpu(pct) => {
-            let multi = by(&[Kind::Multi]);
-            let single = by(&[Kind::Share, Kind::One]);
-            let f = pct as f64 / 100.0;
-            if f > 0.0 {
-                need(&multi, "multi-GPU pods")?;
-            }
-            if f < 1.0 {
-                need(&single, "single-GPU pods")?;
-            }
-            let mut out = by(&[Kind::Cpu]);
-            out.extend(resample(single, (1.0 - f) * demand as f64, gpu, &mut rng));
-            out.extend(resample(multi, f * demand as f64, gpu, &mut rng));
-            out
-        }
+        Variant::GpuShare(pct) => split(
+            &mut rng,
+            pct,
+            (&[Kind::Share], "GPU-sharing pods"),
+            (&[Kind::One, Kind::Multi], "whole-GPU pods"),
+        )?,
+        Variant::MultiGpu(pct) => split(
+            &mut rng,
+            pct,
+            (&[Kind::Multi], "multi-GPU pods"),
+            (&[Kind::Share, Kind::One], "single-GPU pods"),
+        )?,
         Variant::GpuSpec(pct) => {
             let models = spec_models(nodes);
             if models.is_empty() {

@@ -138,6 +138,22 @@ impl Group {
     }
 }
 
+/// Over a node's free GPU milli `lefts`: how many GPUs have at least `m`
+/// free, and the free milli of those that do not (FGD's stranded part).
+#[inline]
+fn fit_and_short(lefts: &[u16], m: u64) -> (u32, u64) {
+    let mut fit = 0u32;
+    let mut short = 0u64;
+    for &l in lefts {
+        if l as u64 >= m {
+            fit += 1;
+        } else {
+            short += l as u64;
+        }
+    }
+    (fit, short)
+}
+
 /// The profile's GPU classes grouped by shape (and the CPU-only weight).
 fn group_classes(profile: &Profile) -> (Vec<Group>, f64) {
     let mut cpu_only = 0.0;
@@ -332,15 +348,7 @@ impl FragEngine {
                 continue;
             }
             let m = share_milli(c.gpu_milli, c.gpu_mem_mib, gpu_mem).max(1) as u64;
-            let mut fit = 0u32;
-            let mut q2 = 0u64;
-            for &l in lefts {
-                if l as u64 >= m {
-                    fit += 1;
-                } else {
-                    q2 += l as u64;
-                }
-            }
+            let (fit, q2) = fit_and_short(lefts, m);
             if fit >= c.gpu_count && cpu >= c.cpu_milli {
                 f += w * q2 as f64;
             } else {
@@ -372,15 +380,7 @@ impl FragEngine {
                 continue;
             }
             let m = share_milli(g.gpu_milli, g.gpu_mem_mib, gpu_mem).max(1) as u64;
-            let mut fit = 0u32;
-            let mut q2 = 0u64;
-            for &l in lefts {
-                if l as u64 >= m {
-                    fit += 1;
-                } else {
-                    q2 += l as u64;
-                }
-            }
+            let (fit, q2) = fit_and_short(lefts, m);
             if fit >= g.gpu_count {
                 let w = g.fitting(cpu);
                 f += w * q2 as f64 + (total - w) * t;
