@@ -122,6 +122,18 @@ pub struct GpuschedConfig {
     /// Exponent `k` of the scarcity level `ℓ_S = min(1, ρ_S)ᵏ` (large:
     /// a step at `ρ_S = 1`).
     pub scarcity_exponent: f64,
+    /// With `size_order: 1`: order ties by the node-size protection
+    /// `P(n) = Σ_{t ≤ size(n)} ℓ_t` instead of the size itself, where `ℓ_t`
+    /// is the scarcity level of the node-size threshold `t` (see
+    /// [`size_levels`]): a node size is kept for the pods that need it
+    /// only as far as their demand binds the free whole GPUs there. Off:
+    /// every `ℓ_t = 1` (fewer GPUs first).
+    pub size_by_demand: bool,
+    /// Exponent `k` of the size level `ℓ_t = min(1, ρ_t)ᵏ`. As a tie key
+    /// only `ℓ_t > 0` matters (levels are summed, then compared): a
+    /// threshold is protected from `ρ_t ≥ (1/(2·LEVELS))^(1/k)` (k = 8:
+    /// 0.65).
+    pub size_level_exponent: f64,
 }
 
 /// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
@@ -161,6 +173,8 @@ impl Default for GpuschedConfig {
             pressure_by_load: false,
             pressure_by_demand: true,
             scarcity_exponent: 8.0,
+            size_by_demand: false,
+            size_level_exponent: 8.0,
         }
     }
 }
@@ -189,6 +203,11 @@ pub struct GpuschedPacker {
     /// Share of the GPU demand restricted to each model set `S`
     /// (`q_S`, from the target workload).
     restricted: std::collections::BTreeMap<Vec<String>, f64>,
+    /// Level `ℓ_t` per node-size threshold `t` ([`size_levels`]), ascending.
+    size_levels: Vec<(u32, u32)>,
+    /// Tie protection `P` per node size (index: GPUs of the node; sizes
+    /// above the table take its last entry).
+    size_protection: Vec<u32>,
 }
 
 /// Steps of the scarcity level (the engine is rebuilt when a level moves
@@ -227,6 +246,93 @@ pub fn next_level(current: u32, raw: f64) -> u32 {
     }
 }
 
+/// Scarcity level `ℓ_t` of every node-size threshold of `state`, as
+/// `(t, ℓ_t)` ascending in `t`.
+///
+/// With `s_0 < s_1 < …` the distinct GPU counts of the nodes, a pod needing
+/// `k > s_{i-1}` whole GPUs can only run on nodes of size `t = s_i` or
+/// more: a *node-size restriction*. As for a model restriction
+/// ([`scarcity_level`]), `ρ_t = q_t·U/R_t` with `q_t` the share of the
+/// workload's GPU demand from classes needing more than `s_{i-1}` GPUs,
+/// `U` the cluster's free GPU milli and `R_t` the free milli in *whole*
+/// GPUs (the only ones such a pod can take) on nodes of size `≥ t`.
+/// `ℓ_t = min(1, ρ_t)ᵏ` in steps of 1/[`LEVELS`], moved with the
+/// hysteresis of [`next_level`] from `prev`; no such demand: 0. Shares
+/// and CPU-only pods restrict nothing. One pass over the nodes and one
+/// over the classes per threshold.
+pub fn size_levels(
+    state: &ClusterState<'_>,
+    profile: &Profile,
+    prev: &[(u32, u32)],
+    exponent: f64,
+) -> Vec<(u32, u32)> {
+    // (size, free whole GPUs on nodes of that size)
+    let mut by_size: Vec<(u32, u64)> = Vec::new();
+    let mut total = 0u64;
+    for (i, st) in state.states().iter().enumerate() {
+        let size = state.node(i as NodeId).gpus.len() as u32;
+        if size == 0 {
+            continue;
+        }
+        total += st.free.gpu_milli;
+        let w = st.whole_free();
+        match by_size.iter_mut().find(|(s, _)| *s == size) {
+            Some((_, v)) => *v += w as u64,
+            None => by_size.push((size, w as u64)),
+        }
+    }
+    by_size.sort_unstable();
+    if by_size.len() < 2 {
+        return Vec::new();
+    }
+    let demand: f64 = profile
+        .classes()
+        .iter()
+        .map(|(c, w)| w * c.gpu_demand())
+        .sum();
+    let share_from = |k: u32| -> f64 {
+        if demand <= 0.0 {
+            return 0.0;
+        }
+        profile
+            .classes()
+            .iter()
+            .filter(|(c, _)| c.gpu_count >= k)
+            .map(|(c, w)| w * c.gpu_demand())
+            .sum::<f64>()
+            / demand
+    };
+    let mut out = Vec::with_capacity(by_size.len() - 1);
+    for i in 1..by_size.len() {
+        let (below, t) = (by_size[i - 1].0, by_size[i].0);
+        let q = share_from(below + 1);
+        let whole: u64 = by_size[i..].iter().map(|(_, v)| v).sum();
+        let raw = if q > 0.0 {
+            scarcity_raw(q, total, whole * GPU_MILLI, exponent)
+        } else {
+            0.0
+        };
+        let current = prev
+            .iter()
+            .find(|(s, _)| *s == t)
+            .map_or(LEVELS, |(_, l)| *l);
+        out.push((t, next_level(current, raw)));
+    }
+    out
+}
+
+/// Protection `P(s) = Σ_{t ≤ s} ℓ_t` per node size `s` (index), from
+/// [`size_levels`]: with every `ℓ_t` full it orders the sizes like "fewer
+/// GPUs first", with every `ℓ_t = 0` every node is equal (node order).
+pub fn size_protection(levels: &[(u32, u32)]) -> Vec<u32> {
+    let Some(&(max, _)) = levels.last() else {
+        return Vec::new();
+    };
+    (0..=max)
+        .map(|s| levels.iter().filter(|(t, _)| *t <= s).map(|(_, l)| l).sum())
+        .collect()
+}
+
 impl Default for GpuschedPacker {
     fn default() -> Self {
         Self::new()
@@ -249,6 +355,8 @@ impl GpuschedPacker {
             reach_nodes: usize::MAX,
             scarcity: Default::default(),
             restricted: Default::default(),
+            size_levels: Vec::new(),
+            size_protection: Vec::new(),
         }
     }
 
@@ -414,6 +522,15 @@ impl GpuschedPacker {
         } else {
             let g = state.node(node).gpus.len().min(255) as i64;
             let size = match self.cfg.size_order {
+                1 if self.cfg.size_by_demand => {
+                    let p = self
+                        .size_protection
+                        .get(g as usize)
+                        .or(self.size_protection.last())
+                        .copied()
+                        .unwrap_or(0);
+                    255 - (p as i64).min(255)
+                }
                 1 => 255 - g,
                 -1 => g,
                 _ => 0,
@@ -540,6 +657,8 @@ impl Packer for GpuschedPacker {
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
+        // kept across an engine rebuild (hysteresis of the size levels)
+        let size_prev = std::mem::take(&mut self.size_levels);
         let mut rebuild = None;
         if matches!(
             self.cfg.class_weight,
@@ -590,6 +709,15 @@ impl Packer for GpuschedPacker {
                 ..GpuschedPacker::new()
             }
             .with_engine(p);
+        }
+        if self.cfg.size_by_demand && self.cfg.size_order == 1 && !self.cfg.best_fit_tie {
+            self.size_levels = size_levels(
+                env.state,
+                &self.source,
+                &size_prev,
+                self.cfg.size_level_exponent,
+            );
+            self.size_protection = size_protection(&self.size_levels);
         }
         if self.cfg.sum_of_squares {
             self.levels.clear();
