@@ -127,7 +127,7 @@ pub struct GpuschedConfig {
     /// is the scarcity level of the node-size threshold `t` (see
     /// [`size_levels`]): a node size is kept for the pods that need it
     /// only as far as their demand binds the free whole GPUs there. Off:
-    /// every `ℓ_t = 1` (fewer GPUs first).
+    /// every `ℓ_t = 1` (fewer GPUs first, the default before 2026-12-03).
     pub size_by_demand: bool,
     /// Exponent `k` of the size level `ℓ_t = min(1, ρ_t)ᵏ`. As a tie key
     /// only `ℓ_t > 0` matters (levels are summed, then compared): a
@@ -173,7 +173,7 @@ impl Default for GpuschedConfig {
             pressure_by_load: false,
             pressure_by_demand: true,
             scarcity_exponent: 8.0,
-            size_by_demand: false,
+            size_by_demand: true,
             size_level_exponent: 8.0,
         }
     }
@@ -871,6 +871,75 @@ mod tests {
         });
         prepare(&mut fixed, &snap, &cs, 1);
         assert_eq!(pick(&fixed, &p1, &cs).unwrap().0, 1);
+    }
+
+    #[test]
+    fn size_protection_sums_the_levels_up_to_the_size() {
+        // every level full: fewer GPUs first
+        let full = size_protection(&[(2, LEVELS), (4, LEVELS), (8, LEVELS)]);
+        assert_eq!(full[1], 0);
+        assert_eq!(full[2], LEVELS);
+        assert_eq!(full[3], LEVELS);
+        assert_eq!(full[4], 2 * LEVELS);
+        assert_eq!(full[8], 3 * LEVELS);
+        // only 4 binds: 1- and 2-GPU nodes are equal, 4 and 8 too
+        let four = size_protection(&[(2, 0), (4, 3), (8, 0)]);
+        assert_eq!((four[1], four[2], four[4], four[8]), (0, 0, 3, 3));
+        assert!(size_protection(&[]).is_empty());
+    }
+
+    #[test]
+    fn node_sizes_are_kept_only_while_the_big_pod_demand_binds() {
+        // big: 8 GPUs, 6 taken; small: 2 GPUs; spare: 16 GPUs
+        let nodes = vec![
+            node("big", 8, 96_000, "G2"),
+            node("small", 2, 96_000, "G2"),
+            node("spare", 16, 192_000, "G2"),
+        ];
+        let snap = Snapshot {
+            nodes: nodes.clone(),
+            ..Default::default()
+        };
+        let whole = |count| PodClass {
+            cpu_milli: 1000,
+            gpu_milli: 1000,
+            gpu_count: count,
+            gpu_mem_mib: 0,
+            gpu_models: vec![],
+        };
+        // 3-GPU pods (they need a node of 8 or more): q = 0.6 / 1.4 = 0.43
+        let prof = Profile::new([(whole(1), 0.8), (whole(3), 0.2)]);
+        let p1 = pod(1000, GpuRequest::Whole(1));
+        let mut cs = ClusterState::new(&nodes);
+        for g in 0..6 {
+            take(&mut cs, 0, g, 1000, 0);
+        }
+        let mut p = GpuschedPacker::with_profile(prof.clone());
+        let mut fixed = GpuschedPacker::with_profile(prof).with_config(GpuschedConfig {
+            size_by_demand: false,
+            ..Default::default()
+        });
+        // ρ_8 = 0.43 · 20000 / 18000 = 0.48: the 3-GPU pods have room to
+        // spare; big and small tie on Δ (neither can host a 3-GPU pod) and
+        // the tie goes to the node order, where "fewer GPUs first" takes
+        // small
+        prepare(&mut p, &snap, &cs, 0);
+        prepare(&mut fixed, &snap, &cs, 0);
+        assert_eq!(p.size_levels, vec![(8, 0), (16, 0)]);
+        assert_eq!(pick(&p, &p1, &cs).unwrap().0, 0);
+        assert_eq!(pick(&fixed, &p1, &cs).unwrap().0, 1);
+        // spare full: ρ_8 = 0.43 · 4000 / 2000 = 0.86, big's GPUs are
+        // what the 3-GPU pods will need: small first
+        for g in 0..16 {
+            take(&mut cs, 2, g, 1000, 0);
+        }
+        prepare(&mut p, &snap, &cs, 1);
+        assert!(p.size_levels[0].1 > 0, "{:?}", p.size_levels);
+        assert_eq!(p.size_levels[1], (16, 0));
+        assert_eq!(pick(&p, &p1, &cs).unwrap().0, 1);
+        // without the knob the levels are not computed
+        prepare(&mut fixed, &snap, &cs, 1);
+        assert!(fixed.size_levels.is_empty());
     }
 
     #[test]
