@@ -127,7 +127,8 @@ pub struct GpuschedConfig {
     /// is the scarcity level of the node-size threshold `t` (see
     /// [`size_levels`]): a node size is kept for the pods that need it
     /// only as far as their demand binds the free whole GPUs there. Off:
-    /// every `ℓ_t = 1` (fewer GPUs first, the default before 2026-12-03).
+    /// every `ℓ_t = 1` (fewer GPUs first). Off by default: on the openb
+    /// variants it acts as the plain node order (see `docs/placement.md`).
     pub size_by_demand: bool,
     /// Exponent `k` of the size level `ℓ_t = min(1, ρ_t)ᵏ`. As a tie key
     /// only `ℓ_t > 0` matters (levels are summed, then compared): a
@@ -173,7 +174,7 @@ impl Default for GpuschedConfig {
             pressure_by_load: false,
             pressure_by_demand: true,
             scarcity_exponent: 8.0,
-            size_by_demand: true,
+            size_by_demand: false,
             size_level_exponent: 8.0,
         }
     }
@@ -914,11 +915,11 @@ mod tests {
         for g in 0..6 {
             take(&mut cs, 0, g, 1000, 0);
         }
-        let mut p = GpuschedPacker::with_profile(prof.clone());
-        let mut fixed = GpuschedPacker::with_profile(prof).with_config(GpuschedConfig {
-            size_by_demand: false,
+        let mut p = GpuschedPacker::with_profile(prof.clone()).with_config(GpuschedConfig {
+            size_by_demand: true,
             ..Default::default()
         });
+        let mut fixed = GpuschedPacker::with_profile(prof);
         // ρ_8 = 0.43 · 20000 / 18000 = 0.48: the 3-GPU pods have room to
         // spare; big and small tie on Δ (neither can host a 3-GPU pod) and
         // the tie goes to the node order, where "fewer GPUs first" takes
