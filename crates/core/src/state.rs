@@ -102,6 +102,39 @@ pub enum StateError {
 pub struct ClusterState<'a> {
     nodes: &'a [Node],
     state: Vec<NodeState>,
+    models: std::sync::Arc<NodeModels<'a>>,
+}
+
+/// The GPU model of every node as a small index (the model of the node's
+/// first GPU, `""` without GPUs), interned once per [`ClusterState`]: a
+/// scorer that sums per model in every decision reads an integer per node
+/// instead of comparing names.
+#[derive(Debug, Default)]
+struct NodeModels<'a> {
+    names: Vec<&'a str>,
+    of_node: Vec<u32>,
+}
+
+impl<'a> NodeModels<'a> {
+    fn new(nodes: &'a [Node]) -> Self {
+        let mut m = NodeModels {
+            names: Vec::new(),
+            of_node: Vec::with_capacity(nodes.len()),
+        };
+        for n in nodes {
+            let name = n.gpus.first().map_or("", |g| g.model.as_str());
+            // a handful of models per cluster: a search beats a map
+            let k = match m.names.iter().position(|x| *x == name) {
+                Some(k) => k,
+                None => {
+                    m.names.push(name);
+                    m.names.len() - 1
+                }
+            };
+            m.of_node.push(k as u32);
+        }
+        m
+    }
 }
 
 /// Effective milli-GPU of a share on a given GPU: a memory-only share
@@ -123,6 +156,7 @@ impl<'a> ClusterState<'a> {
         ClusterState {
             nodes,
             state: nodes.iter().map(NodeState::new).collect(),
+            models: std::sync::Arc::new(NodeModels::new(nodes)),
         }
     }
 
@@ -160,6 +194,17 @@ impl<'a> ClusterState<'a> {
     /// The state of node `id`.
     pub fn get(&self, id: NodeId) -> &NodeState {
         &self.state[id as usize]
+    }
+
+    /// The GPU models of the nodes (each once, in order of first node).
+    pub fn model_names(&self) -> &[&'a str] {
+        &self.models.names
+    }
+
+    /// Index into [`ClusterState::model_names`] of the model of node `id`
+    /// (its first GPU's; `""` for a node without GPUs).
+    pub fn model_index(&self, id: NodeId) -> usize {
+        self.models.of_node[id as usize] as usize
     }
 
     /// How many nodes.
@@ -413,6 +458,22 @@ mod tests {
         }
         .nodes()
         .unwrap()
+    }
+
+    #[test]
+    fn models_are_interned_in_node_order() {
+        let mut ns = nodes();
+        ns.extend(nodes());
+        for g in &mut ns[1].gpus {
+            g.model = "H100".into();
+        }
+        ns[2].gpus.clear();
+        let cs = ClusterState::new(&ns);
+        assert_eq!(cs.model_names(), ["L40S", "H100", ""]);
+        let idx: Vec<usize> = (0..4).map(|n| cs.model_index(n)).collect();
+        assert_eq!(idx, [0, 1, 2, 0]);
+        // a clone reads the same table
+        assert_eq!(cs.clone().model_index(1), 1);
     }
 
     #[test]
