@@ -515,12 +515,9 @@ impl GpuschedPacker {
         &self,
         state: &ClusterState<'_>,
     ) -> std::collections::BTreeMap<Vec<String>, u32> {
-        // per node (one model per node, as the fragmentation engine reads
-        // it); once per decision in the FGD method, so by model index
-        let mut free_by_model = vec![0u64; state.model_names().len()];
-        for (i, st) in state.states().iter().enumerate() {
-            free_by_model[state.model_index(i as NodeId)] += st.free.gpu_milli;
-        }
+        // one model per node, as the fragmentation engine reads it; kept
+        // per model by the state, so a decision does not sum every node
+        let free_by_model = state.free_gpu_milli_by_model();
         let total: u64 = free_by_model.iter().sum();
         let names = state.model_names();
         self.restricted
