@@ -448,6 +448,7 @@ impl GpuschedPacker {
     /// The primary and secondary keys of a placement whose fragmentation
     /// change is `(Δ, squashed Δ)` and bin-packing change `dss`, leaving
     /// `gpu_left` free GPU milli on `node`.
+    #[inline]
     fn keys(
         &self,
         (delta, squashed): (f64, i64),
@@ -483,6 +484,7 @@ impl GpuschedPacker {
 
     /// The tie key of placing `pod` on `node`, leaving `gpu_left` free GPU
     /// milli there (the same for every GPU of the node a share may take).
+    #[inline]
     fn tie(
         &self,
         state: &ClusterState<'_>,
@@ -537,6 +539,7 @@ impl GpuschedPacker {
 
     /// Tie key of [`GpuschedConfig::least_contested_first`] (higher: less
     /// contested). Must not be called inside `engine.with_eval`.
+    #[inline]
     fn contest(&self, state: &ClusterState<'_>, node: NodeId) -> i64 {
         if !self.cfg.least_contested_first || self.cfg.best_fit_tie {
             return 0;
@@ -560,6 +563,7 @@ impl GpuschedPacker {
 
     /// Change of `Σ_h N(h)²` over partially used GPUs (N(h): GPUs with `h`
     /// milli free, 0 < h < 1000) when one GPU goes from `free` to `left`.
+    #[inline]
     fn dss(&self, free: u32, left: u32) -> i64 {
         if self.cfg.waste_key {
             let w = |h: u32| self.waste.get(h as usize).copied().unwrap_or(h as f64);
