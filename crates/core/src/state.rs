@@ -102,6 +102,41 @@ pub enum StateError {
 pub struct ClusterState<'a> {
     nodes: &'a [Node],
     state: Vec<NodeState>,
+    models: std::sync::Arc<NodeModels<'a>>,
+    /// Free GPU milli per model index, kept by assign/release.
+    free_by_model: Vec<u64>,
+}
+
+/// The GPU model of every node as a small index (the model of the node's
+/// first GPU, `""` without GPUs), interned once per [`ClusterState`]: a
+/// scorer that sums per model in every decision reads an integer per node
+/// instead of comparing names.
+#[derive(Debug, Default)]
+struct NodeModels<'a> {
+    names: Vec<&'a str>,
+    of_node: Vec<u32>,
+}
+
+impl<'a> NodeModels<'a> {
+    fn new(nodes: &'a [Node]) -> Self {
+        let mut m = NodeModels {
+            names: Vec::new(),
+            of_node: Vec::with_capacity(nodes.len()),
+        };
+        for n in nodes {
+            let name = n.gpus.first().map_or("", |g| g.model.as_str());
+            // a handful of models per cluster: a search beats a map
+            let k = match m.names.iter().position(|x| *x == name) {
+                Some(k) => k,
+                None => {
+                    m.names.push(name);
+                    m.names.len() - 1
+                }
+            };
+            m.of_node.push(k as u32);
+        }
+        m
+    }
 }
 
 /// Effective milli-GPU of a share on a given GPU: a memory-only share
@@ -120,9 +155,17 @@ pub fn share_milli(milli: u32, memory_mib: u64, gpu_memory_mib: u64) -> u32 {
 impl<'a> ClusterState<'a> {
     /// Empty nodes.
     pub fn new(nodes: &'a [Node]) -> Self {
+        let state: Vec<NodeState> = nodes.iter().map(NodeState::new).collect();
+        let models = NodeModels::new(nodes);
+        let mut free_by_model = vec![0; models.names.len()];
+        for (st, &k) in state.iter().zip(&models.of_node) {
+            free_by_model[k as usize] += st.free.gpu_milli;
+        }
         ClusterState {
             nodes,
-            state: nodes.iter().map(NodeState::new).collect(),
+            state,
+            models: std::sync::Arc::new(models),
+            free_by_model,
         }
     }
 
@@ -162,6 +205,23 @@ impl<'a> ClusterState<'a> {
         &self.state[id as usize]
     }
 
+    /// The GPU models of the nodes (each once, in order of first node).
+    pub fn model_names(&self) -> &[&'a str] {
+        &self.models.names
+    }
+
+    /// Index into [`ClusterState::model_names`] of the model of node `id`
+    /// (its first GPU's; `""` for a node without GPUs).
+    pub fn model_index(&self, id: NodeId) -> usize {
+        self.models.of_node[id as usize] as usize
+    }
+
+    /// Free GPU milli of the nodes of each model, by the index of
+    /// [`ClusterState::model_names`] (kept in step by assign and release).
+    pub fn free_gpu_milli_by_model(&self) -> &[u64] {
+        &self.free_by_model
+    }
+
     /// How many nodes.
     pub fn len(&self) -> usize {
         self.nodes.len()
@@ -185,6 +245,7 @@ impl<'a> ClusterState<'a> {
             .get(node as usize)
             .ok_or(StateError::BadNode(node))?;
         let st = &mut self.state[node as usize];
+        let free_before = st.free.gpu_milli;
         let mut cpu_mem = requests.clone();
         cpu_mem.gpu_milli = 0;
         cpu_mem.gpu_mem_mib = 0;
@@ -258,6 +319,8 @@ impl<'a> ClusterState<'a> {
         st.free.sub(&cpu_mem);
         st.version += 1;
         st.pods += 1;
+        let taken = free_before - st.free.gpu_milli;
+        self.free_by_model[self.models.of_node[node as usize] as usize] -= taken;
         Ok(())
     }
 
@@ -267,6 +330,7 @@ impl<'a> ClusterState<'a> {
             return;
         };
         let st = &mut self.state[node as usize];
+        let free_before = st.free.gpu_milli;
         let mut cpu_mem = requests.clone();
         cpu_mem.gpu_milli = 0;
         cpu_mem.gpu_mem_mib = 0;
@@ -300,6 +364,8 @@ impl<'a> ClusterState<'a> {
         }
         st.version += 1;
         st.pods = st.pods.saturating_sub(1);
+        let given = st.free.gpu_milli - free_before;
+        self.free_by_model[self.models.of_node[node as usize] as usize] += given;
     }
 
     /// Whether GPU `g` of `node` is allowed for `pod` (model, memory).
@@ -413,6 +479,60 @@ mod tests {
         }
         .nodes()
         .unwrap()
+    }
+
+    #[test]
+    fn models_are_interned_in_node_order() {
+        let mut ns = nodes();
+        ns.extend(nodes());
+        for g in &mut ns[1].gpus {
+            g.model = "H100".into();
+        }
+        ns[2].gpus.clear();
+        let cs = ClusterState::new(&ns);
+        assert_eq!(cs.model_names(), ["L40S", "H100", ""]);
+        let idx: Vec<usize> = (0..4).map(|n| cs.model_index(n)).collect();
+        assert_eq!(idx, [0, 1, 2, 0]);
+        // a clone reads the same table
+        assert_eq!(cs.clone().model_index(1), 1);
+    }
+
+    #[test]
+    fn free_gpu_per_model_follows_assign_and_release() {
+        let mut ns = nodes();
+        for g in &mut ns[1].gpus {
+            g.model = "H100".into();
+        }
+        let mut cs = ClusterState::new(&ns);
+        let sums = |cs: &ClusterState<'_>| {
+            let mut v = vec![0u64; cs.model_names().len()];
+            for (i, st) in cs.states().iter().enumerate() {
+                v[cs.model_index(i as NodeId)] += st.free.gpu_milli;
+            }
+            v
+        };
+        assert_eq!(cs.free_gpu_milli_by_model(), [4000, 4000]);
+        let req = ResourceVec {
+            cpu_milli: 1000,
+            ..Default::default()
+        };
+        let share = GpuAssignment::Share {
+            gpu: 2,
+            milli: 300,
+            memory_mib: 0,
+        };
+        cs.assign(1, &req, &GpuAssignment::Whole(vec![0, 1]))
+            .unwrap();
+        cs.assign(1, &req, &share).unwrap();
+        cs.assign(0, &req, &share).unwrap();
+        // a refused assignment changes nothing
+        assert!(cs.assign(1, &req, &GpuAssignment::Whole(vec![0])).is_err());
+        assert_eq!(cs.free_gpu_milli_by_model(), [3700, 1700]);
+        assert_eq!(cs.free_gpu_milli_by_model(), sums(&cs));
+        cs.release(1, &req, &GpuAssignment::Whole(vec![0, 1]));
+        cs.release(0, &req, &share);
+        assert_eq!(cs.free_gpu_milli_by_model(), [4000, 3700]);
+        assert_eq!(cs.free_gpu_milli_by_model(), sums(&cs));
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub(crate) struct Eval {
     pub(crate) deltas: Vec<(u16, f64)>,
     /// `⌊100 · sigmoid(Δ / scale)⌋` of each entry (scale of the engine).
     pub(crate) squashed: Vec<i64>,
+    /// A mixed engine's `Δ` per part, entry after entry (empty otherwise).
+    parts: Vec<f64>,
+    /// The mix `deltas` were combined with (see [`FragEngine::set_mix`]).
+    epoch: u64,
 }
 
 impl Eval {
@@ -77,7 +81,12 @@ impl Eval {
             .iter()
             .map(|(_, d)| sigmoid_score(d * 1000.0 / scale))
             .collect();
-        Eval { deltas, squashed }
+        Eval {
+            deltas,
+            squashed,
+            parts: Vec::new(),
+            epoch: 0,
+        }
     }
 
     /// `(Δ, squashed)` for a GPU with `left` milli free.
@@ -105,6 +114,11 @@ struct Memo {
     /// Per model id: total weight of the classes allowed there.
     allowed_weight: Vec<f64>,
     frag: FxMap<Sig, f64>,
+    /// `F` per part of a mixed engine (kept when the mix changes).
+    parts: FxMap<Sig, Box<[f64]>>,
+    /// Bumped by every new mix: evaluations of an older one are
+    /// recombined from their parts when next read.
+    epoch: u64,
     eval: FxMap<(Sig, u32), Eval>,
     pod_class_ids: FxMap<PodClass, u32>,
     last_pod: Option<(u64, GpuRequest, Vec<String>, u32)>,
@@ -125,6 +139,8 @@ struct Group {
     cpus: Vec<u64>,
     /// `cum[i]`: weight of the classes `cpus[..i]`.
     cum: Vec<f64>,
+    /// The part of a mixed engine the group belongs to (0 otherwise).
+    part: usize,
 }
 
 impl Group {
@@ -154,8 +170,9 @@ fn fit_and_short(lefts: &[u16], m: u64) -> (u32, u64) {
     (fit, short)
 }
 
-/// The profile's GPU classes grouped by shape (and the CPU-only weight).
-fn group_classes(profile: &Profile) -> (Vec<Group>, f64) {
+/// The profile's GPU classes grouped by shape (and the CPU-only weight),
+/// the groups tagged with `part`.
+fn group_classes(profile: &Profile, part: usize) -> (Vec<Group>, f64) {
     let mut cpu_only = 0.0;
     type Shape = (u32, u64, u32, Vec<String>);
     let mut map: std::collections::BTreeMap<Shape, Vec<(u64, f64)>> =
@@ -192,10 +209,22 @@ fn group_classes(profile: &Profile) -> (Vec<Group>, f64) {
                 gpu_models,
                 cpus: v.into_iter().map(|x| x.0).collect(),
                 cum,
+                part,
             }
         })
         .collect();
     (groups, cpu_only)
+}
+
+/// Class groups of a grouped engine.
+#[derive(Clone, Debug)]
+struct Grouped {
+    groups: Vec<Group>,
+    /// Weight of the CPU-only classes, per part.
+    cpu_only: Vec<f64>,
+    /// Coefficient of each part in `F` (one part of coefficient 1 unless
+    /// the engine is mixed).
+    coef: Vec<f64>,
 }
 
 /// Fragmentation of nodes against a profile, with memoised evaluation.
@@ -204,7 +233,7 @@ pub struct FragEngine {
     scale: f64,
     memo: Mutex<Memo>,
     /// Grouped evaluation (same `F` up to floating-point summation order).
-    groups: Option<(Vec<Group>, f64)>,
+    groups: Option<Grouped>,
     /// Exponent `a` of the pod's GPU demand in the squash scale
     /// (`scale · gᵃ`); 0: one scale for every pod.
     size_exponent: f64,
@@ -232,10 +261,68 @@ impl FragEngine {
     /// to the order of floating-point additions, and much faster on a
     /// profile with many CPU sizes per shape.
     pub fn grouped(profile: Profile, scale: f64) -> Self {
-        let groups = Some(group_classes(&profile));
+        let (groups, cpu_only) = group_classes(&profile, 0);
         FragEngine {
-            groups,
+            groups: Some(Grouped {
+                groups,
+                cpu_only: vec![cpu_only],
+                coef: vec![1.0],
+            }),
             ..Self::with_scale(profile, scale)
+        }
+    }
+
+    /// A grouped engine whose target workload is a linear mix of `parts`:
+    /// `F = Σ_k coef_k · F_k`, `F_k` the fragmentation against part `k`
+    /// with the weights as given (not normalised). `F_k` is memoised per
+    /// node state and part, so [`FragEngine::set_mix`] changes the
+    /// coefficients without evaluating a state again. Missing coefficients
+    /// are 0. [`FragEngine::profile`] lists every part's classes.
+    pub fn mixed(parts: &[Profile], coef: &[f64], scale: f64) -> Self {
+        let mut groups = Vec::new();
+        let mut cpu_only = Vec::with_capacity(parts.len());
+        for (k, p) in parts.iter().enumerate() {
+            let (g, c) = group_classes(p, k);
+            groups.extend(g);
+            cpu_only.push(c);
+        }
+        let coef = (0..parts.len())
+            .map(|k| coef.get(k).copied().unwrap_or(0.0))
+            .collect();
+        let all = parts.iter().flat_map(|p| p.classes().iter().cloned());
+        let profile = Profile::from_weights(all);
+        FragEngine {
+            groups: Some(Grouped {
+                groups,
+                cpu_only,
+                coef,
+            }),
+            ..Self::with_scale(profile, scale)
+        }
+    }
+
+    /// New coefficients and squash scale for a mixed engine (see
+    /// [`FragEngine::mixed`]); the per-part memo is kept. Ignored by an
+    /// engine that is not grouped or when `coef` has the wrong length.
+    pub fn set_mix(&mut self, coef: &[f64], scale: f64) {
+        let Some(g) = self.groups.as_mut() else {
+            return;
+        };
+        let scale = if scale > 0.0 { scale } else { 1000.0 };
+        if coef.len() != g.coef.len() || (g.coef == coef && self.scale == scale) {
+            return;
+        }
+        g.coef = coef.to_vec();
+        self.scale = scale;
+        let one_part = g.coef.len() == 1;
+        if let Ok(memo) = self.memo.get_mut() {
+            memo.frag.clear();
+            if one_part {
+                // evaluations of one part carry no parts to recombine
+                memo.eval.clear();
+            } else {
+                memo.epoch += 1;
+            }
         }
     }
 
@@ -290,8 +377,9 @@ impl FragEngine {
                         .sum(),
                 );
                 memo.allowed_groups
-                    .push(self.groups.as_ref().map_or_else(Vec::new, |(g, _)| {
-                        g.iter()
+                    .push(self.groups.as_ref().map_or_else(Vec::new, |g| {
+                        g.groups
+                            .iter()
                             .map(|g| {
                                 g.gpu_models.is_empty() || g.gpu_models.iter().any(|m| m == name)
                             })
@@ -358,37 +446,84 @@ impl FragEngine {
         f
     }
 
-    /// `F` of a state by class groups (see [`FragEngine::grouped`]).
+    /// `F` of a state by class groups (see [`FragEngine::grouped`]), per
+    /// part into `out` (one entry per part, zeroed by the caller).
     fn frag_grouped(
-        groups: &[Group],
-        cpu_only: f64,
+        g: &Grouped,
         allowed: &[bool],
         gpu_mem: u64,
         cpu: u64,
         lefts: &[u16],
-    ) -> f64 {
+        out: &mut [f64],
+    ) {
         let t: u64 = lefts.iter().map(|&l| l as u64).sum();
         if t == 0 {
-            return 0.0;
+            return;
         }
         let t = t as f64;
-        let mut f = cpu_only * t;
-        for (i, g) in groups.iter().enumerate() {
+        for (o, c) in out.iter_mut().zip(&g.cpu_only) {
+            *o = c * t;
+        }
+        for (i, g) in g.groups.iter().enumerate() {
             let total = g.total();
+            let f = &mut out[g.part];
             if !allowed.get(i).copied().unwrap_or(true) {
-                f += total * t;
+                *f += total * t;
                 continue;
             }
             let m = share_milli(g.gpu_milli, g.gpu_mem_mib, gpu_mem).max(1) as u64;
             let (fit, q2) = fit_and_short(lefts, m);
             if fit >= g.gpu_count {
                 let w = g.fitting(cpu);
-                f += w * q2 as f64 + (total - w) * t;
+                *f += w * q2 as f64 + (total - w) * t;
             } else {
-                f += total * t;
+                *f += total * t;
             }
         }
-        f
+    }
+
+    /// `F` of a state, not memoised: `allowed` is the model's entry of
+    /// `memo.allowed` (plain engines) or `memo.allowed_groups` (grouped
+    /// ones).
+    fn frag_state(&self, allowed: &[bool], gpu_mem: u64, cpu: u64, lefts: &[u16]) -> f64 {
+        let Some(g) = &self.groups else {
+            return self.frag_of(allowed, gpu_mem, cpu, lefts);
+        };
+        let mut out = vec![0.0; g.coef.len()];
+        Self::frag_grouped(g, allowed, gpu_mem, cpu, lefts, &mut out);
+        out.iter().zip(&g.coef).map(|(v, c)| v * c).sum()
+    }
+
+    /// `F` per part of a mixed engine's state `s` into `out` (memoised).
+    fn parts_into(&self, memo: &mut Memo, s: &Sig, out: &mut [f64]) {
+        if let Some(v) = memo.parts.get(s) {
+            out.copy_from_slice(v);
+            return;
+        }
+        out.fill(0.0);
+        if let Some(g) = &self.groups {
+            let allowed = &memo.allowed_groups[s.model as usize];
+            Self::frag_grouped(g, allowed, s.gpu_mem as u64, s.cpu, s.lefts(), out);
+        }
+        if memo.parts.len() > 1 << 20 {
+            memo.parts.clear();
+        }
+        memo.parts.insert(*s, out.into());
+    }
+
+    /// Parts of the engine's mix (1 unless made by [`FragEngine::mixed`]
+    /// with several).
+    fn part_count(&self) -> usize {
+        self.groups.as_ref().map_or(1, |g| g.coef.len())
+    }
+
+    /// The entry of the memo's per-model allowed lists this engine reads.
+    fn allowed_of<'m>(&self, memo: &'m Memo, model: u32) -> &'m [bool] {
+        if self.groups.is_some() {
+            &memo.allowed_groups[model as usize]
+        } else {
+            &memo.allowed[model as usize]
+        }
     }
 
     fn frag_sig(&self, memo: &mut Memo, s: &Sig) -> f64 {
@@ -396,14 +531,17 @@ impl FragEngine {
             return f;
         }
         let f = match &self.groups {
-            Some((g, cpu_only)) => Self::frag_grouped(
-                g,
-                *cpu_only,
-                &memo.allowed_groups[s.model as usize],
-                s.gpu_mem as u64,
-                s.cpu,
-                s.lefts(),
-            ),
+            Some(g) if g.coef.len() > 1 => {
+                let mut out = vec![0.0; g.coef.len()];
+                self.parts_into(memo, s, &mut out);
+                out.iter().zip(&g.coef).map(|(v, c)| v * c).sum()
+            }
+            Some(g) => {
+                let mut out = [0.0];
+                let allowed = &memo.allowed_groups[s.model as usize];
+                Self::frag_grouped(g, allowed, s.gpu_mem as u64, s.cpu, s.lefts(), &mut out);
+                g.coef[0] * out[0]
+            }
             None => self.frag_of(
                 &memo.allowed[s.model as usize],
                 s.gpu_mem as u64,
@@ -425,7 +563,17 @@ impl FragEngine {
             return 0.0;
         };
         let id = self.model_id(&mut memo, state, node);
-        memo.allowed_weight[id as usize]
+        match &self.groups {
+            // a mixed engine's weights change with its coefficients
+            Some(g) if g.coef.len() > 1 => g
+                .groups
+                .iter()
+                .zip(&memo.allowed_groups[id as usize])
+                .filter(|(_, a)| **a)
+                .map(|(gr, _)| gr.total() * g.coef[gr.part])
+                .sum(),
+            _ => memo.allowed_weight[id as usize],
+        }
     }
 
     /// Fragmentation of `node` now (milli-GPU).
@@ -445,7 +593,8 @@ impl FragEngine {
                     .map(|(&f, &u)| if u { f.min(u16::MAX as u32) as u16 } else { 0 })
                     .collect();
                 let gm = state.node(node).gpus.first().map_or(0, |g| g.memory_mib);
-                self.frag_of(&memo.allowed[model as usize], gm, st.free.cpu_milli, &lefts)
+                let allowed = self.allowed_of(&memo, model);
+                self.frag_state(allowed, gm, st.free.cpu_milli, &lefts)
             }
         }
     }
@@ -473,14 +622,13 @@ impl FragEngine {
     }
 
     fn eval_sig(&self, memo: &mut Memo, s: &Sig, pod: &Pod) -> Eval {
-        let before = self.frag_sig(memo, s);
+        // the states after placing: (free milli of the GPU a share takes,
+        // or 0, state)
         let mut after = *s;
         after.cpu = after.cpu.saturating_sub(pod.requests.cpu_milli);
-        let mut deltas = Vec::new();
+        let mut afters: Vec<(u16, Sig)> = Vec::new();
         match pod.gpu {
-            GpuRequest::None | GpuRequest::Whole(0) => {
-                deltas.push((0, before - self.frag_sig(memo, &after)));
-            }
+            GpuRequest::None | GpuRequest::Whole(0) => afters.push((0, after)),
             GpuRequest::Whole(k) => {
                 let mut left = k;
                 for l in after.lefts[..after.n as usize].iter_mut().rev() {
@@ -490,7 +638,7 @@ impl FragEngine {
                     }
                 }
                 after.sort();
-                deltas.push((0, before - self.frag_sig(memo, &after)));
+                afters.push((0, after));
             }
             GpuRequest::Share { milli, memory_mib } => {
                 let m = share_milli(milli, memory_mib, s.gpu_mem as u64);
@@ -504,11 +652,55 @@ impl FragEngine {
                     let mut a = after;
                     a.lefts[i] = l - m as u16;
                     a.sort();
-                    deltas.push((l, before - self.frag_sig(memo, &a)));
+                    afters.push((l, a));
                 }
             }
         }
-        Eval::new(deltas, self.pod_scale(pod))
+        let k = self.part_count();
+        if k == 1 {
+            let before = self.frag_sig(memo, s);
+            let deltas = afters
+                .iter()
+                .map(|(l, a)| (*l, before - self.frag_sig(memo, a)))
+                .collect();
+            return Eval::new(deltas, self.pod_scale(pod));
+        }
+        // a mixed engine keeps Δ per part, so a new mix recombines them
+        // without evaluating a state again
+        let mut before = vec![0.0; k];
+        self.parts_into(memo, s, &mut before);
+        let mut a = vec![0.0; k];
+        let mut parts = Vec::with_capacity(afters.len() * k);
+        for (_, sig) in &afters {
+            self.parts_into(memo, sig, &mut a);
+            parts.extend(before.iter().zip(&a).map(|(b, a)| b - a));
+        }
+        let mut e = Eval {
+            deltas: afters.iter().map(|(l, _)| (*l, 0.0)).collect(),
+            squashed: vec![0; afters.len()],
+            parts,
+            epoch: memo.epoch,
+        };
+        self.remix(&mut e, pod);
+        e
+    }
+
+    /// Recombines a mixed engine's evaluation with the current mix.
+    fn remix(&self, e: &mut Eval, pod: &Pod) {
+        let Some(g) = &self.groups else { return };
+        let k = g.coef.len();
+        if e.parts.len() != e.deltas.len() * k {
+            return;
+        }
+        let scale = self.pod_scale(pod);
+        for (i, d) in e.deltas.iter_mut().enumerate() {
+            d.1 = e.parts[i * k..(i + 1) * k]
+                .iter()
+                .zip(&g.coef)
+                .map(|(v, c)| v * c)
+                .sum();
+            e.squashed[i] = sigmoid_score(d.1 * 1000.0 / scale);
+        }
     }
 
     /// Runs `f` on the evaluation of `pod` on `node` (memoised by state).
@@ -528,7 +720,12 @@ impl FragEngine {
         };
         let memo = &mut *guard;
         let cls = Self::pod_class_id(memo, pod);
-        if let Some(e) = memo.eval.get(&(s, cls)) {
+        let epoch = memo.epoch;
+        if let Some(e) = memo.eval.get_mut(&(s, cls)) {
+            if e.epoch != epoch {
+                self.remix(e, pod);
+                e.epoch = epoch;
+            }
             return f(e);
         }
         let e = self.eval_sig(memo, &s, pod);
@@ -546,7 +743,7 @@ impl FragEngine {
             return Eval::default();
         };
         let model = self.model_id(&mut memo, state, node);
-        let allowed = memo.allowed[model as usize].clone();
+        let allowed = self.allowed_of(&memo, model).to_vec();
         drop(memo);
         let st = state.get(node);
         let gm = state.node(node).gpus.first().map_or(0, |g| g.memory_mib);
@@ -557,12 +754,12 @@ impl FragEngine {
             .map(|(&f, &u)| if u { f.min(u16::MAX as u32) as u16 } else { 0 })
             .collect();
         let cpu = st.free.cpu_milli;
-        let before = self.frag_of(&allowed, gm, cpu, &lefts);
+        let before = self.frag_state(&allowed, gm, cpu, &lefts);
         let cpu_after = cpu.saturating_sub(pod.requests.cpu_milli);
         let mut deltas = Vec::new();
         match pod.gpu {
             GpuRequest::None | GpuRequest::Whole(0) => {
-                deltas.push((0, before - self.frag_of(&allowed, gm, cpu_after, &lefts)));
+                deltas.push((0, before - self.frag_state(&allowed, gm, cpu_after, &lefts)));
             }
             GpuRequest::Whole(k) => {
                 let mut a = lefts.clone();
@@ -573,7 +770,7 @@ impl FragEngine {
                         left -= 1;
                     }
                 }
-                deltas.push((0, before - self.frag_of(&allowed, gm, cpu_after, &a)));
+                deltas.push((0, before - self.frag_state(&allowed, gm, cpu_after, &a)));
             }
             GpuRequest::Share { milli, memory_mib } => {
                 let m = share_milli(milli, memory_mib, gm);
@@ -584,7 +781,7 @@ impl FragEngine {
                     }
                     let mut a = lefts.clone();
                     a[i] = l - m as u16;
-                    deltas.push((l, before - self.frag_of(&allowed, gm, cpu_after, &a)));
+                    deltas.push((l, before - self.frag_state(&allowed, gm, cpu_after, &a)));
                 }
             }
         }
@@ -823,6 +1020,70 @@ mod tests {
             }
         }
         assert!(seen >= 5);
+    }
+
+    #[test]
+    fn a_mixed_engine_is_the_plain_engine_of_its_mix_and_keeps_its_memo() {
+        // two parts: unrestricted classes, and T4-only classes
+        let mut free = Vec::new();
+        let mut t4 = Vec::new();
+        for (milli, count) in [(500, 1), (1000, 1), (1000, 2)] {
+            for cpu in [1000u64, 8000] {
+                free.push((class(cpu, milli, count), (cpu / 1000) as f64));
+                let mut c = class(cpu, milli, count);
+                c.gpu_models = vec!["T4".into()];
+                t4.push((c, 2.0));
+            }
+        }
+        free.push((class(6000, 0, 0), 3.0));
+        let parts = [Profile::from_weights(free), Profile::from_weights(t4)];
+        let weighted = |coef: &[f64]| {
+            Profile::new(
+                parts
+                    .iter()
+                    .zip(coef)
+                    .flat_map(|(p, k)| p.classes().iter().map(move |(c, w)| (c.clone(), w * k))),
+            )
+        };
+        let nodes = vec![node("a", 8, 32_000, "G2"), node("b", 2, 16_000, "T4")];
+        let mut cs = ClusterState::new(&nodes);
+        take(&mut cs, 0, 0, 300, 7000);
+        take(&mut cs, 1, 1, 750, 3000);
+        let mut mixed = FragEngine::mixed(&parts, &[1.0, 1.0], 1000.0);
+        for coef in [[1.0, 1.0], [0.25, 2.0], [1.0, 0.0]] {
+            // the plain engine's profile is normalised: scale the mix alike
+            let z: f64 = parts
+                .iter()
+                .zip(&coef)
+                .map(|(p, k)| k * p.classes().iter().map(|(_, w)| w).sum::<f64>())
+                .sum();
+            let scaled: Vec<f64> = coef.iter().map(|k| k / z).collect();
+            mixed.set_mix(&scaled, 1000.0);
+            let plain = FragEngine::new(weighted(&coef));
+            for n in 0..2 {
+                let (a, b) = (plain.node_frag(&cs, n), mixed.node_frag(&cs, n));
+                assert!(
+                    a > 0.0 && (a - b).abs() < 1e-6,
+                    "{coef:?} node {n}: {a} vs {b}"
+                );
+                let p = pod(2000, share(500));
+                let da = plain.with_eval(&p, n, &cs, |e| e.deltas.clone());
+                let db = mixed.with_eval(&p, n, &cs, |e| e.deltas.clone());
+                assert_eq!(da.len(), db.len());
+                for (x, y) in da.iter().zip(&db) {
+                    assert!(x.0 == y.0 && (x.1 - y.1).abs() < 1e-6, "{x:?} vs {y:?}");
+                }
+            }
+        }
+        // every state evaluated once per part, not once per mix
+        let memo = mixed.memo.lock().unwrap();
+        assert!(!memo.parts.is_empty());
+        assert!(memo.parts.values().all(|v| v.len() == 2));
+        // the T4-only part sees node b, not node a (its model is not allowed)
+        let t4_only = FragEngine::mixed(&parts, &[0.0, 1.0], 1000.0);
+        let all_free = cs.get(0).free.gpu_milli as f64;
+        assert!((t4_only.node_frag(&cs, 0) - 12.0 * all_free).abs() < 1e-6);
+        assert!(t4_only.node_frag(&cs, 1) < 12.0 * cs.get(1).free.gpu_milli as f64);
     }
 
     #[test]

@@ -62,7 +62,7 @@
 
 use super::fgd::{FragEngine, derive_profile, sigmoid_score};
 use super::profile::{PodClass, Profile};
-use super::util::{WholeChooser, cpu_left_after, for_each_share, node_model, share_on};
+use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
 use gpusched_model::{GPU_MILLI, GpuRequest, Pod};
 
@@ -209,6 +209,10 @@ pub struct GpuschedPacker {
     /// Tie protection `P` per node size (index: GPUs of the node; sizes
     /// above the table take its last entry).
     size_protection: Vec<u32>,
+    /// The parts of the engine's mixed profile (see `with_engine`).
+    parts: Vec<Profile>,
+    /// The restricted model set of each pair of parts after the first.
+    part_sets: Vec<Vec<String>>,
 }
 
 /// Steps of the scarcity level (the engine is rebuilt when a level moves
@@ -358,6 +362,8 @@ impl GpuschedPacker {
             restricted: Default::default(),
             size_levels: Vec::new(),
             size_protection: Vec::new(),
+            parts: Vec::new(),
+            part_sets: Vec::new(),
         }
     }
 
@@ -377,7 +383,6 @@ impl GpuschedPacker {
         } else {
             profile
         };
-        let mut scale = self.cfg.quantize_scale;
         self.restricted.clear();
         let demand: f64 = profile
             .classes()
@@ -390,85 +395,151 @@ impl GpuschedPacker {
                     w * c.gpu_demand() / demand;
             }
         }
-        let profile = if self.cfg.pressure_by_demand && !self.restricted.is_empty() {
-            let mut split = Vec::with_capacity(profile.classes().len() * 2);
-            for (c, w) in profile.classes() {
-                if c.gpu_models.is_empty() {
-                    split.push((c.clone(), *w));
-                    continue;
-                }
-                let l = self.scarcity.get(&c.gpu_models).copied().unwrap_or(LEVELS) as f64
-                    / LEVELS as f64;
-                let free = PodClass {
-                    gpu_models: Vec::new(),
-                    ..c.clone()
-                };
-                split.push((free, w * (1.0 - l)));
-                split.push((c.clone(), w * l));
-            }
-            Profile::new(split)
+        let sets: Vec<Vec<String>> = if self.cfg.pressure_by_demand {
+            self.restricted.keys().cloned().collect()
         } else {
-            profile
+            Vec::new()
         };
-        let profile = match self.cfg.class_weight {
-            ClassWeight::Pods => profile,
-            ClassWeight::Gpu => profile.gpu_weighted(),
-            ClassWeight::Pressure | ClassWeight::GpuPressure => {
-                let total = self.reach.values().sum::<u64>().max(1);
-                let by_gpu = self.cfg.class_weight == ClassWeight::GpuPressure;
-                let factor = |c: &PodClass| {
-                    let reach: u64 = if c.gpu_models.is_empty() {
-                        total
-                    } else {
-                        c.gpu_models
-                            .iter()
-                            .map(|m| self.reach.get(m).copied().unwrap_or(0))
-                            .sum()
-                    };
-                    // a class that can reach no GPU of the cluster cannot be
-                    // helped by placement: it keeps its own weight
-                    let capacity_share = reach.clamp(1, total) as f64 / total as f64;
-                    let pressure = if self.cfg.pressure_by_load && !c.gpu_models.is_empty() {
-                        let load: f64 = profile
-                            .classes()
-                            .iter()
-                            .filter(|(o, _)| o.gpu_models == c.gpu_models)
-                            .map(|(_, w)| w)
-                            .sum();
-                        1.0 + load / capacity_share
-                    } else {
-                        1.0 / capacity_share
-                    };
-                    if by_gpu {
-                        c.gpu_demand() * pressure
-                    } else {
-                        pressure
-                    }
-                };
-                if !by_gpu {
-                    // the renormalisation would shrink every Δ by z; the
-                    // squash scale shrinks with it, so unrestricted classes
-                    // keep the units of `Pods`
+        // the part of the class weight each class keeps (pressure, GPU
+        // demand or 1); the weights are normalised by the mix
+        let factor = |c: &PodClass| self.class_factor(c, &profile);
+        if sets.is_empty() {
+            // one part: normalised as a profile is, with the squash scale
+            // of `mix` (kept apart so its figures stay bit for bit)
+            let mut scale = self.cfg.quantize_scale;
+            let weighted = match self.cfg.class_weight {
+                ClassWeight::Pods => profile.clone(),
+                ClassWeight::Pressure => {
                     let z: f64 = profile.classes().iter().map(|(c, w)| w * factor(c)).sum();
                     if z > 0.0 && z.is_finite() {
                         scale /= z;
                     }
+                    profile.reweighted(factor)
                 }
-                profile.reweighted(factor)
-            }
-        };
-        self.waste = expected_waste(&profile);
-        let (mut num, mut den) = (0.0, 0.0);
+                ClassWeight::Gpu | ClassWeight::GpuPressure => profile.reweighted(factor),
+            };
+            self.parts.clear();
+            self.part_sets.clear();
+            self.engine = FragEngine::grouped(weighted.clone(), scale)
+                .with_size_exponent(self.cfg.size_exponent);
+            self.refresh_derived(&[weighted], &[1.0]);
+            return self;
+        }
+        // parts of the mixed engine: 0 the unrestricted classes; per
+        // restricted model set S, its classes without the restriction
+        // (coefficient 1 − ℓ_S) and with it (ℓ_S)
+        let mut parts: Vec<Vec<(PodClass, f64)>> = vec![Vec::new(); 1 + 2 * sets.len()];
         for (c, w) in profile.classes() {
+            let Ok(i) = sets.binary_search(&c.gpu_models) else {
+                parts[0].push((c.clone(), w * factor(c)));
+                continue;
+            };
+            let free = PodClass {
+                gpu_models: Vec::new(),
+                ..c.clone()
+            };
+            let wf = w * factor(&free);
+            parts[1 + 2 * i].push((free, wf));
+            parts[2 + 2 * i].push((c.clone(), w * factor(c)));
+        }
+        self.parts = parts.into_iter().map(Profile::from_weights).collect();
+        self.part_sets = sets;
+        let (coef, scale) = self.mix();
+        self.engine =
+            FragEngine::mixed(&self.parts, &coef, scale).with_size_exponent(self.cfg.size_exponent);
+        let parts = std::mem::take(&mut self.parts);
+        self.refresh_derived(&parts, &coef);
+        self.parts = parts;
+        self
+    }
+
+    /// What a class of `profile` weighs relative to its share of the pods
+    /// ([`GpuschedConfig::class_weight`]).
+    fn class_factor(&self, c: &PodClass, profile: &Profile) -> f64 {
+        let by_gpu = match self.cfg.class_weight {
+            ClassWeight::Pods => return 1.0,
+            ClassWeight::Gpu => return c.gpu_demand(),
+            ClassWeight::Pressure => false,
+            ClassWeight::GpuPressure => true,
+        };
+        let total = self.reach.values().sum::<u64>().max(1);
+        let reach: u64 = if c.gpu_models.is_empty() {
+            total
+        } else {
+            c.gpu_models
+                .iter()
+                .map(|m| self.reach.get(m).copied().unwrap_or(0))
+                .sum()
+        };
+        // a class that can reach no GPU of the cluster cannot be helped by
+        // placement: it keeps its own weight
+        let capacity_share = reach.clamp(1, total) as f64 / total as f64;
+        let pressure = if self.cfg.pressure_by_load && !c.gpu_models.is_empty() {
+            let load: f64 = profile
+                .classes()
+                .iter()
+                .filter(|(o, _)| o.gpu_models == c.gpu_models)
+                .map(|(_, w)| w)
+                .sum();
+            1.0 + load / capacity_share
+        } else {
+            1.0 / capacity_share
+        };
+        if by_gpu {
+            c.gpu_demand() * pressure
+        } else {
+            pressure
+        }
+    }
+
+    /// The coefficients of the engine's parts and its squash scale for the
+    /// current scarcity levels: part weights are normalised to sum 1 (as a
+    /// profile is); with pressure weights the squash scale shrinks by the
+    /// same factor, so unrestricted classes keep the units of pod weights.
+    fn mix(&self) -> (Vec<f64>, f64) {
+        let mut coef = vec![1.0; self.parts.len()];
+        for (i, set) in self.part_sets.iter().enumerate() {
+            let l = self.scarcity.get(set).copied().unwrap_or(LEVELS) as f64 / LEVELS as f64;
+            coef[1 + 2 * i] = 1.0 - l;
+            coef[2 + 2 * i] = l;
+        }
+        let z: f64 = self
+            .parts
+            .iter()
+            .zip(&coef)
+            .map(|(p, k)| k * p.classes().iter().map(|(_, w)| w).sum::<f64>())
+            .sum();
+        let z = if z > 0.0 && z.is_finite() { z } else { 1.0 };
+        for k in &mut coef {
+            *k /= z;
+        }
+        let scale = if self.cfg.class_weight == ClassWeight::Pressure {
+            self.cfg.quantize_scale / z
+        } else {
+            self.cfg.quantize_scale
+        };
+        (coef, scale)
+    }
+
+    /// The tables read from the effective class weights (parts × `coef`).
+    fn refresh_derived(&mut self, parts: &[Profile], coef: &[f64]) {
+        let effective = Profile::from_weights(
+            parts
+                .iter()
+                .zip(coef)
+                .flat_map(|(p, k)| p.classes().iter().map(move |(c, w)| (c.clone(), w * k))),
+        );
+        if self.cfg.waste_key {
+            self.waste = expected_waste(&effective);
+        }
+        let (mut num, mut den) = (0.0, 0.0);
+        for (c, w) in effective.classes() {
             if c.gpu_milli as u64 == GPU_MILLI && c.gpu_count > 0 {
                 num += w * c.cpu_milli as f64 / c.gpu_count as f64;
                 den += w;
             }
         }
         self.cpu_per_gpu = if den > 0.0 { num / den } else { 0.0 };
-        self.engine =
-            FragEngine::grouped(profile, scale).with_size_exponent(self.cfg.size_exponent);
-        self
     }
 
     /// The policy with the knobs `cfg` (the engine is rebuilt).
@@ -483,8 +554,11 @@ impl GpuschedPacker {
         &self.cfg
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn score(
+    /// The primary and secondary keys of a placement whose fragmentation
+    /// change is `(Δ, squashed Δ)` and bin-packing change `dss`, leaving
+    /// `gpu_left` free GPU milli on `node`.
+    #[inline]
+    fn keys(
         &self,
         (delta, squashed): (f64, i64),
         dss: i64,
@@ -492,14 +566,21 @@ impl GpuschedPacker {
         pod: &Pod,
         node: NodeId,
         gpu_left: u64,
-        contest: i64,
-    ) -> Score {
+    ) -> (i64, i64) {
+        let secondary = if self.cfg.sum_of_squares || self.cfg.waste_key {
+            (1 << 19) - dss.clamp(-(1 << 19), (1 << 19) - 1)
+        } else {
+            0
+        };
+        if self.cfg.quantize && self.cfg.pack_weight == 0.0 && self.cfg.cpu_reserve <= 0.0 {
+            // the engine squashes Δ with this pod's scale (s·gᵃ) once per
+            // node state
+            return (squashed, secondary);
+        }
         let mut value = delta - self.cfg.pack_weight * gpu_left as f64;
         if self.cfg.cpu_reserve > 0.0 && self.cpu_per_gpu > 0.0 {
             value -= self.cfg.cpu_reserve * self.stranded(state, pod, node, gpu_left);
         }
-        // the engine squashes Δ with this pod's scale (s·gᵃ) once per node
-        // state; only a modified value is squashed here
         let primary = if !self.cfg.quantize {
             value.floor() as i64
         } else if value == delta {
@@ -507,12 +588,21 @@ impl GpuschedPacker {
         } else {
             sigmoid_score(value * 1000.0 / self.engine.pod_scale(pod))
         };
-        let secondary = if self.cfg.sum_of_squares || self.cfg.waste_key {
-            (1 << 19) - dss.clamp(-(1 << 19), (1 << 19) - 1)
-        } else {
-            0
-        };
-        let tie = if self.cfg.best_fit_tie {
+        (primary, secondary)
+    }
+
+    /// The tie key of placing `pod` on `node`, leaving `gpu_left` free GPU
+    /// milli there (the same for every GPU of the node a share may take).
+    #[inline]
+    fn tie(
+        &self,
+        state: &ClusterState<'_>,
+        pod: &Pod,
+        node: NodeId,
+        gpu_left: u64,
+        contest: i64,
+    ) -> i64 {
+        if self.cfg.best_fit_tie {
             let cap = state.node(node).allocatable.cpu_milli.max(1);
             let cpu_used_ppm = 1_000_000
                 - (cpu_left_after(state, pod, node) as u128 * 1_000_000 / cap as u128) as i64;
@@ -537,8 +627,7 @@ impl GpuschedPacker {
                 _ => 0,
             };
             contest * 256 + size
-        };
-        Score::keys(primary, secondary, tie)
+        }
     }
 
     /// [`scarcity_level`] of every restricted model set in `state`.
@@ -546,33 +635,18 @@ impl GpuschedPacker {
         &self,
         state: &ClusterState<'_>,
     ) -> std::collections::BTreeMap<Vec<String>, u32> {
-        // per node (one model per node, as the fragmentation engine reads
-        // it); a handful of models, so a short list beats a map
-        let mut free_by_model: Vec<(&str, u64)> = Vec::new();
-        let mut total = 0u64;
-        for (i, st) in state.states().iter().enumerate() {
-            let f = st.free.gpu_milli;
-            if f == 0 {
-                continue;
-            }
-            let model = node_model(state, i as NodeId);
-            total += f;
-            match free_by_model.iter_mut().find(|(m, _)| *m == model) {
-                Some((_, v)) => *v += f,
-                None => free_by_model.push((model, f)),
-            }
-        }
+        // one model per node, as the fragmentation engine reads it; kept
+        // per model by the state, so a decision does not sum every node
+        let free_by_model = state.free_gpu_milli_by_model();
+        let total: u64 = free_by_model.iter().sum();
+        let names = state.model_names();
         self.restricted
             .iter()
             .map(|(set, &q)| {
                 let on_set: u64 = set
                     .iter()
-                    .map(|m| {
-                        free_by_model
-                            .iter()
-                            .find(|(x, _)| *x == m.as_str())
-                            .map_or(0, |(_, v)| *v)
-                    })
+                    .filter_map(|m| names.iter().position(|n| n == m))
+                    .map(|k| free_by_model[k])
                     .sum();
                 let raw = scarcity_raw(q, total, on_set, self.cfg.scarcity_exponent);
                 let current = self.scarcity.get(set).copied().unwrap_or(LEVELS);
@@ -583,6 +657,7 @@ impl GpuschedPacker {
 
     /// Tie key of [`GpuschedConfig::least_contested_first`] (higher: less
     /// contested). Must not be called inside `engine.with_eval`.
+    #[inline]
     fn contest(&self, state: &ClusterState<'_>, node: NodeId) -> i64 {
         if !self.cfg.least_contested_first || self.cfg.best_fit_tie {
             return 0;
@@ -606,6 +681,7 @@ impl GpuschedPacker {
 
     /// Change of `Σ_h N(h)²` over partially used GPUs (N(h): GPUs with `h`
     /// milli free, 0 < h < 1000) when one GPU goes from `free` to `left`.
+    #[inline]
     fn dss(&self, free: u32, left: u32) -> i64 {
         if self.cfg.waste_key {
             let w = |h: u32| self.waste.get(h as usize).copied().unwrap_or(h as f64);
@@ -661,6 +737,9 @@ impl Packer for GpuschedPacker {
         // kept across an engine rebuild (hysteresis of the size levels)
         let size_prev = std::mem::take(&mut self.size_levels);
         let mut rebuild = None;
+        // a level moved: new coefficients for the engine's parts, its memo
+        // of each part's fragmentation kept
+        let mut remix = false;
         if matches!(
             self.cfg.class_weight,
             ClassWeight::Pressure | ClassWeight::GpuPressure
@@ -689,7 +768,7 @@ impl Packer for GpuschedPacker {
             let levels = self.scarcity_levels(env.state);
             if levels != self.scarcity {
                 self.scarcity = levels;
-                rebuild.get_or_insert_with(|| self.source.clone());
+                remix = true;
             }
         }
         if !self.explicit {
@@ -710,6 +789,17 @@ impl Packer for GpuschedPacker {
                 ..GpuschedPacker::new()
             }
             .with_engine(p);
+        } else if remix {
+            if self.parts.is_empty() {
+                let source = self.source.clone();
+                *self = std::mem::take(self).with_engine(source);
+            } else {
+                let (coef, scale) = self.mix();
+                self.engine.set_mix(&coef, scale);
+                let parts = std::mem::take(&mut self.parts);
+                self.refresh_derived(&parts, &coef);
+                self.parts = parts;
+            }
         }
         if self.cfg.size_by_demand && self.cfg.size_order == 1 && !self.cfg.best_fit_tie {
             self.size_levels = size_levels(
@@ -738,34 +828,40 @@ impl Packer for GpuschedPacker {
         let contest = self.contest(state, node);
         match pod.gpu {
             GpuRequest::Share { .. } => self.engine.with_eval(pod, node, state, |e| {
-                let mut best: Option<(Score, u32, usize, u32)> = None;
+                // the tie key is the node's: compared per GPU are the
+                // primary and secondary keys, then the fuller GPU
+                let mut best: Option<((i64, i64), u32, usize, u32)> = None;
                 for_each_share(state, pod, node, |g, m, free| {
                     let Some(d) = e.for_left(free) else { return };
                     let left = free - m;
-                    let sc = self.score(
+                    let k = self.keys(
                         d,
                         self.dss(free, left),
                         state,
                         pod,
                         node,
                         node_free - m as u64,
-                        contest,
                     );
-                    if best.is_none_or(|(bs, bl, _, _)| sc > bs || (sc == bs && left < bl)) {
-                        best = Some((sc, left, g, m));
+                    if best.is_none_or(|(bk, bl, _, _)| k > bk || (k == bk && left < bl)) {
+                        best = Some((k, left, g, m));
                     }
                 });
-                best.map(|(score, _, g, m)| Placement {
-                    score,
-                    gpus: share_on(pod, g, m),
+                best.map(|((primary, secondary), _, g, m)| {
+                    let tie = self.tie(state, pod, node, node_free - m as u64, contest);
+                    Placement {
+                        score: Score::keys(primary, secondary, tie),
+                        gpus: share_on(pod, g, m),
+                    }
                 })
             }),
             _ => {
                 let gpus = self.whole.assignment(state, pod, node, || None)?;
                 let d = self.engine.with_eval(pod, node, state, |e| e.first())?;
                 let left = node_free.saturating_sub(gpus.milli());
+                let (primary, secondary) = self.keys(d, 0, state, pod, node, left);
+                let tie = self.tie(state, pod, node, left, contest);
                 Some(Placement {
-                    score: self.score(d, 0, state, pod, node, left, contest),
+                    score: Score::keys(primary, secondary, tie),
                     gpus,
                 })
             }

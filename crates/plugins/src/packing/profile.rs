@@ -93,7 +93,19 @@ impl Default for ProfileOptions {
 /// Coverage of the FGD reference's typical pods.
 pub const TYPICAL_COVERAGE: f64 = 0.95;
 
-/// A distribution over pod classes; weights are positive and sum to 1.
+/// Equal classes merged, non-positive and non-finite weights dropped.
+fn merged(classes: impl IntoIterator<Item = (PodClass, f64)>) -> BTreeMap<PodClass, f64> {
+    let mut m: BTreeMap<PodClass, f64> = BTreeMap::new();
+    for (c, w) in classes {
+        if w > 0.0 && w.is_finite() {
+            *m.entry(c).or_insert(0.0) += w;
+        }
+    }
+    m
+}
+
+/// A distribution over pod classes; weights are positive and sum to 1
+/// (except a profile made by [`Profile::from_weights`]).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     classes: Vec<(PodClass, f64)>,
@@ -103,15 +115,12 @@ impl Profile {
     /// A profile from explicit weights (non-positive weights are dropped,
     /// the rest renormalised; equal classes are merged).
     pub fn new(classes: impl IntoIterator<Item = (PodClass, f64)>) -> Profile {
-        let mut m: BTreeMap<PodClass, f64> = BTreeMap::new();
-        for (c, w) in classes {
-            if w > 0.0 && w.is_finite() {
-                *m.entry(c).or_insert(0.0) += w;
-            }
-        }
+        let m = merged(classes);
         let total: f64 = m.values().sum();
-        let mut classes: Vec<(PodClass, f64)> =
-            m.into_iter().map(|(c, w)| (c, w / total)).collect();
+        Self::sorted(m.into_iter().map(|(c, w)| (c, w / total)).collect())
+    }
+
+    fn sorted(mut classes: Vec<(PodClass, f64)>) -> Profile {
         classes.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
         Profile { classes }
     }
@@ -175,6 +184,14 @@ impl Profile {
     /// is returned unchanged.
     pub fn gpu_weighted(&self) -> Profile {
         self.reweighted(PodClass::gpu_demand)
+    }
+
+    /// A profile with the weights as given (not normalised): equal classes
+    /// are merged, non-positive and non-finite weights dropped, most
+    /// popular first. For the parts of a mixed fragmentation engine, whose
+    /// weights are relative to each other.
+    pub fn from_weights(classes: impl IntoIterator<Item = (PodClass, f64)>) -> Profile {
+        Self::sorted(merged(classes).into_iter().collect())
     }
 
     /// The profile with each class's weight multiplied by `f(class)` and

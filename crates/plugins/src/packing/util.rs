@@ -69,12 +69,7 @@ pub use gpusched_model::mix::mix64;
 
 /// GPU model of a node (its first GPU's), `""` for a node without GPUs.
 pub fn node_model<'a>(state: &ClusterState<'a>, node: NodeId) -> &'a str {
-    state
-        .node(node)
-        .gpus
-        .first()
-        .map(|g| g.model.as_str())
-        .unwrap_or("")
+    state.model_names()[state.model_index(node)]
 }
 
 /// Calls `f(gpu, effective milli, free milli)` for every GPU a share of
