@@ -395,6 +395,8 @@ impl GpuschedPacker {
                     w * c.gpu_demand() / demand;
             }
         }
+        let restricted = &self.restricted;
+        self.scarcity.retain(|set, _| restricted.contains_key(set));
         let sets: Vec<Vec<String>> = if self.cfg.pressure_by_demand {
             self.restricted.keys().cloned().collect()
         } else {
@@ -523,6 +525,10 @@ impl GpuschedPacker {
 
     /// The tables read from the effective class weights (parts × `coef`).
     fn refresh_derived(&mut self, parts: &[Profile], coef: &[f64]) {
+        if !self.cfg.waste_key && self.cfg.cpu_reserve <= 0.0 {
+            // read by those two knobs only
+            return;
+        }
         let effective = Profile::from_weights(
             parts
                 .iter()
@@ -630,29 +636,39 @@ impl GpuschedPacker {
         }
     }
 
-    /// [`scarcity_level`] of every restricted model set in `state`.
-    fn scarcity_levels(
-        &self,
-        state: &ClusterState<'_>,
-    ) -> std::collections::BTreeMap<Vec<String>, u32> {
+    /// Moves the [`scarcity_level`] of every restricted model set to
+    /// `state` (with the hysteresis of [`next_level`]); whether one moved.
+    /// Once per decision in the FGD method: no allocation unless a level
+    /// is new.
+    fn update_scarcity(&mut self, state: &ClusterState<'_>) -> bool {
         // one model per node, as the fragmentation engine reads it; kept
         // per model by the state, so a decision does not sum every node
         let free_by_model = state.free_gpu_milli_by_model();
         let total: u64 = free_by_model.iter().sum();
         let names = state.model_names();
-        self.restricted
-            .iter()
-            .map(|(set, &q)| {
-                let on_set: u64 = set
-                    .iter()
-                    .filter_map(|m| names.iter().position(|n| n == m))
-                    .map(|k| free_by_model[k])
-                    .sum();
-                let raw = scarcity_raw(q, total, on_set, self.cfg.scarcity_exponent);
-                let current = self.scarcity.get(set).copied().unwrap_or(LEVELS);
-                (set.clone(), next_level(current, raw))
-            })
-            .collect()
+        let mut moved = false;
+        for (set, &q) in &self.restricted {
+            let on_set: u64 = set
+                .iter()
+                .filter_map(|m| names.iter().position(|n| n == m))
+                .map(|k| free_by_model[k])
+                .sum();
+            let raw = scarcity_raw(q, total, on_set, self.cfg.scarcity_exponent);
+            match self.scarcity.get_mut(set) {
+                Some(level) => {
+                    let next = next_level(*level, raw);
+                    moved |= next != *level;
+                    *level = next;
+                }
+                None => {
+                    let next = next_level(LEVELS, raw);
+                    // an absent level reads as full
+                    moved |= next != LEVELS;
+                    self.scarcity.insert(set.clone(), next);
+                }
+            }
+        }
+        moved
     }
 
     /// Tie key of [`GpuschedConfig::least_contested_first`] (higher: less
@@ -765,11 +781,7 @@ impl Packer for GpuschedPacker {
             )
             && !self.restricted.is_empty()
         {
-            let levels = self.scarcity_levels(env.state);
-            if levels != self.scarcity {
-                self.scarcity = levels;
-                remix = true;
-            }
+            remix = self.update_scarcity(env.state);
         }
         if !self.explicit {
             let p = derive_profile(env);
