@@ -216,6 +216,11 @@ fn group_classes(profile: &Profile, part: usize) -> (Vec<Group>, f64) {
     (groups, cpu_only)
 }
 
+/// `Σ_k v_k · c_k`: a mixed engine's `F` or `Δ` from its parts.
+fn dot(v: &[f64], c: &[f64]) -> f64 {
+    v.iter().zip(c).map(|(v, c)| v * c).sum()
+}
+
 /// Class groups of a grouped engine.
 #[derive(Clone, Debug)]
 struct Grouped {
@@ -261,15 +266,7 @@ impl FragEngine {
     /// to the order of floating-point additions, and much faster on a
     /// profile with many CPU sizes per shape.
     pub fn grouped(profile: Profile, scale: f64) -> Self {
-        let (groups, cpu_only) = group_classes(&profile, 0);
-        FragEngine {
-            groups: Some(Grouped {
-                groups,
-                cpu_only: vec![cpu_only],
-                coef: vec![1.0],
-            }),
-            ..Self::with_scale(profile, scale)
-        }
+        Self::mixed(std::slice::from_ref(&profile), &[1.0], scale)
     }
 
     /// A grouped engine whose target workload is a linear mix of `parts`:
@@ -489,9 +486,14 @@ impl FragEngine {
         let Some(g) = &self.groups else {
             return self.frag_of(allowed, gpu_mem, cpu, lefts);
         };
+        if g.coef.len() == 1 {
+            let mut out = [0.0];
+            Self::frag_grouped(g, allowed, gpu_mem, cpu, lefts, &mut out);
+            return g.coef[0] * out[0];
+        }
         let mut out = vec![0.0; g.coef.len()];
         Self::frag_grouped(g, allowed, gpu_mem, cpu, lefts, &mut out);
-        out.iter().zip(&g.coef).map(|(v, c)| v * c).sum()
+        dot(&out, &g.coef)
     }
 
     /// `F` per part of a mixed engine's state `s` into `out` (memoised).
@@ -534,20 +536,12 @@ impl FragEngine {
             Some(g) if g.coef.len() > 1 => {
                 let mut out = vec![0.0; g.coef.len()];
                 self.parts_into(memo, s, &mut out);
-                out.iter().zip(&g.coef).map(|(v, c)| v * c).sum()
+                dot(&out, &g.coef)
             }
-            Some(g) => {
-                let mut out = [0.0];
-                let allowed = &memo.allowed_groups[s.model as usize];
-                Self::frag_grouped(g, allowed, s.gpu_mem as u64, s.cpu, s.lefts(), &mut out);
-                g.coef[0] * out[0]
+            _ => {
+                let allowed = self.allowed_of(memo, s.model);
+                self.frag_state(allowed, s.gpu_mem as u64, s.cpu, s.lefts())
             }
-            None => self.frag_of(
-                &memo.allowed[s.model as usize],
-                s.gpu_mem as u64,
-                s.cpu,
-                s.lefts(),
-            ),
         };
         if memo.frag.len() > 1 << 20 {
             memo.frag.clear();
@@ -694,11 +688,7 @@ impl FragEngine {
         }
         let scale = self.pod_scale(pod);
         for (i, d) in e.deltas.iter_mut().enumerate() {
-            d.1 = e.parts[i * k..(i + 1) * k]
-                .iter()
-                .zip(&g.coef)
-                .map(|(v, c)| v * c)
-                .sum();
+            d.1 = dot(&e.parts[i * k..(i + 1) * k], &g.coef);
             e.squashed[i] = sigmoid_score(d.1 * 1000.0 / scale);
         }
     }

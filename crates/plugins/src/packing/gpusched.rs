@@ -424,7 +424,8 @@ impl GpuschedPacker {
             self.part_sets.clear();
             self.engine = FragEngine::grouped(weighted.clone(), scale)
                 .with_size_exponent(self.cfg.size_exponent);
-            self.refresh_derived(&[weighted], &[1.0]);
+            (self.waste, self.cpu_per_gpu) =
+                derived_tables(&self.cfg, std::slice::from_ref(&weighted), &[1.0]);
             return self;
         }
         // parts of the mixed engine: 0 the unrestricted classes; per
@@ -449,9 +450,7 @@ impl GpuschedPacker {
         let (coef, scale) = self.mix();
         self.engine =
             FragEngine::mixed(&self.parts, &coef, scale).with_size_exponent(self.cfg.size_exponent);
-        let parts = std::mem::take(&mut self.parts);
-        self.refresh_derived(&parts, &coef);
-        self.parts = parts;
+        (self.waste, self.cpu_per_gpu) = derived_tables(&self.cfg, &self.parts, &coef);
         self
     }
 
@@ -521,31 +520,6 @@ impl GpuschedPacker {
             self.cfg.quantize_scale
         };
         (coef, scale)
-    }
-
-    /// The tables read from the effective class weights (parts × `coef`).
-    fn refresh_derived(&mut self, parts: &[Profile], coef: &[f64]) {
-        if !self.cfg.waste_key && self.cfg.cpu_reserve <= 0.0 {
-            // read by those two knobs only
-            return;
-        }
-        let effective = Profile::from_weights(
-            parts
-                .iter()
-                .zip(coef)
-                .flat_map(|(p, k)| p.classes().iter().map(move |(c, w)| (c.clone(), w * k))),
-        );
-        if self.cfg.waste_key {
-            self.waste = expected_waste(&effective);
-        }
-        let (mut num, mut den) = (0.0, 0.0);
-        for (c, w) in effective.classes() {
-            if c.gpu_milli as u64 == GPU_MILLI && c.gpu_count > 0 {
-                num += w * c.cpu_milli as f64 / c.gpu_count as f64;
-                den += w;
-            }
-        }
-        self.cpu_per_gpu = if den > 0.0 { num / den } else { 0.0 };
     }
 
     /// The policy with the knobs `cfg` (the engine is rebuilt).
@@ -718,6 +692,35 @@ impl GpuschedPacker {
     }
 }
 
+/// The tables read from the effective class weights (`parts` × `coef`):
+/// the expected waste per free milli ([`GpuschedConfig::waste_key`]) and
+/// the mean CPU per GPU of the whole-GPU classes
+/// ([`GpuschedConfig::cpu_reserve`]); empty and 0 when neither knob is on.
+fn derived_tables(cfg: &GpuschedConfig, parts: &[Profile], coef: &[f64]) -> (Vec<f64>, f64) {
+    if !cfg.waste_key && cfg.cpu_reserve <= 0.0 {
+        return (Vec::new(), 0.0);
+    }
+    let effective = Profile::from_weights(
+        parts
+            .iter()
+            .zip(coef)
+            .flat_map(|(p, k)| p.classes().iter().map(move |(c, w)| (c.clone(), w * k))),
+    );
+    let waste = if cfg.waste_key {
+        expected_waste(&effective)
+    } else {
+        Vec::new()
+    };
+    let (mut num, mut den) = (0.0, 0.0);
+    for (c, w) in effective.classes() {
+        if c.gpu_milli as u64 == GPU_MILLI && c.gpu_count > 0 {
+            num += w * c.cpu_milli as f64 / c.gpu_count as f64;
+            den += w;
+        }
+    }
+    (waste, if den > 0.0 { num / den } else { 0.0 })
+}
+
 /// Expected final free milli `W(h)` of a GPU with `h` milli free if future
 /// pods keep landing on it, each class that fits with probability
 /// proportional to its weight, until none fits: `W(h) = h` when no class
@@ -802,16 +805,10 @@ impl Packer for GpuschedPacker {
             }
             .with_engine(p);
         } else if remix {
-            if self.parts.is_empty() {
-                let source = self.source.clone();
-                *self = std::mem::take(self).with_engine(source);
-            } else {
-                let (coef, scale) = self.mix();
-                self.engine.set_mix(&coef, scale);
-                let parts = std::mem::take(&mut self.parts);
-                self.refresh_derived(&parts, &coef);
-                self.parts = parts;
-            }
+            // levels exist only for restricted sets: the engine is mixed
+            let (coef, scale) = self.mix();
+            self.engine.set_mix(&coef, scale);
+            (self.waste, self.cpu_per_gpu) = derived_tables(&self.cfg, &self.parts, &coef);
         }
         if self.cfg.size_by_demand && self.cfg.size_order == 1 && !self.cfg.best_fit_tie {
             self.size_levels = size_levels(
