@@ -98,6 +98,9 @@ pub enum ConfigError {
     #[error("filters: {0:?} listed twice")]
     /// A filter listed twice.
     DuplicateFilter(FilterName),
+    #[error("packing.{0}")]
+    /// A packing policy argument outside its domain.
+    Packing(String),
 }
 
 /// Builds a scheduler from its configuration; plugins are registered
@@ -123,6 +126,9 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
             FilterName::GpuFit => Box::new(GpuFit),
         });
     }
+    if let packing::PackingConfig::Gpusched(g) = &cfg.packing {
+        g.validate().map_err(ConfigError::Packing)?;
+    }
     let packer = packing::build(&cfg.packing, popts);
     Ok(Scheduler::new(cfg.actions.clone(), filters, packer))
 }
@@ -130,6 +136,31 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packing_arguments_outside_their_domain_are_refused_by_name() {
+        let bad = |yaml: &str| {
+            let cfg: SchedulerConfig = serde_saphyr::from_str(yaml).unwrap();
+            match build(&cfg) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{yaml} was accepted"),
+            }
+        };
+        let e = bad("version: v1\npacking:\n  policy: gpusched\n  scarcity_exponent: -2\n");
+        assert!(e.contains("packing.scarcity_exponent: -2"), "{e}");
+        let e = bad("version: v1\npacking:\n  policy: gpusched\n  coverage: 1.5\n");
+        assert!(
+            e.contains("packing.coverage") && e.contains("(0, 1]"),
+            "{e}"
+        );
+        let e = bad("version: v1\npacking:\n  policy: gpusched\n  size_order: 3\n");
+        assert!(e.contains("packing.size_order: 3"), "{e}");
+        let ok: SchedulerConfig = serde_saphyr::from_str(
+            "version: v1\npacking:\n  policy: gpusched\n  scarcity_exponent: 3\n",
+        )
+        .unwrap();
+        assert!(build(&ok).is_ok());
+    }
 
     #[test]
     fn defaults_build() {

@@ -156,6 +156,50 @@ pub enum ClassWeight {
     GpuPressure,
 }
 
+impl GpuschedConfig {
+    /// Refuses knobs outside their domain (a negative exponent would give
+    /// scarcity levels above 1, i.e. negative class weights): the first
+    /// offending field, by its YAML name, with the rule it breaks.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks: [(&str, f64, fn(f64) -> bool, &str); 7] = [
+            ("quantize_scale", self.quantize_scale, |v| v > 0.0, "> 0"),
+            ("size_exponent", self.size_exponent, |v| v >= 0.0, ">= 0"),
+            ("pack_weight", self.pack_weight, |v| v >= 0.0, ">= 0"),
+            (
+                "coverage",
+                self.coverage,
+                |v| v > 0.0 && v <= 1.0,
+                "in (0, 1]",
+            ),
+            ("cpu_reserve", self.cpu_reserve, |v| v >= 0.0, ">= 0"),
+            (
+                "scarcity_exponent",
+                self.scarcity_exponent,
+                |v| v > 0.0,
+                "> 0",
+            ),
+            (
+                "size_level_exponent",
+                self.size_level_exponent,
+                |v| v > 0.0,
+                "> 0",
+            ),
+        ];
+        for (name, v, ok, rule) in checks {
+            if !v.is_finite() || !ok(v) {
+                return Err(format!("{name}: {v} (must be finite and {rule})"));
+            }
+        }
+        if !(-1..=1).contains(&self.size_order) {
+            return Err(format!(
+                "size_order: {} (must be -1, 0 or 1)",
+                self.size_order
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for GpuschedConfig {
     fn default() -> Self {
         GpuschedConfig {
