@@ -156,12 +156,15 @@ pub enum ClassWeight {
     GpuPressure,
 }
 
+/// A numeric knob: its YAML name, value, rule and the rule in words.
+type Check = (&'static str, f64, fn(f64) -> bool, &'static str);
+
 impl GpuschedConfig {
     /// Refuses knobs outside their domain (a negative exponent would give
     /// scarcity levels above 1, i.e. negative class weights): the first
     /// offending field, by its YAML name, with the rule it breaks.
     pub fn validate(&self) -> Result<(), String> {
-        let checks: [(&str, f64, fn(f64) -> bool, &str); 7] = [
+        let checks: [Check; 7] = [
             ("quantize_scale", self.quantize_scale, |v| v > 0.0, "> 0"),
             ("size_exponent", self.size_exponent, |v| v >= 0.0, ">= 0"),
             ("pack_weight", self.pack_weight, |v| v >= 0.0, ">= 0"),
