@@ -153,8 +153,22 @@ mod tests {
             e.contains("packing.coverage") && e.contains("(0, 1]"),
             "{e}"
         );
-        let e = bad("version: v1\npacking:\n  policy: gpusched\n  size_order: 3\n");
-        assert!(e.contains("packing.size_order: 3"), "{e}");
+        // the node-size order is a name: a number is refused when parsed,
+        // naming the field and the names it takes
+        let e = serde_saphyr::from_str::<SchedulerConfig>(
+            "version: v1\npacking:\n  policy: gpusched\n  size_order: 3\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("size_order") || e.contains("largest-last"),
+            "{e}"
+        );
+        let named: SchedulerConfig = serde_saphyr::from_str(
+            "version: v1\npacking:\n  policy: gpusched\n  size_order: fewer-first\n",
+        )
+        .unwrap();
+        assert!(build(&named).is_ok());
         let ok: SchedulerConfig = serde_saphyr::from_str(
             "version: v1\npacking:\n  policy: gpusched\n  scarcity_exponent: 3\n",
         )

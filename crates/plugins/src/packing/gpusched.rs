@@ -43,16 +43,16 @@
 //! is not kept free, one that will run short is.
 //!
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
-//! levels, or the expected waste of the leftover); `tie` prefers nodes with
-//! fewer GPUs ([`GpuschedConfig::size_order`]) or, optionally, the fuller
-//! node or the least contested model. What is left equal falls to the node
+//! levels, or the expected waste of the leftover); `tie` puts the
+//! cluster's largest nodes last ([`GpuschedConfig::size_order`]) or,
+//! optionally, the fuller node or the least contested model. What is left equal falls to the node
 //! order (the core: lowest node id), i.e. first fit among placements of
 //! nearly equal fragmentation. Defaults (measured on the openb trace and
 //! its variants, see `docs/placement.md`): full distribution, pressure
 //! weights, `s = 2500`, `a = 1` (the squash scales with the pod: a small
 //! share's `Δ` is small, so its near-equal placements tie and go first
 //! fit, while an 8-GPU pod's large `Δ` is still told apart), `λ = 0`, no
-//! secondary key, smaller nodes first. A share goes on the GPU with the
+//! secondary key, largest nodes last. A share goes on the GPU with the
 //! best score, then the least compute left.
 //!
 //! `F` is evaluated by [`FragEngine::grouped`] (classes grouped by GPU
@@ -92,9 +92,8 @@ pub struct GpuschedConfig {
     /// the workload's share sizes (see [`expected_waste`]).
     pub waste_key: bool,
     /// Node-size preference among equal scores (when `best_fit_tie` is
-    /// off): 1 = nodes with fewer GPUs first, -1 = more GPUs first, 0 =
-    /// none (node order).
-    pub size_order: i8,
+    /// off); what is left equal goes to the node order.
+    pub size_order: SizeOrder,
     /// Share of the workload's pods whose classes count (1.0: all; the
     /// reference FGD uses 0.95).
     pub coverage: f64,
@@ -122,7 +121,7 @@ pub struct GpuschedConfig {
     /// Exponent `k` of the scarcity level `ℓ_S = min(1, ρ_S)ᵏ` (large:
     /// a step at `ρ_S = 1`).
     pub scarcity_exponent: f64,
-    /// With `size_order: 1`: order ties by the node-size protection
+    /// With `size_order: fewer-first`: order ties by the node-size protection
     /// `P(n) = Σ_{t ≤ size(n)} ℓ_t` instead of the size itself, where `ℓ_t`
     /// is the scarcity level of the node-size threshold `t` (see
     /// [`size_levels`]): a node size is kept for the pods that need it
@@ -135,6 +134,25 @@ pub struct GpuschedConfig {
     /// threshold is protected from `ρ_t ≥ (1/(2·LEVELS))^(1/k)` (k = 8:
     /// 0.65).
     pub size_level_exponent: f64,
+}
+
+/// How equal scores are ordered by the size (GPU count) of the node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SizeOrder {
+    /// Nodes of the cluster's largest GPU count last, the others in node
+    /// order: the largest nodes hold most of the capacity and are the only
+    /// ones the largest pods can use, while ordering the smaller sizes
+    /// among themselves sends small pods onto the 2- and 4-GPU nodes that
+    /// 2- and 4-GPU pods fill exactly (measured, `docs/placement.md`).
+    #[default]
+    LargestLast,
+    /// Nodes with fewer GPUs first (the default until 2026-12-03).
+    FewerFirst,
+    /// Nodes with more GPUs first.
+    MoreFirst,
+    /// No size preference: the node order.
+    None,
 }
 
 /// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
@@ -193,12 +211,6 @@ impl GpuschedConfig {
                 return Err(format!("{name}: {v} (must be finite and {rule})"));
             }
         }
-        if !(-1..=1).contains(&self.size_order) {
-            return Err(format!(
-                "size_order: {} (must be -1, 0 or 1)",
-                self.size_order
-            ));
-        }
         Ok(())
     }
 }
@@ -213,7 +225,7 @@ impl Default for GpuschedConfig {
             best_fit_tie: false,
             sum_of_squares: false,
             waste_key: false,
-            size_order: 1,
+            size_order: SizeOrder::LargestLast,
             coverage: 1.0,
             cpu_reserve: 0.0,
             class_weight: ClassWeight::Pressure,
@@ -245,6 +257,10 @@ pub struct GpuschedPacker {
     reach: std::collections::BTreeMap<String, u64>,
     /// Node count `reach` was computed for.
     reach_nodes: usize,
+    /// GPUs of the cluster's largest node ([`SizeOrder::LargestLast`]).
+    largest: u32,
+    /// Node count `largest` was computed for.
+    largest_nodes: usize,
     /// Scarcity level `ℓ_S` per restricted model set, in 1/[`LEVELS`]
     /// (absent: full, [`LEVELS`]).
     scarcity: std::collections::BTreeMap<Vec<String>, u32>,
@@ -405,6 +421,8 @@ impl GpuschedPacker {
             cpu_per_gpu: 0.0,
             reach: Default::default(),
             reach_nodes: usize::MAX,
+            largest: 0,
+            largest_nodes: usize::MAX,
             scarcity: Default::default(),
             restricted: Default::default(),
             size_levels: Vec::new(),
@@ -640,7 +658,7 @@ impl GpuschedPacker {
         } else {
             let g = state.node(node).gpus.len().min(255) as i64;
             let size = match self.cfg.size_order {
-                1 if self.cfg.size_by_demand => {
+                SizeOrder::FewerFirst if self.cfg.size_by_demand => {
                     let p = self
                         .size_protection
                         .get(g as usize)
@@ -649,9 +667,10 @@ impl GpuschedPacker {
                         .unwrap_or(0);
                     255 - (p as i64).min(255)
                 }
-                1 => 255 - g,
-                -1 => g,
-                _ => 0,
+                SizeOrder::FewerFirst => 255 - g,
+                SizeOrder::MoreFirst => g,
+                SizeOrder::LargestLast => (g < self.largest as i64) as i64,
+                SizeOrder::None => 0,
             };
             contest * 256 + size
         }
@@ -857,7 +876,22 @@ impl Packer for GpuschedPacker {
             self.engine.set_mix(&coef, scale);
             (self.waste, self.cpu_per_gpu) = derived_tables(&self.cfg, &self.parts, &coef);
         }
-        if self.cfg.size_by_demand && self.cfg.size_order == 1 && !self.cfg.best_fit_tie {
+        if self.largest_nodes != env.snapshot.nodes.len() {
+            // the largest node size; recounted when the node count changes
+            // (as `reach`)
+            self.largest = env
+                .snapshot
+                .nodes
+                .iter()
+                .map(|n| n.gpus.len().min(255) as u32)
+                .max()
+                .unwrap_or(0);
+            self.largest_nodes = env.snapshot.nodes.len();
+        }
+        if self.cfg.size_by_demand
+            && self.cfg.size_order == SizeOrder::FewerFirst
+            && !self.cfg.best_fit_tie
+        {
             self.size_levels = size_levels(
                 env.state,
                 &self.source,
@@ -1069,9 +1103,13 @@ mod tests {
         }
         let mut p = GpuschedPacker::with_profile(prof.clone()).with_config(GpuschedConfig {
             size_by_demand: true,
+            size_order: SizeOrder::FewerFirst,
             ..Default::default()
         });
-        let mut fixed = GpuschedPacker::with_profile(prof);
+        let mut fixed = GpuschedPacker::with_profile(prof).with_config(GpuschedConfig {
+            size_order: SizeOrder::FewerFirst,
+            ..Default::default()
+        });
         // ρ_8 = 0.43 · 20000 / 18000 = 0.48: the 3-GPU pods have room to
         // spare; big and small tie on Δ (neither can host a 3-GPU pod) and
         // the tie goes to the node order, where "fewer GPUs first" takes
@@ -1093,6 +1131,58 @@ mod tests {
         // without the knob the levels are not computed
         prepare(&mut fixed, &snap, &cs, 1);
         assert!(fixed.size_levels.is_empty());
+    }
+
+    #[test]
+    fn the_largest_nodes_go_last_and_the_others_in_node_order() {
+        // a 1-GPU pod on an empty node: the same Δ on every node (no class
+        // of the profile needs more than one GPU)
+        let nodes = vec![
+            node("eight-a", 8, 96_000, "G2"),
+            node("four", 4, 96_000, "G2"),
+            node("two", 2, 96_000, "G2"),
+            node("eight-b", 8, 96_000, "G2"),
+        ];
+        let snap = Snapshot {
+            nodes: nodes.clone(),
+            ..Default::default()
+        };
+        let one = PodClass {
+            cpu_milli: 1000,
+            gpu_milli: 1000,
+            gpu_count: 1,
+            gpu_mem_mib: 0,
+            gpu_models: vec![],
+        };
+        let prof = Profile::new([(one, 1.0)]);
+        let p1 = pod(1000, GpuRequest::Whole(1));
+        let cs = ClusterState::new(&nodes);
+        let with = |order| {
+            let mut p = GpuschedPacker::with_profile(prof.clone()).with_config(GpuschedConfig {
+                size_order: order,
+                ..Default::default()
+            });
+            prepare(&mut p, &snap, &cs, 0);
+            pick(&p, &p1, &cs).unwrap().0
+        };
+        // the default: the 8-GPU nodes last, the 4- before the 2-GPU node
+        // by node order
+        assert_eq!(GpuschedConfig::default().size_order, SizeOrder::LargestLast);
+        assert_eq!(with(SizeOrder::LargestLast), 1);
+        assert_eq!(with(SizeOrder::FewerFirst), 2);
+        assert_eq!(with(SizeOrder::MoreFirst), 0);
+        assert_eq!(with(SizeOrder::None), 0);
+        // with only 8-GPU nodes left, the node order decides
+        let mut cs = ClusterState::new(&nodes);
+        take(&mut cs, 1, 0, 1000, 0);
+        take(&mut cs, 1, 1, 1000, 0);
+        take(&mut cs, 1, 2, 1000, 0);
+        take(&mut cs, 1, 3, 1000, 0);
+        take(&mut cs, 2, 0, 1000, 0);
+        take(&mut cs, 2, 1, 1000, 0);
+        let mut p = GpuschedPacker::with_profile(prof.clone());
+        prepare(&mut p, &snap, &cs, 0);
+        assert_eq!(pick(&p, &p1, &cs).unwrap().0, 0);
     }
 
     #[test]
