@@ -45,9 +45,9 @@
 //! `secondary` is an optional bin-packing key (sum of squares over GPU fill
 //! levels, or the expected waste of the leftover); `tie` puts the
 //! cluster's largest nodes last ([`GpuschedConfig::size_order`]) or,
-//! optionally, the fuller node or the least contested model. What is left equal falls to the node
-//! order (the core: lowest node id), i.e. first fit among placements of
-//! nearly equal fragmentation. Defaults (measured on the openb trace and
+//! optionally, the fuller node or the least contested model. What is left
+//! equal falls to the node order (the core: lowest node id), i.e. first
+//! fit among placements of nearly equal fragmentation. Defaults (measured on the openb trace and
 //! its variants, see `docs/placement.md`): full distribution, pressure
 //! weights, `s = 2500`, `a = 1` (the squash scales with the pod: a small
 //! share's `Δ` is small, so its near-equal placements tie and go first
@@ -121,8 +121,8 @@ pub struct GpuschedConfig {
     /// Exponent `k` of the scarcity level `ℓ_S = min(1, ρ_S)ᵏ` (large:
     /// a step at `ρ_S = 1`).
     pub scarcity_exponent: f64,
-    /// With `size_order: fewer-first`: order ties by the node-size protection
-    /// `P(n) = Σ_{t ≤ size(n)} ℓ_t` instead of the size itself, where `ℓ_t`
+    /// With `size_order: fewer-first`: order ties by the node-size
+    /// protection `P(n) = Σ_{t ≤ size(n)} ℓ_t` instead of the size itself, where `ℓ_t`
     /// is the scarcity level of the node-size threshold `t` (see
     /// [`size_levels`]): a node size is kept for the pods that need it
     /// only as far as their demand binds the free whole GPUs there. Off:
