@@ -161,7 +161,18 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("size_order") || e.contains("largest-last"),
+            e.contains(
+                "size_order: 3 (must be one of largest-last, fewer-first, more-first, none)"
+            ),
+            "{e}"
+        );
+        let e = serde_saphyr::from_str::<SchedulerConfig>(
+            "version: v1\npacking:\n  policy: gpusched\n  size_order: smallest\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("size_order: \"smallest\" (must be one of"),
             "{e}"
         );
         let named: SchedulerConfig = serde_saphyr::from_str(

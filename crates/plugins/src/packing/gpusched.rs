@@ -137,7 +137,9 @@ pub struct GpuschedConfig {
 }
 
 /// How equal scores are ordered by the size (GPU count) of the node.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// Read by name (`largest-last`, …); anything else, a number included, is
+/// refused with the names it takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SizeOrder {
     /// Nodes of the cluster's largest GPU count last, the others in node
@@ -153,6 +155,59 @@ pub enum SizeOrder {
     MoreFirst,
     /// No size preference: the node order.
     None,
+}
+
+impl SizeOrder {
+    /// Every order with its configuration name.
+    pub const NAMES: [(&'static str, SizeOrder); 4] = [
+        ("largest-last", SizeOrder::LargestLast),
+        ("fewer-first", SizeOrder::FewerFirst),
+        ("more-first", SizeOrder::MoreFirst),
+        ("none", SizeOrder::None),
+    ];
+}
+
+impl<'de> serde::Deserialize<'de> for SizeOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // any scalar, so that a number (the -1/0/1 of before) gets the
+        // field's own message instead of a generic type error
+        struct V;
+        impl V {
+            fn refuse<E: serde::de::Error>(v: impl std::fmt::Display) -> E {
+                let names: Vec<&str> = SizeOrder::NAMES.iter().map(|(n, _)| *n).collect();
+                E::custom(format!(
+                    "size_order: {v} (must be one of {})",
+                    names.join(", ")
+                ))
+            }
+        }
+        impl serde::de::Visitor<'_> for V {
+            type Value = SizeOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a node-size order name")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeOrder, E> {
+                SizeOrder::NAMES
+                    .iter()
+                    .find(|(n, _)| *n == v)
+                    .map(|(_, o)| *o)
+                    .ok_or_else(|| V::refuse(format_args!("{v:?}")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeOrder, E> {
+                Err(V::refuse(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeOrder, E> {
+                Err(V::refuse(v))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<SizeOrder, E> {
+                Err(V::refuse(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<SizeOrder, E> {
+                Err(V::refuse(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Weight of a pod class in the expected fragmentation `F = Σ_c w_c·f_c`.
@@ -255,12 +310,10 @@ pub struct GpuschedPacker {
     cpu_per_gpu: f64,
     /// GPUs of the cluster per model (for [`ClassWeight::Pressure`]).
     reach: std::collections::BTreeMap<String, u64>,
-    /// Node count `reach` was computed for.
-    reach_nodes: usize,
     /// GPUs of the cluster's largest node ([`SizeOrder::LargestLast`]).
     largest: u32,
-    /// Node count `largest` was computed for.
-    largest_nodes: usize,
+    /// Node count `reach` and `largest` were counted for.
+    shape_nodes: usize,
     /// Scarcity level `ℓ_S` per restricted model set, in 1/[`LEVELS`]
     /// (absent: full, [`LEVELS`]).
     scarcity: std::collections::BTreeMap<Vec<String>, u32>,
@@ -420,9 +473,8 @@ impl GpuschedPacker {
             source: Profile::default(),
             cpu_per_gpu: 0.0,
             reach: Default::default(),
-            reach_nodes: usize::MAX,
             largest: 0,
-            largest_nodes: usize::MAX,
+            shape_nodes: usize::MAX,
             scarcity: Default::default(),
             restricted: Default::default(),
             size_levels: Vec::new(),
@@ -825,22 +877,27 @@ impl Packer for GpuschedPacker {
         // a level moved: new coefficients for the engine's parts, its memo
         // of each part's fragmentation kept
         let mut remix = false;
-        if matches!(
-            self.cfg.class_weight,
-            ClassWeight::Pressure | ClassWeight::GpuPressure
-        ) && self.reach_nodes != env.snapshot.nodes.len()
-        {
-            // GPUs per model; recounted when the node count changes
+        if self.shape_nodes != env.snapshot.nodes.len() {
+            // GPUs per model and the largest node size, in one pass;
+            // recounted when the node count changes
             let mut reach = std::collections::BTreeMap::new();
+            let mut largest = 0;
             for n in &env.snapshot.nodes {
+                largest = largest.max(n.gpus.len().min(255) as u32);
                 for g in n.gpus.iter().filter(|g| g.is_healthy()) {
                     *reach.entry(g.model.clone()).or_insert(0u64) += 1;
                 }
             }
-            self.reach_nodes = env.snapshot.nodes.len();
+            self.largest = largest;
+            self.shape_nodes = env.snapshot.nodes.len();
             if reach != self.reach {
                 self.reach = reach;
-                rebuild = Some(self.source.clone());
+                if matches!(
+                    self.cfg.class_weight,
+                    ClassWeight::Pressure | ClassWeight::GpuPressure
+                ) {
+                    rebuild = Some(self.source.clone());
+                }
             }
         }
         if self.cfg.pressure_by_demand
@@ -860,11 +917,11 @@ impl Packer for GpuschedPacker {
         }
         if let Some(p) = rebuild {
             let this = std::mem::take(self);
-            let (cfg, reach, reach_nodes) = (this.cfg, this.reach.clone(), this.reach_nodes);
             *self = GpuschedPacker {
-                cfg,
-                reach,
-                reach_nodes,
+                cfg: this.cfg,
+                reach: this.reach,
+                largest: this.largest,
+                shape_nodes: this.shape_nodes,
                 scarcity: this.scarcity,
                 explicit: this.explicit,
                 ..GpuschedPacker::new()
@@ -875,18 +932,6 @@ impl Packer for GpuschedPacker {
             let (coef, scale) = self.mix();
             self.engine.set_mix(&coef, scale);
             (self.waste, self.cpu_per_gpu) = derived_tables(&self.cfg, &self.parts, &coef);
-        }
-        if self.largest_nodes != env.snapshot.nodes.len() {
-            // the largest node size; recounted when the node count changes
-            // (as `reach`)
-            self.largest = env
-                .snapshot
-                .nodes
-                .iter()
-                .map(|n| n.gpus.len().min(255) as u32)
-                .max()
-                .unwrap_or(0);
-            self.largest_nodes = env.snapshot.nodes.len();
         }
         if self.cfg.size_by_demand
             && self.cfg.size_order == SizeOrder::FewerFirst
