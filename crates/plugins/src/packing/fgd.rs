@@ -67,7 +67,9 @@ impl Sig {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Eval {
     pub(crate) deltas: Vec<(u16, f64)>,
-    /// `⌊100 · sigmoid(Δ / scale)⌋` of each entry (scale of the engine).
+    /// `⌊100 · sigmoid(Δ / scale)⌋` of each entry (scale of the engine;
+    /// rounded up instead for a CPU-only pod of an engine
+    /// [`FragEngine::with_cpu_only_round_up`]).
     pub(crate) squashed: Vec<i64>,
     /// A mixed engine's `Δ` per part, entry after entry (empty otherwise).
     parts: Vec<f64>,
@@ -76,10 +78,10 @@ pub(crate) struct Eval {
 }
 
 impl Eval {
-    fn new(deltas: Vec<(u16, f64)>, scale: f64) -> Eval {
+    fn new(deltas: Vec<(u16, f64)>, scale: f64, up: bool) -> Eval {
         let squashed = deltas
             .iter()
-            .map(|(_, d)| sigmoid_score(d * 1000.0 / scale))
+            .map(|(_, d)| squash(d * 1000.0 / scale, up))
             .collect();
         Eval {
             deltas,
@@ -242,6 +244,8 @@ pub struct FragEngine {
     /// Exponent `a` of the pod's GPU demand in the squash scale
     /// (`scale · gᵃ`); 0: one scale for every pod.
     size_exponent: f64,
+    /// Round a CPU-only pod's squashed score up instead of down.
+    cpu_only_round_up: bool,
 }
 
 impl FragEngine {
@@ -258,6 +262,7 @@ impl FragEngine {
             memo: Mutex::new(Memo::default()),
             groups: None,
             size_exponent: 0.0,
+            cpu_only_round_up: false,
         }
     }
 
@@ -328,6 +333,31 @@ impl FragEngine {
     pub fn with_size_exponent(mut self, a: f64) -> Self {
         self.size_exponent = a;
         self
+    }
+
+    /// Round the squashed score of a pod without GPU up instead of down.
+    ///
+    /// Such a pod takes CPU and memory only, so it can only add fragments:
+    /// its `Δ ≤ 0`. Rounded down, its best bin (50, `Δ ∈ [0, step)`) holds
+    /// `Δ = 0` alone and any fragment change, however small (a rare
+    /// high-CPU class that no longer fits), costs a whole step; rounded up,
+    /// its bins are laid out from the best value it can reach, every one a
+    /// full step wide like a GPU pod's (`Δ ∈ (−step, 0]` scores 50).
+    pub fn with_cpu_only_round_up(mut self, up: bool) -> Self {
+        self.cpu_only_round_up = up;
+        self
+    }
+
+    /// The squashed score of a value `v` (fragmentation change, milli
+    /// GPU) of placing `pod`: `100 · sigmoid(v / pod_scale)`, rounded as
+    /// the engine's evaluations are.
+    pub fn squash(&self, pod: &Pod, v: f64) -> i64 {
+        squash(v * 1000.0 / self.pod_scale(pod), self.rounds_up(pod))
+    }
+
+    /// Whether `pod`'s squashed score is rounded up.
+    fn rounds_up(&self, pod: &Pod) -> bool {
+        self.cpu_only_round_up && pod.gpu.is_none()
     }
 
     /// The squash scale of `pod`.
@@ -657,7 +687,7 @@ impl FragEngine {
                 .iter()
                 .map(|(l, a)| (*l, before - self.frag_sig(memo, a)))
                 .collect();
-            return Eval::new(deltas, self.pod_scale(pod));
+            return Eval::new(deltas, self.pod_scale(pod), self.rounds_up(pod));
         }
         // a mixed engine keeps Δ per part, so a new mix recombines them
         // without evaluating a state again
@@ -687,9 +717,10 @@ impl FragEngine {
             return;
         }
         let scale = self.pod_scale(pod);
+        let up = self.rounds_up(pod);
         for (i, d) in e.deltas.iter_mut().enumerate() {
             d.1 = dot(&e.parts[i * k..(i + 1) * k], &g.coef);
-            e.squashed[i] = sigmoid_score(d.1 * 1000.0 / scale);
+            e.squashed[i] = squash(d.1 * 1000.0 / scale, up);
         }
     }
 
@@ -775,7 +806,7 @@ impl FragEngine {
                 }
             }
         }
-        Eval::new(deltas, self.pod_scale(pod))
+        Eval::new(deltas, self.pod_scale(pod), self.rounds_up(pod))
     }
 }
 
@@ -790,9 +821,23 @@ pub fn pod_gpus(pod: &Pod) -> f64 {
     g.max(50.0) / GPU_MILLI as f64
 }
 
-/// The reference's integer score of a fragmentation change.
+/// `100 · sigmoid(Δ / 1000)`, before it is made an integer.
+fn sigmoid_percent(delta: f64) -> f64 {
+    100.0 / (1.0 + (-delta / 1000.0).exp())
+}
+
+/// The reference's integer score of a fragmentation change (rounded down).
 pub fn sigmoid_score(delta: f64) -> i64 {
-    (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
+    sigmoid_percent(delta) as i64
+}
+
+/// [`sigmoid_score`], rounded up instead of down when `up`.
+fn squash(delta: f64, up: bool) -> i64 {
+    if up {
+        sigmoid_percent(delta).ceil() as i64
+    } else {
+        sigmoid_score(delta)
+    }
 }
 
 /// The class distribution of the snapshot's pods (pending and running).
@@ -1081,5 +1126,12 @@ mod tests {
         assert_eq!(sigmoid_score(0.0), 50);
         assert_eq!(sigmoid_score(1e9), 100);
         assert_eq!(sigmoid_score(-1e9), 0);
+        // rounded up: no change and a small loss share the top bin of a
+        // pod that can only lose (a CPU-only pod), a larger loss does not
+        assert_eq!(squash(0.0, true), 50);
+        assert_eq!(squash(-10.0, true), 50);
+        assert_eq!(squash(-10.0, false), 49);
+        assert_eq!(squash(-50.0, true), 49);
+        assert_eq!(squash(-1e9, true), 0);
     }
 }

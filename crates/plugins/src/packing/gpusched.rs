@@ -18,7 +18,8 @@
 //! w_c     = p_c · π_c,  π_c = cluster GPUs / GPUs of the models c may use
 //! F(n)    = Σ_c w_c · f_c(n)           (f_c: FGD's fragment of n for c)
 //! v       = Δ − λ · L
-//! primary = ⌊100 · sigmoid(v / (s · gᵃ))⌋     (quantize; else ⌊v⌋)
+//! primary = ⌊100 · sigmoid(v / (s · gᵃ))⌋     (quantize; else ⌊v⌋;
+//!           ⌈…⌉ for a CPU-only pod, see below)
 //! score   = (primary, secondary, tie), compared in that order
 //! ```
 //!
@@ -55,12 +56,18 @@
 //! secondary key, largest nodes last. A share goes on the GPU with the
 //! best score, then the least compute left.
 //!
+//! A CPU-only pod can only add fragments (`v ≤ 0`), so its squash is
+//! rounded up ([`GpuschedConfig::cpu_only_round_up`]): rounded down, its
+//! top bin would hold `v = 0` alone, and a fragment change far below a
+//! step (a rare high-CPU class that no longer fits on the node) would
+//! cost a whole step, overruling the tie order.
+//!
 //! `F` is evaluated by [`FragEngine::grouped`] (classes grouped by GPU
 //! shape, CPU by binary search) and the squash is computed once per node
 //! state and pod class, which makes the policy cheaper per decision than
 //! the reference FGD despite the full distribution.
 
-use super::fgd::{FragEngine, derive_profile, sigmoid_score};
+use super::fgd::{FragEngine, derive_profile};
 use super::profile::{PodClass, Profile};
 use super::util::{WholeChooser, cpu_left_after, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
@@ -81,6 +88,10 @@ pub struct GpuschedConfig {
     /// Exponent `a` of the pod's GPU demand `g` in the squash scale
     /// `s · gᵃ` (0: one scale for every pod).
     pub size_exponent: f64,
+    /// Round a CPU-only pod's squashed value up instead of down (see
+    /// [`FragEngine::with_cpu_only_round_up`]): its `Δ` is never positive,
+    /// so its bins are laid out from 0 down, each a full step wide.
+    pub cpu_only_round_up: bool,
     /// Weight `λ` of the node's free GPU milli after placing.
     pub pack_weight: f64,
     /// Break ties by the fuller node (GPU, then CPU); else leave them.
@@ -276,6 +287,7 @@ impl Default for GpuschedConfig {
             quantize: true,
             quantize_scale: 2500.0,
             size_exponent: 1.0,
+            cpu_only_round_up: true,
             pack_weight: 0.0,
             best_fit_tie: false,
             sum_of_squares: false,
@@ -540,7 +552,8 @@ impl GpuschedPacker {
             self.parts.clear();
             self.part_sets.clear();
             self.engine = FragEngine::grouped(weighted.clone(), scale)
-                .with_size_exponent(self.cfg.size_exponent);
+                .with_size_exponent(self.cfg.size_exponent)
+                .with_cpu_only_round_up(self.cfg.cpu_only_round_up);
             (self.waste, self.cpu_per_gpu) =
                 derived_tables(&self.cfg, std::slice::from_ref(&weighted), &[1.0]);
             return self;
@@ -565,8 +578,9 @@ impl GpuschedPacker {
         self.parts = parts.into_iter().map(Profile::from_weights).collect();
         self.part_sets = sets;
         let (coef, scale) = self.mix();
-        self.engine =
-            FragEngine::mixed(&self.parts, &coef, scale).with_size_exponent(self.cfg.size_exponent);
+        self.engine = FragEngine::mixed(&self.parts, &coef, scale)
+            .with_size_exponent(self.cfg.size_exponent)
+            .with_cpu_only_round_up(self.cfg.cpu_only_round_up);
         (self.waste, self.cpu_per_gpu) = derived_tables(&self.cfg, &self.parts, &coef);
         self
     }
@@ -683,7 +697,7 @@ impl GpuschedPacker {
         } else if value == delta {
             squashed
         } else {
-            sigmoid_score(value * 1000.0 / self.engine.pod_scale(pod))
+            self.engine.squash(pod, value)
         };
         (primary, secondary)
     }
@@ -1228,6 +1242,46 @@ mod tests {
         let mut p = GpuschedPacker::with_profile(prof.clone());
         prepare(&mut p, &snap, &cs, 0);
         assert_eq!(pick(&p, &p1, &cs).unwrap().0, 0);
+    }
+
+    #[test]
+    fn a_cpu_only_pod_ties_a_small_fragment_change_with_none() {
+        // a: 8 GPUs, 96 CPU; b: 8 GPUs, 200 CPU. A CPU-only pod of 2 CPU
+        // leaves a with 94 CPU, too few for the rare 95-CPU class: all 8
+        // free GPUs of a become its fragment, Δ = −w·8000. On b nothing
+        // changes (Δ = 0).
+        let nodes = vec![node("a", 8, 96_000, "G2"), node("b", 8, 200_000, "G2")];
+        let snap = Snapshot {
+            nodes: nodes.clone(),
+            ..Default::default()
+        };
+        let class = |cpu_milli| PodClass {
+            cpu_milli,
+            gpu_milli: 1000,
+            gpu_count: 1,
+            gpu_mem_mib: 0,
+            gpu_models: vec![],
+        };
+        let cs = ClusterState::new(&nodes);
+        let cpu_only = pod(2000, GpuRequest::None);
+        let with = |rare: f64, up: bool| {
+            let prof = Profile::new([(class(1000), 1.0 - rare), (class(95_000), rare)]);
+            let mut p = GpuschedPacker::with_profile(prof).with_config(GpuschedConfig {
+                cpu_only_round_up: up,
+                ..Default::default()
+            });
+            prepare(&mut p, &snap, &cs, 0);
+            pick(&p, &cpu_only, &cs).unwrap().0
+        };
+        assert!(GpuschedConfig::default().cpu_only_round_up);
+        // w = 0.005: Δ = −40, under one step of the squash (≈ 100 milli
+        // at 2500·1): a and b tie and the node order takes a; rounded down
+        // the 40 milli cost a whole step and b wins
+        assert_eq!(with(0.005, true), 0);
+        assert_eq!(with(0.005, false), 1);
+        // w = 0.05: Δ = −400, several steps: b either way
+        assert_eq!(with(0.05, true), 1);
+        assert_eq!(with(0.05, false), 1);
     }
 
     #[test]
