@@ -7,7 +7,8 @@
 
 use anyhow::Context;
 use clap::Args;
-use gpusched_plugins::packing::POLICY_NAMES;
+use gpusched_plugins::packing::gpusched::GpuschedConfig;
+use gpusched_plugins::packing::{POLICY_NAMES, PackingConfig};
 use gpusched_sim::consolidate_method::{BudgetRow, budget_table};
 use gpusched_sim::fgd_method::{self, FgdMethod, MethodResult, TieBreak};
 use gpusched_sim::variants::{self, Variant};
@@ -253,7 +254,26 @@ fn print_table(rows: &Rows, published: &Published, seeds: &[u64]) {
     }
 }
 
-pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
+/// The `gpusched` policy's arguments from a scheduler configuration
+/// (`--config` with `--openb`). The configuration is checked whole, as the
+/// scheduler would (version, filters, argument domains); the FGD method
+/// then reads its `packing` section only, which must name gpusched, the one
+/// policy with arguments (the policies compared are `--policies`).
+fn gpusched_args(path: &Path) -> anyhow::Result<GpuschedConfig> {
+    let cfg = crate::scheduler::read_config(Some(path))?;
+    gpusched_sim::sched::build(Some(&cfg), None)
+        .map_err(|e| anyhow::anyhow!("{}: scheduler configuration: {e}", path.display()))?;
+    match cfg.packing {
+        PackingConfig::Gpusched(g) => Ok(g),
+        other => anyhow::bail!(
+            "{}: packing policy {:?} has no arguments; with --openb, --config is read for `packing: {{policy: gpusched, ...}}` only (the policies compared are --policies)",
+            path.display(),
+            other.policy().as_str()
+        ),
+    }
+}
+
+pub fn run(args: &OpenbArgs, config: Option<&Path>) -> anyhow::Result<()> {
     let paths = args.openb.as_deref().unwrap_or_default();
     let [nodes_csv, pods_csv] = paths else {
         anyhow::bail!("--openb takes NODES.csv PODS.csv");
@@ -261,6 +281,10 @@ pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
     let json = args.json;
     let seeds = parse_seeds(&args.seeds)?;
     let policies = parse_policies(&args.policies)?;
+    let gpusched = config.map(gpusched_args).transpose()?;
+    if let Some(p) = config {
+        eprintln!("gpusched policy arguments from {}", p.display());
+    }
     let variant_list = args
         .variants
         .as_deref()
@@ -302,7 +326,7 @@ pub fn run(args: &OpenbArgs) -> anyhow::Result<()> {
         },
         profile: None,
         threads: args.threads,
-        gpusched: None,
+        gpusched,
         move_budget: 0,
     };
     let budgets = parse_budgets(&args.move_budget)?;

@@ -18,12 +18,12 @@ pub struct SimulateArgs {
 
     /// Cluster file (YAML, the cluster-spec vocabulary). Default: the
     /// embedded mixed cluster (fixtures/clusters/mixed.yaml).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, conflicts_with = "openb", value_name = "FILE")]
     pub cluster: Option<PathBuf>,
 
     /// Workload file (YAML: queues, jobs, events; see docs/simulator.md).
     /// Default: the embedded mixed workload (fixtures/workloads/mixed.yaml).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, conflicts_with = "openb", value_name = "FILE")]
     pub workload: Option<PathBuf>,
 
     /// Seed for the workload's random parts and the scheduler.
@@ -31,22 +31,24 @@ pub struct SimulateArgs {
     pub seed: u64,
 
     /// Scheduler configuration (YAML, `gpusched_plugins::SchedulerConfig`).
-    /// Default: the built-in configuration.
+    /// Default: the built-in configuration. With --openb only its
+    /// `packing` section is read, and it must name gpusched: its arguments
+    /// replace the defaults of the `gpusched` policy in that run.
     #[arg(long, value_name = "SCHEDULER_CONFIG.yaml")]
     pub config: Option<PathBuf>,
 
     /// Packing policy (overrides the configuration's `packing.policy`):
     /// spread, binpack, random, dot-prod, gpu-clustering, gpu-packing,
     /// best-fit, fgd, gpusched.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, conflicts_with = "openb", value_name = "NAME")]
     pub policy: Option<String>,
 
     /// Write a self-contained HTML report (charts, tables) to FILE.
-    #[arg(long, value_name = "FILE.html")]
+    #[arg(long, conflicts_with = "openb", value_name = "FILE.html")]
     pub report: Option<PathBuf>,
 
     /// Stop at this virtual time (e.g. `6h`, `90m`).
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, conflicts_with = "openb", value_name = "DURATION")]
     pub until: Option<String>,
 
     /// Check conservation (no GPU overcommitted) after every cycle and event.
@@ -56,7 +58,7 @@ pub struct SimulateArgs {
     /// Replay a captured cluster state (`gpusched snapshot capture`) instead
     /// of a workload: the core's cycles from that moment, with the file's
     /// scheduler configuration unless --config / --policy say otherwise.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload", "openb"])]
     pub snapshot: Option<PathBuf>,
 
     /// With --snapshot: run time (e.g. `2h`) of the pods the file gives
@@ -68,7 +70,7 @@ pub struct SimulateArgs {
 
 pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
     if args.openb.is_requested() {
-        return crate::openb::run(&args.openb);
+        return crate::openb::run(&args.openb, args.config.as_deref());
     }
     if let Some(path) = &args.snapshot {
         return replay(&args, path);
