@@ -123,38 +123,36 @@ fn the_configurations_gpusched_arguments_decide_the_placements() {
 #[test]
 fn what_the_fgd_method_cannot_use_is_refused_with_the_file_named() {
     let dir = trace();
-    let write = |name: &str, text: &str| {
+    // (file, its text, what the error must say besides the file's name)
+    let cases: [(&str, &str, &[&str]); 3] = [
+        // another policy: nothing to read
+        (
+            "fgd.yaml",
+            "version: v1\npacking:\n  policy: fgd\n",
+            &["\"fgd\"", "--policies"],
+        ),
+        // an argument outside its domain: the field
+        (
+            "bad.yaml",
+            "version: v1\npacking:\n  policy: gpusched\n  coverage: 1.5\n",
+            &["packing.coverage", "(0, 1]"],
+        ),
+        // an unknown field
+        (
+            "typo.yaml",
+            "version: v1\npacking:\n  policy: gpusched\n  quantise_scale: 10\n",
+            &["quantise_scale"],
+        ),
+    ];
+    for (name, text, says) in cases {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_string()
-    };
-    // another policy: nothing to read
-    let f = write("fgd.yaml", "version: v1\npacking:\n  policy: fgd\n");
-    let e = stderr(&simulate(&dir, &["--config", &f]));
-    assert!(
-        e.contains("fgd.yaml") && e.contains("\"fgd\"") && e.contains("--policies"),
-        "{e}"
-    );
-    // an argument outside its domain: the field and the file
-    let f = write(
-        "bad.yaml",
-        "version: v1\npacking:\n  policy: gpusched\n  coverage: 1.5\n",
-    );
-    let e = stderr(&simulate(&dir, &["--config", &f]));
-    assert!(
-        e.contains("bad.yaml") && e.contains("packing.coverage"),
-        "{e}"
-    );
-    // an unknown field
-    let f = write(
-        "typo.yaml",
-        "version: v1\npacking:\n  policy: gpusched\n  quantise_scale: 10\n",
-    );
-    let e = stderr(&simulate(&dir, &["--config", &f]));
-    assert!(
-        e.contains("typo.yaml") && e.contains("quantise_scale"),
-        "{e}"
-    );
+        let e = stderr(&simulate(&dir, &["--config", p.to_str().unwrap()]));
+        assert!(e.contains(name), "{e}");
+        for s in says {
+            assert!(e.contains(s), "{name}: no {s:?} in {e}");
+        }
+    }
     // the simulator's own flags have no meaning for the FGD method
     let e = stderr(&simulate(&dir, &["--policy", "fgd"]));
     assert!(e.contains("--policy") && e.contains("--openb"), "{e}");
