@@ -35,9 +35,7 @@ fn trace() -> PathBuf {
     for i in 0..12 {
         pods += &format!("one-{i},1000,1024,1,1000,,LS,Running,0,10,0\n");
     }
-    for i in 0..1 {
-        pods += &format!("eight-{i},1000,1024,8,1000,,LS,Running,0,10,0\n");
-    }
+    pods += "eight,1000,1024,8,1000,,LS,Running,0,10,0\n";
     std::fs::write(dir.join("pods.csv"), pods).unwrap();
     dir
 }
