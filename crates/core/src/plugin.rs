@@ -167,4 +167,13 @@ pub trait Packer: Send + Sync {
     fn scheduling_key(&self, _pod: &Pod, _key: &mut SchedulingKey) {}
     /// Where `pod` would go on `node` and how good that is.
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement>;
+    /// What `prepare` computed, as a number a caller may cache `place` by
+    /// across cycles: two `place` calls for pods of one scheduling key on
+    /// one node version give equal results when `generation` returned the
+    /// same `Some` value after each one's `prepare`. A packer bumps it
+    /// whenever `prepare` changes something `place` reads. `None` (the
+    /// default): no promise beyond the cycle.
+    fn generation(&self) -> Option<u64> {
+        None
+    }
 }

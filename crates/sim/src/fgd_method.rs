@@ -26,7 +26,9 @@
 //! the run's seed and the pod's position, against a snapshot that holds the
 //! pods placed so far, so every policy sees exactly the current cluster.
 
-use gpusched_core::{ClusterState, NodeId, PackEnv, PodPhase, PodState, Snapshot};
+use gpusched_core::{
+    ClusterState, NodeId, PackEnv, Packer, PodPhase, PodState, SchedulingKey, Snapshot,
+};
 use gpusched_model::{GPU_MILLI, GpuRequest, Node, Pod};
 use gpusched_plugins::packing::fgd::FragEngine;
 use gpusched_plugins::packing::gpusched::GpuschedConfig;
@@ -36,6 +38,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -299,11 +302,113 @@ fn gpu_precheck(cs: &ClusterState<'_>, pod: &Pod, n: NodeId) -> bool {
     }
 }
 
+/// Whether the filters pass `pod` on node `n` and its free GPUs could hold
+/// the request (the packer decides exactly).
+fn candidate(cs: &ClusterState<'_>, pod: &Pod, n: NodeId) -> bool {
+    let node = cs.node(n);
+    !node.unschedulable
+        && model_ok(pod, node)
+        && cs.fits_non_gpu(pod, n)
+        && gpu_precheck(cs, pod, n)
+}
+
 fn model_ok(pod: &Pod, node: &Node) -> bool {
     if pod.gpu.is_none() || pod.gpu_models.is_empty() {
         return true;
     }
     node.gpus.iter().any(|g| pod.allows_model(&g.model))
+}
+
+/// Dense ids of the trace's pod classes: pods with equal scheduling keys
+/// (what the core keys its own cache on, plus what the packer declares)
+/// get one id. Returns the id of each pod and the number of ids.
+fn pod_classes(trace: &[Pod], packer: &dyn Packer) -> (Vec<u32>, usize) {
+    let mut ids: BTreeMap<SchedulingKey, u32> = BTreeMap::new();
+    let of = trace
+        .iter()
+        .map(|pod| {
+            let mut key = SchedulingKey::new();
+            key.add(&pod.requests);
+            key.add(&pod.gpu);
+            key.add(&pod.gpu_models);
+            key.add(&pod.min_gpu_memory_mib);
+            packer.scheduling_key(pod, &mut key);
+            let next = ids.len() as u32;
+            *ids.entry(key).or_insert(next)
+        })
+        .collect();
+    (of, ids.len())
+}
+
+/// What a cached result was computed under, besides the node's version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Generation {
+    /// The packer's [`Packer::generation`].
+    Packer(u64),
+    /// One decision only (the packer promises nothing across decisions).
+    Decision(usize),
+}
+
+/// A node's candidacy for each pod class: the filters' verdict and the
+/// score of the packer's `place`, kept while the node's version and the
+/// packer's generation stay. Between two placements on a node the cluster
+/// sees hundreds of decisions, most for classes seen before, so most
+/// decisions read every node from here instead of scoring it again. The
+/// scores are the ones `place` would give now, so runs are the same with
+/// and without it; the winner's GPUs come from one more `place` call.
+struct PlaceCache {
+    nodes: usize,
+    /// Per node: the version and generation its current epoch holds for,
+    /// and that epoch (from 1).
+    stamp: Vec<(u64, Generation, u32)>,
+    /// Per class and node (class-major: a decision reads one class for
+    /// every node, in node order): the epoch it was computed in (0: never)
+    /// and the score (`None`: not a candidate).
+    entries: Vec<(u32, Option<gpusched_core::Score>)>,
+}
+
+/// Most entries a [`PlaceCache`] holds (32 bytes each): a larger cluster
+/// times class count runs without one.
+const PLACE_CACHE_ENTRIES: usize = 1 << 21;
+
+impl PlaceCache {
+    fn new(nodes: usize, classes: usize) -> Self {
+        let size = nodes.saturating_mul(classes);
+        PlaceCache {
+            nodes,
+            stamp: vec![(u64::MAX, Generation::Decision(usize::MAX), 0); nodes],
+            entries: if size <= PLACE_CACHE_ENTRIES {
+                vec![(0, None); size]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Node `n`'s score for `class`, computed by `compute` unless held for
+    /// this version and generation.
+    fn get(
+        &mut self,
+        n: NodeId,
+        class: u32,
+        version: u64,
+        generation: Generation,
+        compute: impl FnOnce() -> Option<gpusched_core::Score>,
+    ) -> Option<gpusched_core::Score> {
+        if self.entries.is_empty() {
+            return compute();
+        }
+        let stamp = &mut self.stamp[n as usize];
+        if (stamp.0, stamp.1) != (version, generation) {
+            *stamp = (version, generation, stamp.2 + 1);
+        }
+        let epoch = stamp.2;
+        let entry = &mut self.entries[class as usize * self.nodes + n as usize];
+        if entry.0 != epoch {
+            *entry = (epoch, compute());
+        }
+        entry.1
+    }
 }
 
 /// One seed of one policy.
@@ -322,6 +427,18 @@ pub fn run_seed(
             gpusched: method.gpusched,
         },
     )?;
+    run_seed_with(method, nodes, trace, &mut *packer, profile, seed)
+}
+
+/// One seed with the packer given (built by [`run_seed`] from its name).
+fn run_seed_with(
+    method: &FgdMethod,
+    nodes: &[Node],
+    trace: &[Pod],
+    packer: &mut dyn Packer,
+    profile: &Profile,
+    seed: u64,
+) -> Result<SeedRun, MethodError> {
     let frag = FragEngine::new(profile.typical(TYPICAL_COVERAGE));
     let mut cs = ClusterState::new(nodes);
     let (capacity, _) = cs.gpu_milli_totals();
@@ -350,6 +467,8 @@ pub fn run_seed(
     let (mut placed, mut skipped) = (0usize, 0usize);
     let cap = capacity as f64;
     let mut mover = crate::consolidate_method::Mover::new(method.move_budget, nodes.len());
+    let (class_of, classes) = pod_classes(trace, packer);
+    let mut cache = PlaceCache::new(nodes.len(), classes);
     for (step, &ti) in order.iter().enumerate() {
         let pod = &trace[ti];
         arrived += demand_milli(pod);
@@ -358,38 +477,43 @@ pub fn run_seed(
             state: &cs,
             seed: gpusched_model::mix::mix_indexed(seed, step as u64),
         });
-        let mut best: Option<(NodeId, gpusched_core::Placement)> = None;
+        // a packer that promises nothing across decisions gets a generation
+        // of its own for each one
+        let generation = packer
+            .generation()
+            .map_or(Generation::Decision(step), Generation::Packer);
+        let class = class_of[ti];
+        let mut best: Option<(NodeId, gpusched_core::Score)> = None;
         let mut ties = 0u32;
         for n in 0..nodes.len() as NodeId {
-            let node = &nodes[n as usize];
-            if node.unschedulable
-                || !model_ok(pod, node)
-                || !cs.fits_non_gpu(pod, n)
-                || !gpu_precheck(&cs, pod, n)
-            {
-                continue;
-            }
-            let Some(pl) = packer.place(pod, n, &cs) else {
+            let Some(score) = cache.get(n, class, cs.get(n).version, generation, || {
+                candidate(&cs, pod, n)
+                    .then(|| packer.place(pod, n, &cs))?
+                    .map(|pl| pl.score)
+            }) else {
                 continue;
             };
             match &best {
-                Some((_, b)) if pl.score < b.score => {}
-                Some((bn, b)) if pl.score == b.score => {
+                Some((_, b)) if score < *b => {}
+                Some((bn, b)) if score == *b => {
                     ties += 1;
                     let take = match method.tie_break {
                         TieBreak::Random => rng.random_range(0..ties) == 0,
                         _ => prio[n as usize] < prio[*bn as usize],
                     };
                     if take {
-                        best = Some((n, pl));
+                        best = Some((n, score));
                     }
                 }
                 _ => {
                     ties = 1;
-                    best = Some((n, pl));
+                    best = Some((n, score));
                 }
             }
         }
+        // the winner's GPUs: the same call on the same state and generation
+        // as the score kept
+        let best = best.and_then(|(n, _)| Some((n, packer.place(pod, n, &cs)?)));
         match best {
             Some((n, pl)) => {
                 cs.assign(n, &pod.requests, &pl.gpus)
@@ -608,5 +732,111 @@ mod tests {
             }
         }
         assert!(run(&m, &nodes, &pods, "nope", &[1]).is_err());
+    }
+
+    /// A packer as given, counting its `place` calls, with its generation
+    /// or with none (then every decision scores every node again).
+    struct Counted {
+        inner: Box<dyn Packer>,
+        forward_generation: bool,
+        calls: AtomicUsize,
+    }
+
+    impl Packer for Counted {
+        fn name(&self) -> &'static str {
+            self.inner.name()
+        }
+        fn prepare(&mut self, env: &PackEnv<'_, '_>) {
+            self.inner.prepare(env)
+        }
+        fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
+            self.inner.scheduling_key(pod, key)
+        }
+        fn place(
+            &self,
+            pod: &Pod,
+            node: NodeId,
+            state: &ClusterState<'_>,
+        ) -> Option<gpusched_core::Placement> {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.inner.place(pod, node, state)
+        }
+        fn generation(&self) -> Option<u64> {
+            self.inner.generation().filter(|_| self.forward_generation)
+        }
+    }
+
+    /// 24 nodes of three sizes and models, and pods of every kind: shares,
+    /// whole and multi-GPU pods, CPU-only pods and pods restricted to a
+    /// model (so `gpusched`'s scarcity levels move while it fills).
+    fn mixed() -> (Vec<Node>, Vec<Pod>) {
+        let mut nodes = String::from("sn,cpu_milli,memory_mib,gpu,model\n");
+        for i in 0..24 {
+            let (cpu, gpus, model) =
+                [(32000, 2, "T4"), (64000, 4, "P100"), (96000, 8, "G2")][i % 3];
+            nodes.push_str(&format!("n{i},{cpu},262144,{gpus},{model}\n"));
+        }
+        let mut pods = String::from("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n");
+        for i in 0..60 {
+            let (cpu, gpus, milli, spec) = [
+                (4000, 1, 1000, ""),
+                (2000, 1, 500, ""),
+                (6000, 1, 300, "T4"),
+                (16000, 2, 1000, ""),
+                (3000, 0, 0, ""),
+                (8000, 4, 1000, "G2"),
+                (1000, 1, 800, ""),
+                (12000, 8, 1000, ""),
+                (2000, 1, 1000, "P100|T4"),
+            ][i % 9];
+            pods.push_str(&format!("p{i},{cpu},8192,{gpus},{milli},{spec}\n"));
+        }
+        let nodes = parse_nodes("n.csv", &nodes).unwrap();
+        let pods = parse_pods("p.csv", &pods)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.pod)
+            .collect();
+        (nodes, pods)
+    }
+
+    #[test]
+    fn cached_placements_give_the_same_run_with_fewer_calls() {
+        let (nodes, pods) = mixed();
+        let profile = Profile::from_pods(&pods);
+        for budget in [0, 5] {
+            let m = FgdMethod {
+                move_budget: budget,
+                ..Default::default()
+            };
+            for p in packing::POLICY_NAMES {
+                let packer = |forward_generation| Counted {
+                    inner: packing::by_name(
+                        p,
+                        &PackerOptions {
+                            profile: Some(profile.clone()),
+                            gpusched: None,
+                        },
+                    )
+                    .unwrap(),
+                    forward_generation,
+                    calls: AtomicUsize::new(0),
+                };
+                for seed in [1, 2] {
+                    let (mut cached, mut uncached) = (packer(true), packer(false));
+                    let a = run_seed_with(&m, &nodes, &pods, &mut cached, &profile, seed).unwrap();
+                    let b =
+                        run_seed_with(&m, &nodes, &pods, &mut uncached, &profile, seed).unwrap();
+                    assert_eq!(a, b, "{p}, budget {budget}, seed {seed}");
+                    assert_eq!(a, run_seed(&m, &nodes, &pods, p, &profile, seed).unwrap());
+                    let (ca, cb) = (cached.calls.into_inner(), uncached.calls.into_inner());
+                    if cached.inner.generation().is_some() {
+                        assert!(ca < cb, "{p}: {ca} calls cached, {cb} not");
+                    } else {
+                        assert_eq!(ca, cb, "{p}");
+                    }
+                }
+            }
+        }
     }
 }

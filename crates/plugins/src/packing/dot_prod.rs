@@ -42,6 +42,11 @@ impl Packer for DotProdPacker {
         super::PolicyName::DotProd.as_str()
     }
 
+    /// `place` reads the pod and the node's state only.
+    fn generation(&self) -> Option<u64> {
+        Some(0)
+    }
+
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
         let gpus = self
             .whole

@@ -850,6 +850,8 @@ pub struct FgdPacker {
     explicit: bool,
     engine: FragEngine,
     whole: WholeChooser,
+    /// Bumped when `prepare` builds a new engine ([`Packer::generation`]).
+    generation: u64,
 }
 
 impl Default for FgdPacker {
@@ -866,6 +868,7 @@ impl FgdPacker {
             explicit: false,
             engine: FragEngine::new(Profile::default()),
             whole: WholeChooser::new(),
+            generation: 0,
         }
     }
 
@@ -876,6 +879,7 @@ impl FgdPacker {
             explicit: true,
             engine: FragEngine::new(profile.typical(TYPICAL_COVERAGE)),
             whole: WholeChooser::new(),
+            generation: 0,
         }
     }
 
@@ -895,8 +899,14 @@ impl Packer for FgdPacker {
             let p = derive_profile(env).typical(TYPICAL_COVERAGE);
             if &p != self.engine.profile() {
                 self.engine = FragEngine::new(p);
+                self.generation += 1;
             }
         }
+    }
+
+    /// The engine's profile is all `prepare` sets.
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation)
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {

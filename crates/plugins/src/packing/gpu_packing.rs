@@ -57,6 +57,11 @@ impl Packer for GpuPackingPacker {
         super::PolicyName::GpuPacking.as_str()
     }
 
+    /// `place` reads the pod and the node's state only.
+    fn generation(&self) -> Option<u64> {
+        Some(0)
+    }
+
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
         let gpus = self
             .whole

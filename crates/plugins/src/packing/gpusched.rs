@@ -341,6 +341,9 @@ pub struct GpuschedPacker {
     parts: Vec<Profile>,
     /// The restricted model set of each pair of parts after the first.
     part_sets: Vec<Vec<String>>,
+    /// Bumped when `prepare` changes anything `place` reads
+    /// ([`Packer::generation`]).
+    generation: u64,
 }
 
 /// Steps of the scarcity level (the engine is rebuilt when a level moves
@@ -493,6 +496,7 @@ impl GpuschedPacker {
             size_protection: Vec::new(),
             parts: Vec::new(),
             part_sets: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -887,6 +891,10 @@ impl Packer for GpuschedPacker {
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {
         // kept across an engine rebuild (hysteresis of the size levels)
         let size_prev = std::mem::take(&mut self.size_levels);
+        let protection_prev = self.size_protection.clone();
+        let generation = self.generation;
+        // whether `place` may answer differently from before this call
+        let mut changed = false;
         let mut rebuild = None;
         // a level moved: new coefficients for the engine's parts, its memo
         // of each part's fragmentation kept
@@ -902,6 +910,7 @@ impl Packer for GpuschedPacker {
                     *reach.entry(g.model.clone()).or_insert(0u64) += 1;
                 }
             }
+            changed |= self.largest != largest;
             self.largest = largest;
             self.shape_nodes = env.snapshot.nodes.len();
             if reach != self.reach {
@@ -929,6 +938,7 @@ impl Packer for GpuschedPacker {
                 rebuild = Some(p);
             }
         }
+        changed |= remix || rebuild.is_some();
         if let Some(p) = rebuild {
             let this = std::mem::take(self);
             *self = GpuschedPacker {
@@ -959,7 +969,10 @@ impl Packer for GpuschedPacker {
             );
             self.size_protection = size_protection(&self.size_levels);
         }
+        changed |= self.size_protection != protection_prev;
         if self.cfg.sum_of_squares {
+            // the levels follow every placement
+            changed = true;
             self.levels.clear();
             self.levels.resize(1001, 0);
             for st in env.state.states() {
@@ -970,6 +983,13 @@ impl Packer for GpuschedPacker {
                 }
             }
         }
+        self.generation = generation + changed as u64;
+    }
+
+    /// Bumped by `prepare` when an engine rebuild, new scarcity levels,
+    /// node-size levels or bin levels change what `place` answers.
+    fn generation(&self) -> Option<u64> {
+        Some(self.generation)
     }
 
     fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
