@@ -663,24 +663,25 @@ mod tests {
     use super::*;
     use crate::openb::{parse_nodes, parse_pods};
 
+    /// Nodes and pods from openb-format tables.
+    fn tables(nodes: &str, pods: &str) -> (Vec<Node>, Vec<Pod>) {
+        let nodes = parse_nodes("n.csv", nodes).unwrap();
+        let pods = parse_pods("p.csv", pods)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.pod)
+            .collect();
+        (nodes, pods)
+    }
+
     fn small() -> (Vec<Node>, Vec<Pod>) {
-        let nodes = parse_nodes(
-            "n.csv",
+        tables(
             "sn,cpu_milli,memory_mib,gpu,model\n\
              a,32000,131072,4,T4\nb,32000,131072,4,T4\nc,64000,262144,8,V100M32\n",
-        )
-        .unwrap();
-        let pods: Vec<Pod> = parse_pods(
-            "p.csv",
             "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n\
              p0,4000,8192,1,1000,\np1,2000,4096,1,500,\np2,2000,4096,1,250,\n\
              p3,8000,8192,2,1000,\np4,1000,1024,0,0,\np5,4000,4096,1,300,V100M32\n",
         )
-        .unwrap()
-        .into_iter()
-        .map(|t| t.pod)
-        .collect();
-        (nodes, pods)
     }
 
     #[test]
@@ -791,13 +792,7 @@ mod tests {
             ][i % 9];
             pods.push_str(&format!("p{i},{cpu},8192,{gpus},{milli},{spec}\n"));
         }
-        let nodes = parse_nodes("n.csv", &nodes).unwrap();
-        let pods = parse_pods("p.csv", &pods)
-            .unwrap()
-            .into_iter()
-            .map(|t| t.pod)
-            .collect();
-        (nodes, pods)
+        tables(&nodes, &pods)
     }
 
     #[test]
