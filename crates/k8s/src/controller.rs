@@ -126,7 +126,12 @@ pub async fn run_with_client(
         crate::debug::serve(addr, health.clone(), stop_rx.clone()).await?;
     }
     let mut tasks = watch::Tasks::default();
-    let flags = watch::start(&client, &shared, &mut tasks);
+    let mut watches = watch::start(&client, &shared, &mut tasks);
+    let jobs_watch = Arc::new(watch::WatchHealth::new(
+        crate::world::ObjectKind::Job,
+        false,
+    ));
+    watches.push(jobs_watch.clone());
 
     // leadership
     let (leader_rx, lease_task) = match &opts.lease_name {
@@ -145,7 +150,11 @@ pub async fn run_with_client(
         None => (tokio_watch::channel(true).1, None),
     };
 
-    tasks.spawn(watch::run_job_gangs(client.clone(), leader_rx.clone()));
+    tasks.spawn(watch::run_job_gangs(
+        client.clone(),
+        leader_rx.clone(),
+        jobs_watch,
+    ));
     let mut exec = Executor::new(
         client.clone(),
         shared.clone(),
@@ -170,11 +179,12 @@ pub async fn run_with_client(
             _ = shared.changed.notified() => tokio::time::sleep(opts.debounce.max(last_cost)).await,
             _ = tokio::time::sleep(wait) => {}
         }
-        let synced = flags
+        let synced = watches
             .iter()
-            .filter(|(_, _, req)| *req)
-            .all(|(_, f, _)| f.load(Ordering::SeqCst));
+            .filter(|h| h.required)
+            .all(|h| h.synced.load(Ordering::SeqCst));
         health.ready.store(synced, Ordering::SeqCst);
+        health.set_problem(forbidden_watches(&watches));
         let leading = *leader_rx.borrow();
         health.leader.store(leading, Ordering::SeqCst);
         metrics.leader.set(i64::from(leading));
@@ -233,6 +243,21 @@ pub async fn run_with_client(
         let _ = lm.release().await;
     }
     Ok(())
+}
+
+/// The permissions the watches lack, as one line for `/healthz` and
+/// `/readyz` (`None` when every watch is allowed).
+fn forbidden_watches(watches: &[Arc<watch::WatchHealth>]) -> Option<String> {
+    let lines: Vec<String> = watches
+        .iter()
+        .filter_map(|h| h.forbidden().map(|m| format!("watch {:?}: {m}", h.kind)))
+        .collect();
+    (!lines.is_empty()).then(|| {
+        format!(
+            "missing permissions (the scheduler cannot work until its ClusterRole grants them): {}",
+            lines.join("; ")
+        )
+    })
 }
 
 fn gpus_text(milli: u64) -> String {

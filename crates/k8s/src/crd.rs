@@ -40,21 +40,27 @@ pub struct QueueSpec {
     /// Parent queue; absent for a top-level queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// Weight among siblings for fair share (1 or more; default 1).
+    /// Weight among siblings for fair share (1 to 1,000,000; default 1).
     #[serde(default = "one")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub weight: u32,
     /// Resources deserved even under contention (`cpu`, `memory`,
     /// `nvidia.com/gpu`, extended resources).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub guaranteed: BTreeMap<String, String>,
     /// Guaranteed whole GPUs per GPU model (the `nvidia.com/gpu.product`
     /// label value); added to the GPU guarantee.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub guaranteed_gpus_by_model: BTreeMap<String, String>,
     /// Hard cap on each resource it names (e.g. `nvidia.com/gpu: "16"`);
     /// resources it does not name are not capped; absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub limit: Option<BTreeMap<String, String>>,
     /// May the queue use more than its guarantee while others are idle?
     #[serde(default = "yes")]
@@ -156,8 +162,8 @@ pub struct TopologySpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
-    /// Members that must be placed together (1 or more).
-    #[schemars(range(min = 1))]
+    /// Members that must be placed together (1 to 100,000).
+    #[schemars(range(min = 1, max = 100_000))]
     pub min_member: u32,
     /// Queue of the group (else the members' `gpusched.io/queue` label, else
     /// the default queue).
@@ -172,7 +178,7 @@ pub struct PodGroupSpec {
     /// Give up after this many seconds without starting (members get a
     /// `FailedScheduling` event and the group phase `TimedOut`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 31_536_000))]
     pub schedule_timeout_seconds: Option<u64>,
 }
 

@@ -90,6 +90,9 @@ pub struct Server {
     pub ready: AtomicBool,
     /// This replica holds the lease.
     pub leader: AtomicBool,
+    /// What keeps the scheduler from working (a watch it may not make):
+    /// `/healthz` and `/readyz` fail with it.
+    problem: Mutex<Option<String>>,
     latest: Mutex<Option<Arc<Latest>>>,
     auth: HttpAuth,
     client: Client,
@@ -139,6 +142,7 @@ impl Server {
             metrics,
             ready: AtomicBool::new(false),
             leader: AtomicBool::new(leader),
+            problem: Mutex::new(None),
             latest: Mutex::new(None),
             auth,
             client,
@@ -146,6 +150,18 @@ impl Server {
             lease,
             cache: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Sets (or clears) what keeps the scheduler from working.
+    pub fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Keeps a cycle's input and output for the debug endpoint.
@@ -170,6 +186,15 @@ impl Server {
     /// Answers one request.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_string();
+        if (path == "/healthz" || path == "/readyz")
+            && let Some(p) = self.problem()
+        {
+            return reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("{p}\n"),
+            );
+        }
         match path.as_str() {
             "/healthz" => return reply(StatusCode::OK, "text/plain", "ok\n".into()),
             "/readyz" if self.ready.load(Ordering::SeqCst) => {

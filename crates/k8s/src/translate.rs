@@ -479,6 +479,79 @@ fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
     Ok(out)
 }
 
+/// Pod fields whose constraints gpusched does not check yet. A pending pod
+/// that uses one is refused (never placed as if the field were absent):
+/// kube-scheduler honours them, and binding without checking would break
+/// what the pod asks (replicas on one node despite anti-affinity, a local
+/// volume on another node, a claim that is never allocated). Returns the
+/// field path of the first one found.
+pub fn unsupported_field(p: &Pod) -> Option<String> {
+    let spec = p.spec.as_ref()?;
+    if let Some(a) = spec.affinity.as_ref() {
+        if a.pod_affinity.as_ref().is_some_and(|t| {
+            t.required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .is_some_and(|v| !v.is_empty())
+                || t.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|v| !v.is_empty())
+        }) {
+            return Some("spec.affinity.podAffinity".into());
+        }
+        if a.pod_anti_affinity.as_ref().is_some_and(|t| {
+            t.required_during_scheduling_ignored_during_execution
+                .as_ref()
+                .is_some_and(|v| !v.is_empty())
+                || t.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|v| !v.is_empty())
+        }) {
+            return Some("spec.affinity.podAntiAffinity".into());
+        }
+        if a.node_affinity.as_ref().is_some_and(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+                .is_some_and(|v| !v.is_empty())
+        }) {
+            return Some(
+                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution".into(),
+            );
+        }
+    }
+    if spec
+        .topology_spread_constraints
+        .as_ref()
+        .is_some_and(|v| !v.is_empty())
+    {
+        return Some("spec.topologySpreadConstraints".into());
+    }
+    if spec.resource_claims.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Some("spec.resourceClaims".into());
+    }
+    let containers = [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ];
+    for (list, cs) in containers {
+        for (i, c) in cs.into_iter().flatten().enumerate() {
+            for (j, port) in c.ports.iter().flatten().enumerate() {
+                if port.host_port.is_some_and(|h| h != 0) {
+                    return Some(format!("spec.{list}[{i}].ports[{j}].hostPort"));
+                }
+            }
+        }
+    }
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        if v.persistent_volume_claim.is_some() {
+            return Some(format!("spec.volumes[{i}].persistentVolumeClaim"));
+        }
+        if v.ephemeral.is_some() {
+            return Some(format!("spec.volumes[{i}].ephemeral"));
+        }
+    }
+    None
+}
+
 /// The core's pod from a Kubernetes pod (its queue is the label's, or
 /// [`DEFAULT_QUEUE`]; the caller may replace it with its group's queue).
 pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
@@ -639,6 +712,15 @@ pub fn pod(p: &Pod) -> PodView {
                 .unwrap_or_default();
             if !gates.is_empty() {
                 PodKind::Gated { gates }
+            } else if let Some(field) = unsupported_field(p) {
+                PodKind::Invalid {
+                    error: field_err(
+                        &format!("pod {}/{}", view.namespace, view.name),
+                        &field,
+                        "not supported by gpusched yet, so the pod is not placed (its constraint would be ignored); remove the field or leave the pod to kube-scheduler",
+                    )
+                    .to_string(),
+                }
             } else {
                 match model_pod(p) {
                     Ok(pod) => PodKind::Pending {

@@ -7,6 +7,7 @@ use crate::world::{ObjectKind, World};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
@@ -75,19 +76,124 @@ fn uid_key<K: Resource>(o: &K) -> String {
     o.meta().uid.clone().unwrap_or_default()
 }
 
+/// How one watch stands: listed yet, and what keeps it from working (a
+/// missing permission, a CRD that is not installed), for `/readyz`,
+/// `/healthz` and the logs.
+#[derive(Debug)]
+pub struct WatchHealth {
+    /// What it watches.
+    pub kind: ObjectKind,
+    /// Readiness waits for it (optional kinds are CRDs that may be absent).
+    pub required: bool,
+    /// Its first list is complete.
+    pub synced: AtomicBool,
+    /// The permission it lacks (the API server's 403 message), while it
+    /// lacks it.
+    forbidden: Mutex<Option<String>>,
+}
+
+impl WatchHealth {
+    /// A watch's health, not yet synced.
+    pub fn new(kind: ObjectKind, required: bool) -> Self {
+        WatchHealth {
+            kind,
+            required,
+            synced: AtomicBool::new(false),
+            forbidden: Mutex::new(None),
+        }
+    }
+
+    /// The missing permission, while the API server refuses the watch.
+    pub fn forbidden(&self) -> Option<String> {
+        self.forbidden
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_forbidden(&self, v: Option<String>) {
+        *self.forbidden.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
+
+/// What a failed watch request says, sorted into what the loop does with it.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// 403: the credentials may not list or watch this kind.
+    Forbidden(String),
+    /// 404: the resource is not served (a CRD that is not installed).
+    NotServed,
+    /// Anything else (retried with backoff).
+    Other(String),
+}
+
+fn classify(e: &watcher::Error) -> Failure {
+    let status = match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.as_ref()),
+        watcher::Error::WatchError(s) => Some(s.as_ref()),
+        _ => None,
+    };
+    match status {
+        Some(s) if s.code == 403 => Failure::Forbidden(s.message.clone()),
+        Some(s) if s.code == 404 => Failure::NotServed,
+        _ => Failure::Other(e.to_string()),
+    }
+}
+
+/// Logs a repeated problem at most once a minute (with how often it
+/// happened meanwhile).
+struct Throttled {
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl Throttled {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn new() -> Self {
+        Throttled {
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether to log now; `Some(n)`: log, `n` occurrences were suppressed.
+    fn due(&mut self) -> Option<u64> {
+        if self.last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(std::time::Instant::now());
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Whether the API server serves `ar` (discovery is open to every
+/// authenticated user).
+async fn served(client: &Client, ar: &ApiResource) -> bool {
+    match client.list_api_group_resources(&ar.api_version).await {
+        Ok(list) => list.resources.iter().any(|r| r.name == ar.plural),
+        Err(_) => false,
+    }
+}
+
 async fn run_watch<K>(
     api: Api<K>,
-    kind: ObjectKind,
+    health: Arc<WatchHealth>,
     shared: Shared,
-    synced: Arc<AtomicBool>,
     key: fn(&K) -> String,
     apply: fn(&mut World, &K),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
+    let kind = health.kind;
     let cfg = watcher::Config::default().any_semantic();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
+    let mut forbidden_log = Throttled::new();
+    let mut error_log = Throttled::new();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Apply(o)) => shared.with(|w| apply(w, &o)),
@@ -112,12 +218,32 @@ async fn run_watch<K>(
                         }
                     });
                 }
-                if !synced.swap(true, Ordering::SeqCst) {
+                if health.forbidden().is_some() {
+                    tracing::info!(?kind, "watch permitted now");
+                    health.set_forbidden(None);
+                }
+                if !health.synced.swap(true, Ordering::SeqCst) {
                     tracing::info!(?kind, "watch synced");
                 }
             }
             Err(e) => {
-                tracing::warn!(?kind, "watch: {e}");
+                match classify(&e) {
+                    Failure::Forbidden(msg) => {
+                        if let Some(n) = forbidden_log.due() {
+                            tracing::error!(
+                                ?kind,
+                                suppressed = n,
+                                "watch forbidden: {msg} (grant the scheduler's ClusterRole the permission; deploy/README.md)"
+                            );
+                        }
+                        health.set_forbidden(Some(msg));
+                    }
+                    Failure::NotServed | Failure::Other(_) => {
+                        if let Some(n) = error_log.due() {
+                            tracing::warn!(?kind, suppressed = n, "watch: {e}");
+                        }
+                    }
+                }
                 continue;
             }
         }
@@ -125,93 +251,242 @@ async fn run_watch<K>(
     }
 }
 
-/// Starts every watch; returns one flag per watch that becomes true once its
-/// first list is complete. `optional` kinds (CRDs that may not be installed)
-/// do not hold readiness back.
-pub fn start(
-    client: &Client,
-    shared: &Shared,
-    tasks: &mut Tasks,
-) -> Vec<(ObjectKind, Arc<AtomicBool>, bool)> {
-    let mut flags = Vec::new();
+/// Why a watch stopped.
+enum Gone {
+    /// Its resource is not served (any more).
+    NotServed,
+    /// The stream ended.
+    Ended,
+}
+
+/// Watches an optional custom resource while it is served: checks
+/// discovery every `recheck` until it is, watches it, and goes back to
+/// checking when it is removed (its objects are dropped then). Each object
+/// is decoded on its own: one that does not decode is reported by `bad`
+/// (name and the field at fault) and skipped, never the whole list.
+async fn run_optional<K>(
+    client: Client,
+    health: Arc<WatchHealth>,
+    shared: Shared,
+    apply: fn(&mut World, Result<&K, (&str, String)>),
+    recheck: std::time::Duration,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let ar = ApiResource::erase::<K>(&());
+    let kind = health.kind;
+    let mut said_absent = false;
+    loop {
+        if !served(&client, &ar).await {
+            if !said_absent {
+                tracing::info!(
+                    ?kind,
+                    "{}/{} is not served (CRD not installed); checking again every {}s",
+                    ar.api_version,
+                    ar.plural,
+                    recheck.as_secs()
+                );
+                said_absent = true;
+            }
+            shared.with(|w| {
+                for k in w.keys(kind) {
+                    w.remove(kind, &k);
+                }
+            });
+            tokio::time::sleep(recheck).await;
+            continue;
+        }
+        said_absent = false;
+        tracing::info!(?kind, "watching {}/{}", ar.api_version, ar.plural);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let gone = run_dynamic(api, health.clone(), shared.clone(), apply).await;
+        if let Gone::Ended = gone {
+            return;
+        }
+    }
+}
+
+/// The watch of one custom resource as [`DynamicObject`]s, each decoded
+/// into `K` by itself.
+async fn run_dynamic<K>(
+    api: Api<DynamicObject>,
+    health: Arc<WatchHealth>,
+    shared: Shared,
+    apply: fn(&mut World, Result<&K, (&str, String)>),
+) -> Gone
+where
+    K: DeserializeOwned,
+{
+    // `run_watch` needs a plain fn pointer per kind: keep the decoder in a
+    // per-K static through a generic helper instead of a closure.
+    fn decode_apply<K: DeserializeOwned>(
+        w: &mut World,
+        o: &DynamicObject,
+        apply: fn(&mut World, Result<&K, (&str, String)>),
+    ) {
+        let name = dyn_key(o);
+        match decode::<K>(o) {
+            Ok(k) => apply(w, Ok(&k)),
+            Err(e) => apply(w, Err((&name, e))),
+        }
+    }
+    let kind = health.kind;
+    let cfg = watcher::Config::default().any_semantic();
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut seen: Option<BTreeSet<String>> = None;
+    let mut forbidden_log = Throttled::new();
+    let mut error_log = Throttled::new();
+    let key = dyn_key;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(Event::Apply(o)) => shared.with(|w| decode_apply(w, &o, apply)),
+            Ok(Event::Delete(o)) => {
+                let k = key(&o);
+                shared.with(|w| w.remove(kind, &k));
+            }
+            Ok(Event::Init) => seen = Some(BTreeSet::new()),
+            Ok(Event::InitApply(o)) => {
+                if let Some(s) = seen.as_mut() {
+                    s.insert(key(&o));
+                }
+                shared.with(|w| decode_apply(w, &o, apply));
+            }
+            Ok(Event::InitDone) => {
+                if let Some(s) = seen.take() {
+                    shared.with(|w| {
+                        for k in w.keys(kind) {
+                            if !s.contains(&k) {
+                                w.remove(kind, &k);
+                            }
+                        }
+                    });
+                }
+                health.set_forbidden(None);
+                if !health.synced.swap(true, Ordering::SeqCst) {
+                    tracing::info!(?kind, "watch synced");
+                }
+            }
+            Err(e) => {
+                match classify(&e) {
+                    Failure::Forbidden(msg) => {
+                        if let Some(n) = forbidden_log.due() {
+                            tracing::error!(
+                                ?kind,
+                                suppressed = n,
+                                "watch forbidden: {msg} (grant the scheduler's ClusterRole the permission; deploy/README.md)"
+                            );
+                        }
+                        health.set_forbidden(Some(msg));
+                    }
+                    Failure::NotServed => return Gone::NotServed,
+                    Failure::Other(_) => {
+                        if let Some(n) = error_log.due() {
+                            tracing::warn!(?kind, suppressed = n, "watch: {e}");
+                        }
+                    }
+                }
+                continue;
+            }
+        }
+        shared.changed.notify_one();
+    }
+    Gone::Ended
+}
+
+/// The world's key of a custom object: `namespace/name`, or the name of a
+/// cluster-scoped one.
+fn dyn_key(o: &DynamicObject) -> String {
+    match o.metadata.namespace {
+        Some(_) => ns_key(o),
+        None => name_key(o),
+    }
+}
+
+/// Decodes one custom object; the error names the field at fault
+/// (`spec.weight: invalid value: integer 4294967296, expected u32`).
+pub fn decode<K: DeserializeOwned>(o: &DynamicObject) -> Result<K, String> {
+    let v = serde_json::to_value(o).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." {
+            inner.to_string()
+        } else {
+            format!("{path}: {inner}")
+        }
+    })
+}
+
+/// Starts every watch; returns each one's health. Optional kinds (CRDs that
+/// may not be installed) do not hold readiness back and are watched only
+/// while served.
+pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<WatchHealth>> {
+    let mut out = Vec::new();
     macro_rules! spawn {
-        ($k:ty, $kind:expr, $api:expr, $key:expr, $apply:expr, $required:expr) => {{
-            let f = Arc::new(AtomicBool::new(false));
-            flags.push(($kind, f.clone(), $required));
-            tasks.spawn(run_watch::<$k>(
-                $api,
-                $kind,
-                shared.clone(),
-                f,
-                $key,
-                $apply,
-            ));
+        ($k:ty, $kind:expr, $key:expr, $apply:expr) => {{
+            let h = Arc::new(WatchHealth::new($kind, true));
+            out.push(h.clone());
+            let shared = shared.clone();
+            let api: Api<$k> = Api::all(client.clone());
+            tasks.spawn(async move {
+                run_watch::<$k>(api, h, shared, $key, $apply).await;
+            });
         }};
     }
-    spawn!(
-        Node,
-        ObjectKind::Node,
-        Api::all(client.clone()),
-        name_key,
-        |w, o| w.upsert_node(o),
-        true
-    );
-    spawn!(
-        Pod,
-        ObjectKind::Pod,
-        Api::all(client.clone()),
-        uid_key,
-        |w, o| w.upsert_pod(o),
-        true
-    );
+    spawn!(Node, ObjectKind::Node, name_key, |w, o| w.upsert_node(o));
+    spawn!(Pod, ObjectKind::Pod, uid_key, |w, o| w.upsert_pod(o));
     spawn!(
         PriorityClass,
         ObjectKind::PriorityClass,
-        Api::all(client.clone()),
         name_key,
-        |w, o| w.upsert_priority_class(o),
-        true
+        |w, o| w.upsert_priority_class(o)
     );
     spawn!(
         k8s_openapi::api::policy::v1::PodDisruptionBudget,
         ObjectKind::Pdb,
-        Api::all(client.clone()),
         ns_key,
-        |w, o| w.upsert_pdb(o),
-        true
+        |w, o| w.upsert_pdb(o)
     );
-    spawn!(
-        Queue,
-        ObjectKind::Queue,
-        Api::all(client.clone()),
-        name_key,
-        |w, o| w.upsert_queue(o),
-        false
-    );
-    spawn!(
-        PodGroup,
-        ObjectKind::PodGroup,
-        Api::all(client.clone()),
-        ns_key,
-        |w, o| w.upsert_group(o),
-        false
-    );
-    spawn!(
-        SpPodGroup,
-        ObjectKind::SpPodGroup,
-        Api::all(client.clone()),
-        ns_key,
-        |w, o| w.upsert_sp_group(o),
-        false
-    );
-    flags
+    macro_rules! optional {
+        ($k:ty, $kind:expr, $apply:expr) => {{
+            let h = Arc::new(WatchHealth::new($kind, false));
+            out.push(h.clone());
+            tasks.spawn(run_optional::<$k>(
+                client.clone(),
+                h,
+                shared.clone(),
+                $apply,
+                OPTIONAL_RECHECK,
+            ));
+        }};
+    }
+    optional!(Queue, ObjectKind::Queue, |w, r| match r {
+        Ok(q) => w.upsert_queue(q),
+        Err((name, e)) => w.invalid_queue(name, e),
+    });
+    optional!(PodGroup, ObjectKind::PodGroup, |w, r| match r {
+        Ok(g) => w.upsert_group(g),
+        Err((key, e)) => w.invalid_group(key, e),
+    });
+    optional!(SpPodGroup, ObjectKind::SpPodGroup, |w, r| match r {
+        Ok(g) => w.upsert_sp_group(g),
+        Err((key, e)) => w.invalid_sp_group(key, e),
+    });
+    out
 }
+
+/// How often an optional CRD that is not installed is looked for again.
+pub const OPTIONAL_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Watches `batch/v1` Jobs labelled `gpusched.io/gang: "true"` and creates
 /// a PodGroup for each (named after the Job, minMember = parallelism, owned
 /// by the Job so it goes with it). Runs on the leader only: `leading`
 /// gates the writes.
-pub async fn run_job_gangs(client: Client, leading: tokio::sync::watch::Receiver<bool>) {
+pub async fn run_job_gangs(
+    client: Client,
+    leading: tokio::sync::watch::Receiver<bool>,
+    health: Arc<WatchHealth>,
+) {
     use crate::translate::{ANNOTATION_FOR_JOB, LABEL_GANG, LABEL_QUEUE};
     use k8s_openapi::api::batch::v1::Job;
     use kube::api::PostParams;
@@ -219,12 +494,31 @@ pub async fn run_job_gangs(client: Client, leading: tokio::sync::watch::Receiver
     let cfg = watcher::Config::default().labels(&format!("{LABEL_GANG}=true"));
     let mut stream = watcher::watcher(jobs, cfg).default_backoff().boxed();
     let mut done: BTreeSet<String> = BTreeSet::new();
+    let mut forbidden_log = Throttled::new();
+    let mut error_log = Throttled::new();
     while let Some(ev) = stream.next().await {
         let job = match ev {
             Ok(Event::Apply(j)) | Ok(Event::InitApply(j)) => j,
+            Ok(Event::InitDone) => {
+                health.set_forbidden(None);
+                health.synced.store(true, Ordering::SeqCst);
+                continue;
+            }
             Ok(_) => continue,
             Err(e) => {
-                tracing::warn!("watch jobs: {e}");
+                match classify(&e) {
+                    Failure::Forbidden(msg) => {
+                        if let Some(n) = forbidden_log.due() {
+                            tracing::error!(suppressed = n, "watch jobs forbidden: {msg}");
+                        }
+                        health.set_forbidden(Some(msg));
+                    }
+                    _ => {
+                        if let Some(n) = error_log.due() {
+                            tracing::warn!(suppressed = n, "watch jobs: {e}");
+                        }
+                    }
+                }
                 continue;
             }
         };
@@ -280,5 +574,80 @@ pub async fn run_job_gangs(client: Client, leading: tokio::sync::watch::Receiver
             }
             Err(e) => tracing::warn!("creating PodGroup for job {ns}/{name}: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn one_bad_object_is_named_and_the_others_decode() {
+        let good = obj(
+            json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "a"}, "spec": {"weight": 2}}),
+        );
+        let bad = obj(
+            json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": "b"}, "spec": {"weight": 4_294_967_296u64}}),
+        );
+        let q: Queue = decode(&good).unwrap();
+        assert_eq!(q.spec.weight, 2);
+        let e = decode::<Queue>(&bad).unwrap_err();
+        assert!(e.starts_with("spec.weight: "), "{e}");
+        assert!(e.contains("4294967296"), "{e}");
+        let g = obj(
+            json!({"apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": -1}}),
+        );
+        let e = decode::<PodGroup>(&g).unwrap_err();
+        assert!(e.starts_with("spec.minMember: "), "{e}");
+        assert_eq!(dyn_key(&g), "ml/g");
+        assert_eq!(dyn_key(&bad), "b");
+    }
+
+    #[test]
+    fn a_bad_queue_is_invalid_in_the_world_and_the_others_work() {
+        let mut w = World::default();
+        let good: Queue = decode(&obj(json!({"apiVersion": "gpusched.io/v1alpha1",
+            "kind": "Queue", "metadata": {"name": "a"}, "spec": {}})))
+        .unwrap();
+        w.upsert_queue(&good);
+        w.invalid_queue("b", "spec.weight: out of range".into());
+        let built = w.build();
+        assert!(built.snapshot.queues.iter().any(|q| q.name == "a"));
+        assert!(!built.snapshot.queues.iter().any(|q| q.name == "b"));
+        assert!(built.problems.iter().any(|p| matches!(p,
+            crate::world::Problem::InvalidQueue { queue, error } if queue == "b" && error.contains("spec.weight"))));
+    }
+
+    #[test]
+    fn forbidden_and_missing_resources_are_told_apart() {
+        let status = |code: u16| {
+            let mut s = kube::core::Status::failure("m", "r");
+            s.code = code;
+            s
+        };
+        let e = watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status(403))));
+        assert_eq!(classify(&e), Failure::Forbidden("m".into()));
+        let e = watcher::Error::WatchStartFailed(kube::Error::Api(Box::new(status(404))));
+        assert_eq!(classify(&e), Failure::NotServed);
+        let e = watcher::Error::WatchError(Box::new(status(500)));
+        assert!(matches!(classify(&e), Failure::Other(_)));
+    }
+
+    #[test]
+    fn a_repeated_problem_is_logged_once_a_minute() {
+        let mut t = Throttled::new();
+        assert_eq!(t.due(), Some(0));
+        assert_eq!(t.due(), None);
+        assert_eq!(t.due(), None);
+        t.last = Some(std::time::Instant::now() - Throttled::EVERY);
+        assert_eq!(t.due(), Some(2));
     }
 }

@@ -30,6 +30,9 @@ pub enum ObjectKind {
     PriorityClass,
     /// PodDisruptionBudgets (by `namespace/name`).
     Pdb,
+    /// `batch/v1` Jobs labelled as gangs (watched for their PodGroups;
+    /// the world keeps none).
+    Job,
 }
 
 /// A placement the scheduler made and is binding.
@@ -208,6 +211,7 @@ impl World {
             ObjectKind::SpPodGroup => self.sp_groups.keys().cloned().collect(),
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
+            ObjectKind::Job => Vec::new(),
         }
     }
 
@@ -224,6 +228,7 @@ impl World {
                 self.pdbs.remove(key);
                 self.generation += 1;
             }
+            ObjectKind::Job => {}
         }
     }
 
@@ -232,6 +237,14 @@ impl World {
         let name = q.metadata.name.clone().unwrap_or_default();
         self.queues
             .insert(name, translate::queue(q).map_err(|e| e.to_string()));
+        self.generation += 1;
+    }
+
+    /// A Queue that could not be decoded (`error` names the field): kept as
+    /// invalid, so it is reported with `Valid=False` and its pods are told
+    /// why, while every other queue works.
+    pub fn invalid_queue(&mut self, name: &str, error: String) {
+        self.queues.insert(name.to_string(), Err(error));
         self.generation += 1;
     }
 
@@ -260,6 +273,19 @@ impl World {
         self.generation += 1;
     }
 
+    /// A PodGroup that could not be decoded (`key`: `namespace/name`).
+    pub fn invalid_group(&mut self, key: &str, error: String) {
+        self.groups.insert(
+            key.to_string(),
+            GroupEntry {
+                group: Err(error),
+                priority_class: None,
+                for_job: false,
+            },
+        );
+        self.generation += 1;
+    }
+
     /// A PodGroup is gone.
     pub fn delete_group(&mut self, key: &str) {
         self.groups.remove(key);
@@ -271,6 +297,12 @@ impl World {
         let k = key(g.metadata.namespace.as_ref(), g.metadata.name.as_ref());
         self.sp_groups
             .insert(k, translate::sp_group(g).map_err(|e| e.to_string()));
+        self.generation += 1;
+    }
+
+    /// A scheduler-plugins PodGroup that could not be decoded.
+    pub fn invalid_sp_group(&mut self, key: &str, error: String) {
+        self.sp_groups.insert(key.to_string(), Err(error));
         self.generation += 1;
     }
 
