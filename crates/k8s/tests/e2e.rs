@@ -448,8 +448,6 @@ async fn restarts_and_two_replicas_never_double_book() {
     let pods = c.pods("ml");
     let replica = |id: &str| {
         let mut o = opts();
-        o.lease_name = Some("gpusched".into());
-        o.lease_namespace = "default".into();
         o.identity = id.into();
         o.lease_seconds = 4;
         o

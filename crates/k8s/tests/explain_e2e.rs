@@ -154,8 +154,6 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     let mut o = opts();
     o.http_addr = Some(addr);
     o.http_auth = HttpAuth::Delegated;
-    o.lease_name = Some("gpusched".into());
-    o.lease_namespace = "default".into();
     o.identity = "sched-a".into();
     let s = c.scheduler(o).await;
     wait_for(Duration::from_secs(30), || async {
@@ -307,8 +305,6 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     let mut o = opts();
     o.http_addr = Some(addr_b);
     o.http_auth = HttpAuth::Delegated;
-    o.lease_name = Some("gpusched".into());
-    o.lease_namespace = "default".into();
     o.identity = "sched-b".into();
     let standby = c.scheduler(o).await;
     step("standby started");

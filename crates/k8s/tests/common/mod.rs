@@ -90,6 +90,7 @@ impl Cluster {
         let client = client_for(&env["GPUSCHED_E2E_KUBECONFIG"]).await;
         let c = Cluster { dir, env, client };
         c.install_crds().await;
+        c.install_chart_rbac().await;
         let ns: Api<Namespace> = Api::all(c.client.clone());
         for n in ["ml", "other"] {
             ns.create(
@@ -124,6 +125,84 @@ impl Cluster {
             .await
             .unwrap_or_else(|| panic!("CRD {name} not established"));
         }
+    }
+
+    /// Installs what the chart grants the scheduler, from the rendered
+    /// manifests (deploy/gpusched.yaml): its namespace, ServiceAccount,
+    /// ClusterRole, lease Role and their bindings, and the admission policy
+    /// that keeps decisions to the scheduler. Every e2e scheduler runs
+    /// under that ServiceAccount ([`Cluster::scheduler_client`]), so the
+    /// installed permissions are the tested ones.
+    async fn install_chart_rbac(&self) {
+        let ns: Api<Namespace> = Api::all(self.client.clone());
+        create_obj(&ns, json!({"metadata": {"name": CHART_NAMESPACE}})).await;
+        let wanted = [
+            ("ServiceAccount", "gpusched-scheduler"),
+            ("ClusterRole", "gpusched-scheduler"),
+            ("ClusterRoleBinding", "gpusched-scheduler"),
+            ("Role", "gpusched-scheduler-lease"),
+            ("RoleBinding", "gpusched-scheduler-lease"),
+            ("ValidatingAdmissionPolicy", "gpusched-decision-annotation"),
+            (
+                "ValidatingAdmissionPolicyBinding",
+                "gpusched-decision-annotation",
+            ),
+        ];
+        let docs = chart_docs();
+        for (kind, name) in wanted {
+            let doc = docs
+                .iter()
+                .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("deploy/gpusched.yaml has no {kind} {name}"));
+            let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (
+                    String::new(),
+                    doc["apiVersion"].as_str().unwrap().to_string(),
+                ),
+            };
+            let gvk = kube::api::GroupVersionKind::gvk(&group, &version, kind);
+            let ar = kube::api::ApiResource::from_gvk(&gvk);
+            let obj: kube::api::DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+            let api: Api<kube::api::DynamicObject> = match obj.metadata.namespace.as_deref() {
+                Some(n) => Api::namespaced_with(self.client.clone(), n, &ar),
+                None => Api::all_with(self.client.clone(), &ar),
+            };
+            api.create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+        }
+    }
+
+    /// A client with a token of the chart's scheduler ServiceAccount.
+    pub async fn scheduler_client(&self) -> Client {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), CHART_NAMESPACE);
+        let tr = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600 * 4),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = api
+            .create_token_request("gpusched-scheduler", &PostParams::default(), &tr)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.token)
+            .expect("a token for gpusched-scheduler");
+        let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let mut cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .unwrap();
+        cfg.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+        Client::try_from(cfg).unwrap()
     }
 
     /// Stops the control plane (etcd data and certificates stay in `dir`).
@@ -205,9 +284,10 @@ impl Cluster {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    /// Starts a scheduler in-process; returns a handle that stops it.
+    /// Starts a scheduler in-process under the chart's ServiceAccount;
+    /// returns a handle that stops it.
     pub async fn scheduler(&self, opts: Options) -> RunningScheduler {
-        let client = client_for(&self.env["GPUSCHED_E2E_KUBECONFIG"]).await;
+        let client = self.scheduler_client().await;
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             controller::run_with_client(client, opts, async {
@@ -248,12 +328,73 @@ impl RunningScheduler {
     }
 }
 
+/// The namespace the chart is rendered for.
+pub const CHART_NAMESPACE: &str = "gpusched-system";
+
+/// The rendered chart, deploy/gpusched.yaml, one JSON value per document.
+pub fn chart_docs() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("deploy/gpusched.yaml")).unwrap();
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The arguments the chart's scheduler Deployment runs with.
+pub fn chart_scheduler_args() -> Vec<String> {
+    let docs = chart_docs();
+    let d = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "gpusched-scheduler")
+        .expect("deploy/gpusched.yaml has the scheduler Deployment");
+    d["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The scheduler's options as the chart's Deployment sets them (its
+/// flags, read from the rendered manifest), except what a test process
+/// must change: no HTTP server unless the test asks for one (tests run in
+/// parallel; the chart's port would collide) and a faster loop (debounce
+/// 10 ms, a cycle at least every 500 ms). A flag the chart adds must be
+/// mapped here, or every e2e test fails naming it.
 pub fn opts() -> Options {
-    Options {
+    let mut o = Options {
         debounce: Duration::from_millis(10),
         period: Duration::from_millis(500),
         ..Default::default()
+    };
+    let args = chart_scheduler_args();
+    assert_eq!(
+        args.first().map(String::as_str),
+        Some("scheduler"),
+        "{args:?}"
+    );
+    let mut leader_elect = false;
+    let mut lease_name = "gpusched".to_string();
+    for a in &args[1..] {
+        let (flag, value) = a.split_once('=').unwrap_or((a.as_str(), ""));
+        match flag {
+            "--leader-elect" => leader_elect = value.is_empty() || value == "true",
+            "--lease-name" => lease_name = value.to_string(),
+            "--lease-namespace" => o.lease_namespace = value.to_string(),
+            "--http-addr" => {} // see above
+            "--http-auth" => o.http_auth = value.parse().unwrap(),
+            "--kube-api-qps" => o.exec.qps = value.parse().unwrap(),
+            "--kube-api-burst" => o.exec.burst = value.parse().unwrap(),
+            other => panic!(
+                "the chart's scheduler runs with {other}: map it in crates/k8s/tests/common/mod.rs opts()"
+            ),
+        }
     }
+    if leader_elect {
+        o.lease_name = Some(lease_name);
+    }
+    o
 }
 
 /// Polls `f` until it returns Some, or gives up after `timeout`.

@@ -1,0 +1,188 @@
+//! The scheduler as the chart installs it (its ServiceAccount and flags,
+//! see `common::opts`), with what users and tenants can throw at it
+//! (issue #22): missing permissions are named in /healthz and /readyz, a
+//! tenant's malformed object never stops the others, refused pods are told
+//! why.
+
+mod common;
+
+use common::*;
+use gpusched_k8s::debug::{Target, fetch};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::Api;
+use serde_json::json;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+async fn probe(addr: SocketAddr, path: &str) -> (u16, String) {
+    let t = Target::Endpoint {
+        url: format!("http://{addr}"),
+        token: None,
+    };
+    match fetch(&t, None, path).await {
+        Ok(f) => (f.status, f.body),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_missing_permission_fails_health_naming_it_and_recovers() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    // take list/watch on PodDisruptionBudgets away from the chart's role
+    let roles: Api<ClusterRole> = Api::all(c.client.clone());
+    let full = roles.get("gpusched-scheduler").await.unwrap();
+    let mut cut = full.clone();
+    cut.rules.as_mut().unwrap().retain(|r| {
+        !r.resources
+            .as_ref()
+            .is_some_and(|v| v.iter().any(|x| x == "poddisruptionbudgets"))
+    });
+    cut.metadata.managed_fields = None;
+    roles
+        .replace("gpusched-scheduler", &Default::default(), &cut)
+        .await
+        .unwrap();
+    let addr = free_addr();
+    let mut o = opts();
+    o.http_addr = Some(addr);
+    let s = c.scheduler(o).await;
+    let pods = c.pods("ml");
+    create(&pods, gpu_pod("waits", 1)).await;
+    let (code, body) = wait_for(Duration::from_secs(30), || async {
+        let (code, body) = probe(addr, "/healthz").await;
+        (code == 503).then_some((code, body))
+    })
+    .await
+    .expect("/healthz fails while a watch is forbidden");
+    assert_eq!(code, 503);
+    assert!(body.contains("poddisruptionbudgets"), "{body}");
+    assert!(body.contains("missing permissions"), "{body}");
+    let (code, body) = probe(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("poddisruptionbudgets"), "{body}");
+    assert!(bound(&pods).await.is_empty(), "nothing is placed blind");
+    // grant it back: the watch recovers, health turns good, the pod binds
+    let mut back = full;
+    back.metadata.managed_fields = None;
+    back.metadata.resource_version = None;
+    roles
+        .replace("gpusched-scheduler", &Default::default(), &back)
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        (bound(&pods).await.len() == 1).then_some(())
+    })
+    .await
+    .expect("bound once the permission is back");
+    let (code, body) = probe(addr, "/healthz").await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = probe(addr, "/readyz").await;
+    assert_eq!(code, 200, "{body}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_tenants_bad_objects_stop_nobody() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    // the schemas bound what the client decodes: the apiserver refuses
+    // what would overflow or not parse
+    let raw: Api<kube::api::DynamicObject> = Api::all_with(
+        c.client.clone(),
+        &kube::api::ApiResource::erase::<gpusched_k8s::crd::Queue>(&()),
+    );
+    for (i, spec) in [
+        json!({"weight": 4_294_967_296u64}),
+        json!({"guaranteed": {"nvidia.com/gpu": "lots"}}),
+        json!({"limit": {"cpu": "-4"}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": format!("bad{i}")}, "spec": spec}))
+        .unwrap();
+        let e = raw.create(&Default::default(), &obj).await;
+        assert!(e.is_err(), "the apiserver accepted Queue spec {spec}");
+    }
+    // a scheduler-plugins PodGroup (a schema we do not own) that does not
+    // decode: only it is invalid; our gangs and plain pods go on
+    let sp: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "ml",
+        &kube::api::ApiResource::erase::<gpusched_k8s::crd::SpPodGroup>(&()),
+    );
+    sp.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "huge", "namespace": "ml"},
+            "spec": {"minMember": 4_294_967_296u64}}))
+        .unwrap(),
+    )
+    .await
+    .expect("the foreign schema accepts it");
+    c.group("ml", "gang", json!({"minMember": 2})).await;
+    let s = c.scheduler(opts()).await;
+    let pods = c.pods("ml");
+    for i in 0..2 {
+        let mut p = gpu_pod(&format!("m{i}"), 2);
+        p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "gang"});
+        create(&pods, p).await;
+    }
+    create(&pods, gpu_pod("plain", 1)).await;
+    // a pod asking only GPU memory, and one with a constraint not checked yet
+    let mut mem = gpu_pod("mem-only", 1);
+    mem["spec"]["containers"][0]["resources"]["limits"] =
+        json!({"gpusched.io/gpu-memory-mib": "1024"});
+    create(&pods, mem).await;
+    let mut anti = gpu_pod("anti", 1);
+    anti["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+    create(&pods, anti).await;
+    let b = wait_for(Duration::from_secs(60), || async {
+        let b = bound(&pods).await;
+        (b.len() == 3).then_some(b)
+    })
+    .await
+    .expect("the gang and the plain pod bound");
+    assert!(b.contains_key("m0") && b.contains_key("m1") && b.contains_key("plain"));
+    let ev = wait_event(&c, "ml", "mem-only", "FailedScheduling: ", 30)
+        .await
+        .expect("mem-only told why");
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("gpusched.io/gpu-memory-mib needs gpusched.io/gpu-milli")),
+        "{ev:?}"
+    );
+    let ev = wait_event(&c, "ml", "anti", "FailedScheduling: ", 30)
+        .await
+        .expect("anti told why");
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("spec.affinity.podAntiAffinity: not supported by gpusched yet")),
+        "{ev:?}"
+    );
+    let p = pods.get("anti").await.unwrap();
+    let cond = p
+        .status
+        .unwrap()
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled")
+        .expect("PodScheduled condition");
+    assert_eq!(cond.status, "False");
+    assert!(cond.message.unwrap_or_default().contains("podAntiAffinity"));
+    assert_eq!(bound(&pods).await.len(), 3);
+    s.stop().await;
+}
