@@ -304,7 +304,7 @@ pub async fn serve_with(
         }
         match crate::podresources::list(&agent.settings.pod_resources_socket).await {
             Ok(held) => {
-                let n = crate::podresources::restore(&agent, &held);
+                let n = crate::podresources::restore(&agent, &held, true).unwrap_or(0);
                 tracing::info!(
                     pods = held.len(),
                     restored = n,

@@ -5,7 +5,7 @@
 //! Kubernetes implementations live in [`crate::kube`]; tests inject their
 //! own.
 
-use crate::decisions::{Ledger, LedgerGpu, Miss, PodInfo, Refusal, ShareGrant};
+use crate::decisions::{Ledger, LedgerGpu, Matched, Miss, PodInfo, Refusal, ShareGrant};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -118,7 +118,7 @@ impl Coordinator {
     }
 
     /// Whole GPUs through the ledger, with one refresh on a miss.
-    pub async fn allocate_whole(&self, want: &[usize], healthy: &[bool]) -> Result<String, Miss> {
+    pub async fn allocate_whole(&self, want: &[usize], healthy: &[bool]) -> Result<Matched, Miss> {
         let first = self.ledger().allocate_whole(want, healthy);
         match first {
             Err(Miss::NoDecision(_)) => {
@@ -158,14 +158,12 @@ impl Coordinator {
             l.entries()
                 .values()
                 .filter(|e| match &e.state {
-                    Ok(crate::decisions::Grant::Whole { gpus, served }) => {
-                        !share && gpus.len() - served.len() == size
+                    Ok(crate::decisions::Grant::Whole { slots, .. }) => {
+                        !share && slots.iter().any(|&s| s as usize == size)
                     }
-                    Ok(crate::decisions::Grant::Share {
-                        milli,
-                        served_milli,
-                        ..
-                    }) => share && (milli - served_milli.min(milli)) as usize == size,
+                    Ok(crate::decisions::Grant::Share { slots, .. }) => {
+                        share && slots.iter().any(|&s| s as usize == size)
+                    }
                     Err(_) => false,
                 })
                 .map(|e| e.pod.clone())

@@ -26,6 +26,94 @@ pub struct PodInfo {
     pub decision: Option<String>,
     /// Phase Succeeded/Failed, or being deleted with no container left.
     pub terminal: bool,
+    /// What each container asks, in the kubelet's order (init containers,
+    /// then app containers). Empty: unknown (the decision is then taken as
+    /// one container asking all of it).
+    pub containers: Vec<ContainerAsk>,
+}
+
+/// What one container of a pod asks of the resources decisions govern.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ContainerAsk {
+    /// An init container.
+    pub init: bool,
+    /// An init container with `restartPolicy: Always` (a sidecar): its
+    /// devices are not reused by later containers.
+    pub sidecar: bool,
+    /// `nvidia.com/gpu` limit.
+    pub gpus: u32,
+    /// `gpusched.io/gpu-milli` limit.
+    pub milli: u32,
+}
+
+/// The devices each `Allocate` call of a pod adds beyond those it reuses,
+/// in call order, as the kubelet's device manager does it: an init
+/// container reuses the devices of earlier init containers and leaves its
+/// own for reuse; a sidecar or app container reuses what is left for reuse
+/// and takes it away. Calls that only reuse are left out.
+pub fn new_devices_per_call(
+    asks: &[ContainerAsk],
+    want: impl Fn(&ContainerAsk) -> u32,
+) -> Vec<u32> {
+    let mut reusable = 0u32;
+    let mut out = Vec::new();
+    for a in asks {
+        let k = want(a);
+        if k == 0 {
+            continue;
+        }
+        let reused = k.min(reusable);
+        let new = k - reused;
+        if new > 0 {
+            out.push(new);
+        }
+        if a.init && !a.sidecar {
+            reusable += new;
+        } else {
+            reusable -= reused;
+        }
+    }
+    out
+}
+
+/// The calls a decision of `total` devices expects: the pod's own layout
+/// when it adds up to the decision, else one call for all of it.
+fn slots_for(pod: &PodInfo, total: u32, want: impl Fn(&ContainerAsk) -> u32) -> Vec<u32> {
+    let v = new_devices_per_call(&pod.containers, want);
+    if !v.is_empty() && v.iter().map(|&x| u64::from(x)).sum::<u64>() == u64::from(total) {
+        v
+    } else {
+        vec![total]
+    }
+}
+
+/// Takes one call of `n` devices off `slots`: an exact one if any, else
+/// from the smallest larger one, else from the largest ones (the pod's
+/// layout was not what its spec said); the sum always drops by `n` (down to
+/// zero).
+fn take_slot(slots: &mut Vec<u32>, n: u32) {
+    if let Some(i) = slots.iter().position(|&s| s == n) {
+        slots.remove(i);
+        return;
+    }
+    if let Some(i) = (0..slots.len())
+        .filter(|&i| slots[i] > n)
+        .min_by_key(|&i| slots[i])
+    {
+        slots[i] -= n;
+        return;
+    }
+    let mut left = n;
+    slots.sort_unstable();
+    while left > 0 {
+        let Some(s) = slots.pop() else { break };
+        if s > left {
+            slots.push(s - left);
+            left = 0;
+        } else {
+            left -= s;
+        }
+    }
 }
 
 impl PodInfo {
@@ -47,16 +135,22 @@ pub struct LedgerGpu {
 pub enum Grant {
     /// Whole GPUs (inventory positions), and those already handed to the
     /// kubelet.
+    ///
+    /// `slots`: the GPUs each `Allocate` call still expected from the pod
+    /// adds (Σ = GPUs not served yet).
     Whole {
         gpus: Vec<usize>,
         served: BTreeSet<usize>,
+        slots: Vec<u32>,
     },
-    /// A share of one GPU, and the milli already handed out.
+    /// A share of one GPU, and the milli already handed out; `slots` as
+    /// for whole GPUs, in milli (Σ = milli not served yet).
     Share {
         gpu: usize,
         milli: u32,
         memory_mib: u64,
         served_milli: u32,
+        slots: Vec<u32>,
     },
 }
 
@@ -69,7 +163,7 @@ impl Grant {
     }
     fn fully_served(&self) -> bool {
         match self {
-            Grant::Whole { gpus, served } => served.len() == gpus.len(),
+            Grant::Whole { gpus, served, .. } => served.len() == gpus.len(),
             Grant::Share {
                 milli,
                 served_milli,
@@ -111,6 +205,42 @@ pub struct ShareGrant {
     pub memory_mib: u64,
 }
 
+/// Which decision a whole-GPU `Allocate` was charged to. The kubelet does
+/// not say which pod calls: another pending pod of the same size may be
+/// the caller (PodResources tells later).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matched {
+    /// The pod whose decision was charged.
+    pub decision: String,
+    /// GPUs exchanged with other pending decisions to serve the call.
+    pub note: Option<String>,
+}
+
+/// What PodResources says one pod holds of the resources decisions govern.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct HeldPod {
+    /// Whole GPUs (inventory positions).
+    pub whole: BTreeSet<usize>,
+    /// Share tokens (milli).
+    pub milli: u32,
+}
+
+/// What [`Ledger::reconcile`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Reconciled {
+    /// Listed pods that matched a decision.
+    pub restored: usize,
+    /// Pods found on other GPUs than their decision named.
+    pub moved: Vec<String>,
+}
+
+fn unserved(gpus: &[usize], served: &BTreeSet<usize>) -> Vec<usize> {
+    gpus.iter()
+        .copied()
+        .filter(|g| !served.contains(g))
+        .collect()
+}
+
 /// `Allocate` found nothing it may serve.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Miss {
@@ -134,6 +264,9 @@ pub struct Ledger {
     node: String,
     gpus: Vec<LedgerGpu>,
     entries: BTreeMap<String, Entry>,
+    /// The decision the last call was charged to (a pod's containers come
+    /// one after the other).
+    last: Option<String>,
 }
 
 fn validate(
@@ -182,6 +315,7 @@ fn validate(
     }
     match &d.share {
         None => Ok(Grant::Whole {
+            slots: slots_for(pod, pos.len() as u32, |c| c.gpus),
             gpus: pos,
             served: BTreeSet::new(),
         }),
@@ -203,6 +337,7 @@ fn validate(
                 milli: *milli,
                 memory_mib: *memory_mib,
                 served_milli: 0,
+                slots: slots_for(pod, *milli, |c| c.milli),
             })
         }
     }
@@ -214,6 +349,7 @@ impl Ledger {
             node: node.to_string(),
             gpus,
             entries: BTreeMap::new(),
+            last: None,
         }
     }
 
@@ -396,91 +532,273 @@ impl Ledger {
         v
     }
 
-    /// Whole GPUs to prefer: the unserved GPUs of the first pending
-    /// decision (admission order) that fit `available` and `must`.
+    /// The candidate a call is charged to: the first that `better` likes,
+    /// else the decision the previous call was charged to while it is
+    /// partly served (the kubelet allocates a pod's containers one after
+    /// the other), else the first in admission order.
+    fn rank<'a>(&self, cands: &[&'a Entry], better: impl Fn(&Entry) -> bool) -> Option<&'a Entry> {
+        let cont = |e: &Entry| {
+            self.last.as_deref() == Some(e.pod.uid.as_str())
+                && e.state
+                    .as_ref()
+                    .is_ok_and(|g| g.served_any() && !g.fully_served())
+        };
+        cands
+            .iter()
+            .find(|e| better(e))
+            .or_else(|| cands.iter().find(|e| cont(e)))
+            .or(cands.first())
+            .copied()
+    }
+
+    /// Live whole-GPU decisions a call adding `n` GPUs may be charged to:
+    /// first those expecting a call of exactly `n` (a container of that
+    /// size), and only when there is none, those with `n` GPUs unserved
+    /// (a pod whose layout is not known). Admission order within each.
+    fn whole_candidates(&self, n: usize, ok: impl Fn(&Entry, &[usize]) -> bool) -> Vec<&Entry> {
+        for exact in [true, false] {
+            let v: Vec<&Entry> = self
+                .live_order()
+                .into_iter()
+                .filter(|e| match &e.state {
+                    Ok(Grant::Whole {
+                        gpus,
+                        served,
+                        slots,
+                    }) => {
+                        let free = unserved(gpus, served);
+                        let fits = if exact {
+                            slots.iter().any(|&s| s as usize == n)
+                        } else {
+                            free.len() >= n
+                        };
+                        fits && ok(e, &free)
+                    }
+                    _ => false,
+                })
+                .collect();
+            if !v.is_empty() {
+                return v;
+            }
+        }
+        Vec::new()
+    }
+
+    /// Whole GPUs to prefer for a container asking `size` (`docs/protocol.md`):
+    /// with `must` (an init container's GPUs reused), more of the same
+    /// decision; else the unserved GPUs of a decision expecting a call of
+    /// exactly this size.
     pub fn preferred_whole(
         &self,
         available: &[usize],
         must: &[usize],
         size: usize,
     ) -> Option<Vec<usize>> {
-        for e in self.live_order() {
-            let Ok(Grant::Whole { gpus, served }) = &e.state else {
-                continue;
-            };
-            let free: Vec<usize> = gpus
-                .iter()
-                .copied()
-                .filter(|g| !served.contains(g))
-                .collect();
-            if free.len() < size
-                || !must.iter().all(|m| free.contains(m))
-                || !free.iter().all(|g| available.contains(g))
-            {
-                continue;
-            }
-            let mut out: Vec<usize> = must.to_vec();
-            for g in free {
-                if out.len() >= size {
-                    break;
+        if !must.is_empty() {
+            let reused = self.entries.values().find_map(|e| match &e.state {
+                Ok(Grant::Whole { gpus, served, .. })
+                    if must.iter().all(|m| served.contains(m)) =>
+                {
+                    Some(unserved(gpus, served))
                 }
-                if !out.contains(&g) {
-                    out.push(g);
-                }
+                _ => None,
+            });
+            if let Some(free) = reused {
+                let mut out = must.to_vec();
+                out.extend(
+                    free.into_iter()
+                        .filter(|g| available.contains(g))
+                        .take(size.saturating_sub(must.len())),
+                );
+                return (out.len() == size).then_some(out);
             }
-            return Some(out);
         }
-        None
-    }
-
-    /// The GPU to take share tokens from: that of the first pending share
-    /// decision asking exactly `size` milli.
-    pub fn preferred_share(&self, size: u32) -> Option<usize> {
-        self.live_order().into_iter().find_map(|e| match &e.state {
-            Ok(Grant::Share {
-                gpu,
-                milli,
-                served_milli,
-                ..
-            }) if milli - served_milli.min(milli) == size => Some(*gpu),
-            _ => None,
-        })
-    }
-
-    /// Serves whole GPUs `want` (inventory positions). Returns the pod.
-    pub fn allocate_whole(&mut self, want: &[usize], healthy: &[bool]) -> Result<String, Miss> {
-        let found = self.entries.iter().find(|(_, e)| {
-            matches!(&e.state, Ok(Grant::Whole { gpus, .. }) if want.iter().all(|g| gpus.contains(g)))
-        });
-        let Some((uid, _)) = found else {
-            return Err(Miss::NoDecision(format!(
-                "no pod placed on node {} by gpusched holds GPUs {}; {}",
-                self.node,
-                self.show(want),
-                self.summary()
-            )));
+        let pick = |free: &[usize]| -> Option<Vec<usize>> {
+            if !must.iter().all(|m| free.contains(m)) {
+                return None;
+            }
+            let mut out = must.to_vec();
+            out.extend(
+                free.iter()
+                    .copied()
+                    .filter(|g| available.contains(g) && !must.contains(g))
+                    .take(size.saturating_sub(must.len())),
+            );
+            (out.len() == size).then_some(out)
         };
-        let uid = uid.clone();
+        let cands = self.whole_candidates(size, |_, free| pick(free).is_some());
+        let e = self.rank(&cands, |_| false)?;
+        match &e.state {
+            Ok(Grant::Whole { gpus, served, .. }) => pick(&unserved(gpus, served)),
+            _ => None,
+        }
+    }
+
+    /// The GPU to take share tokens from: that of the pending share
+    /// decision expecting a call of exactly `size` milli (else one with
+    /// that much unserved).
+    pub fn preferred_share(&self, size: u32) -> Option<usize> {
+        let cands = self.share_candidates(size);
+        match &self.rank(&cands, |_| false)?.state {
+            Ok(Grant::Share { gpu, .. }) => Some(*gpu),
+            _ => None,
+        }
+    }
+
+    fn share_candidates(&self, n: u32) -> Vec<&Entry> {
+        for exact in [true, false] {
+            let v: Vec<&Entry> = self
+                .live_order()
+                .into_iter()
+                .filter(|e| match &e.state {
+                    Ok(Grant::Share {
+                        milli,
+                        served_milli,
+                        slots,
+                        ..
+                    }) => {
+                        if exact {
+                            slots.contains(&n)
+                        } else {
+                            milli.saturating_sub(*served_milli) >= n
+                        }
+                    }
+                    _ => false,
+                })
+                .collect();
+            if !v.is_empty() {
+                return v;
+            }
+        }
+        Vec::new()
+    }
+
+    fn no_whole(&self, want: &[usize]) -> Miss {
+        Miss::NoDecision(format!(
+            "no pod placed on node {} by gpusched holds GPUs {}; {}",
+            self.node,
+            self.show(want),
+            self.summary()
+        ))
+    }
+
+    /// Serves whole GPUs `want` (inventory positions), charging them to a
+    /// decision (`docs/protocol.md`, *Allocate*).
+    pub fn allocate_whole(&mut self, want: &[usize], healthy: &[bool]) -> Result<Matched, Miss> {
+        // GPUs already served (a retry, an init container's GPUs reused)
+        // name their decision; the others are new.
+        let mut reuse: Option<String> = None;
+        let mut new = Vec::new();
+        for &g in want {
+            let owner = self.entries.iter().find_map(|(uid, e)| match &e.state {
+                Ok(Grant::Whole { served, .. }) if served.contains(&g) => Some(uid.clone()),
+                _ => None,
+            });
+            match owner {
+                Some(u) if reuse.as_ref().is_some_and(|r| *r != u) => {
+                    return Err(Miss::NoDecision(format!(
+                        "GPUs {} were handed to different pods; {}",
+                        self.show(want),
+                        self.summary()
+                    )));
+                }
+                Some(u) => reuse = Some(u),
+                None => new.push(g),
+            }
+        }
+        let n = new.len();
+        let target = match &reuse {
+            Some(u) => {
+                let free = match &self.entries[u].state {
+                    Ok(Grant::Whole { gpus, served, .. }) => unserved(gpus, served),
+                    _ => Vec::new(),
+                };
+                if free.len() < n {
+                    return Err(self.no_whole(want));
+                }
+                u.clone()
+            }
+            None => {
+                let cands = self.whole_candidates(n, |_, _| true);
+                let owns_all = |e: &Entry| match &e.state {
+                    Ok(Grant::Whole { gpus, served, .. }) => {
+                        new.iter().all(|g| gpus.contains(g) && !served.contains(g))
+                    }
+                    _ => false,
+                };
+                match self.rank(&cands, owns_all) {
+                    Some(e) => e.pod.uid.clone(),
+                    None => return Err(self.no_whole(want)),
+                }
+            }
+        };
+        let tkey = self.entries[&target].pod.key();
         if let Some(&g) = want
             .iter()
             .find(|&&g| !healthy.get(g).copied().unwrap_or(false))
         {
-            let e = &self.entries[&uid];
             return Err(Miss::Refused(format!(
-                "GPU {} ({}) recorded for pod {} is unhealthy",
-                self.gpus[g].index,
-                self.gpus[g].uuid,
-                e.pod.key()
+                "GPU {} ({}) recorded for pod {tkey} is unhealthy",
+                self.gpus[g].index, self.gpus[g].uuid,
             )));
         }
-        let e = self
-            .entries
-            .get_mut(&uid)
-            .ok_or_else(|| Miss::NoDecision("gone".into()))?;
-        if let Ok(Grant::Whole { served, .. }) = &mut e.state {
-            served.extend(want.iter().copied());
+        // New GPUs outside the target's unserved ones are exchanged with
+        // unserved GPUs of the target: each comes from another live
+        // decision's unserved GPUs, which takes the target's in return.
+        let Ok(Grant::Whole { gpus, served, .. }) = &self.entries[&target].state else {
+            return Err(self.no_whole(want));
+        };
+        let tfree = unserved(gpus, served);
+        let mut spare = tfree.iter().rev().filter(|g| !new.contains(g));
+        let mut swaps: Vec<(usize, String, usize)> = Vec::new();
+        for &g in new.iter().filter(|g| !tfree.contains(g)) {
+            let from = self.entries.iter().find_map(|(uid, e)| match &e.state {
+                Ok(Grant::Whole { gpus, served, .. })
+                    if *uid != target && gpus.contains(&g) && !served.contains(&g) =>
+                {
+                    Some(uid.clone())
+                }
+                _ => None,
+            });
+            let (Some(from), Some(&h)) = (from, spare.next()) else {
+                return Err(self.no_whole(want));
+            };
+            swaps.push((g, from, h));
         }
-        Ok(e.pod.key())
+        let mut note = Vec::new();
+        for (g, from, h) in swaps {
+            if let Some(e) = self.entries.get_mut(&from)
+                && let Ok(Grant::Whole { gpus, .. }) = &mut e.state
+            {
+                gpus.iter_mut().filter(|x| **x == g).for_each(|x| *x = h);
+                note.push(format!(
+                    "GPU {} of pod {}'s decision taken, GPU {} given in exchange",
+                    self.gpus[g].index,
+                    e.pod.key(),
+                    self.gpus[h].index
+                ));
+            }
+            if let Some(e) = self.entries.get_mut(&target)
+                && let Ok(Grant::Whole { gpus, .. }) = &mut e.state
+            {
+                gpus.iter_mut().filter(|x| **x == h).for_each(|x| *x = g);
+            }
+        }
+        if let Some(e) = self.entries.get_mut(&target)
+            && let Ok(Grant::Whole { served, slots, .. }) = &mut e.state
+        {
+            served.extend(new.iter().copied());
+            if n > 0 {
+                take_slot(slots, n as u32);
+            }
+        }
+        if n > 0 {
+            self.last = Some(target);
+        }
+        Ok(Matched {
+            decision: tkey,
+            note: (!note.is_empty()).then(|| note.join("; ")),
+        })
     }
 
     /// Serves `n` milli of a share; `hint` is the GPU the kubelet's tokens
@@ -491,22 +809,10 @@ impl Ledger {
         hint: Option<usize>,
         healthy: &[bool],
     ) -> Result<ShareGrant, Miss> {
-        let cands: Vec<String> = self
-            .live_order()
-            .into_iter()
-            .filter(|e| {
-                matches!(&e.state, Ok(Grant::Share { milli, served_milli, .. }) if milli.saturating_sub(*served_milli) >= n)
-            })
-            .map(|e| e.pod.uid.clone())
-            .collect();
-        let pick = cands
-            .iter()
-            .find(|uid| {
-                matches!(&self.entries[*uid].state, Ok(Grant::Share { gpu, .. }) if Some(*gpu) == hint)
-            })
-            .or(cands.first())
-            .cloned();
-        let Some(uid) = pick else {
+        let cands = self.share_candidates(n);
+        let same_gpu =
+            |e: &Entry| matches!(&e.state, Ok(Grant::Share { gpu, .. }) if Some(*gpu) == hint);
+        let Some(uid) = self.rank(&cands, same_gpu).map(|e| e.pod.uid.clone()) else {
             return Err(Miss::NoDecision(format!(
                 "no pod placed on node {} by gpusched has a pending GPU share of {n} milli; {}",
                 self.node,
@@ -523,6 +829,7 @@ impl Ledger {
             milli,
             memory_mib,
             served_milli,
+            slots,
         }) = &mut e.state
         else {
             return Err(Miss::NoDecision("not a share".into()));
@@ -534,43 +841,187 @@ impl Ledger {
             )));
         }
         *served_milli += n;
-        Ok(ShareGrant {
+        take_slot(slots, n);
+        let out = ShareGrant {
             pod: key,
             gpu: *gpu,
             milli: *milli,
             memory_mib: *memory_mib,
-        })
+        };
+        self.last = Some(uid);
+        Ok(out)
     }
 
-    /// Marks what the kubelet reports a pod holds (PodResources, after a
-    /// restart): whole GPUs and share milli.
-    pub fn restore(
+    /// Takes in what the kubelet says each pod holds (PodResources `List`,
+    /// by namespace/name): after a restart, and again now and then so that
+    /// a pod the kubelet admitted onto another decision's GPUs is known by
+    /// the GPUs it really has (`docs/protocol.md`, *Restart*). Whole GPUs:
+    /// a listed pod's decision becomes exactly what it holds; decisions of
+    /// pods not admitted yet whose GPUs another pod holds take the GPUs
+    /// that pod's decision no longer needs. Shares (only with `restart`:
+    /// tokens do not say which GPU's share a container was given): the
+    /// milli the pod's tokens count. Returns how many pods matched a
+    /// decision, or `None` when the list disagrees with what was served
+    /// (a call in flight): nothing is changed then.
+    pub fn reconcile(
         &mut self,
-        namespace: &str,
-        name: &str,
-        whole: &[usize],
-        share_milli: u32,
-    ) -> bool {
-        let Some(e) = self
+        held: &BTreeMap<(String, String), HeldPod>,
+        restart: bool,
+    ) -> Option<Reconciled> {
+        let by_key: BTreeMap<(String, String), String> = self
             .entries
-            .values_mut()
-            .find(|e| e.pod.namespace == namespace && e.pod.name == name)
-        else {
-            return false;
-        };
-        match &mut e.state {
-            Ok(Grant::Whole { gpus, served }) => {
-                served.extend(whole.iter().copied().filter(|g| gpus.contains(g)));
+            .iter()
+            .map(|(u, e)| ((e.pod.namespace.clone(), e.pod.name.clone()), u.clone()))
+            .collect();
+        let all_held: BTreeSet<usize> = held
+            .values()
+            .flat_map(|h| h.whole.iter().copied())
+            .collect();
+        let served_now: BTreeSet<usize> = self
+            .entries
+            .values()
+            .filter_map(|e| match &e.state {
+                Ok(Grant::Whole { served, .. }) => Some(served.iter().copied()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        if !served_now.is_subset(&all_held) {
+            return None;
+        }
+        // Whole GPUs held by listed pods with a whole decision.
+        let mut owner: BTreeMap<usize, String> = BTreeMap::new();
+        let mut listed: Vec<(String, Vec<usize>)> = Vec::new();
+        for (k, h) in held {
+            let Some(uid) = by_key.get(k) else { continue };
+            if h.whole.is_empty() || !matches!(self.entries[uid].state, Ok(Grant::Whole { .. })) {
+                continue;
             }
-            Ok(Grant::Share {
-                milli,
-                served_milli,
-                ..
-            }) => *served_milli = (*served_milli + share_milli).min(*milli),
-            Err(_) => return false,
+            let v: Vec<usize> = h
+                .whole
+                .iter()
+                .copied()
+                .filter(|&g| g < self.gpus.len())
+                .collect();
+            for &g in &v {
+                owner.insert(g, uid.clone());
+            }
+            listed.push((uid.clone(), v));
+        }
+        let mut out = Reconciled::default();
+        let mut freed: Vec<usize> = Vec::new();
+        for (uid, h) in &listed {
+            let Some(e) = self.entries.get_mut(uid) else {
+                continue;
+            };
+            let key = e.pod.key();
+            let Ok(Grant::Whole {
+                gpus,
+                served,
+                slots,
+            }) = &mut e.state
+            else {
+                continue;
+            };
+            out.restored += 1;
+            let hs: BTreeSet<usize> = h.iter().copied().collect();
+            if *served == hs && hs.iter().all(|g| gpus.contains(g)) {
+                continue;
+            }
+            let mut next: Vec<usize> = h.clone();
+            for &g in gpus.iter() {
+                if next.len() >= gpus.len().max(h.len()) {
+                    break;
+                }
+                if !owner.contains_key(&g) && !next.contains(&g) {
+                    next.push(g);
+                }
+            }
+            freed.extend(gpus.iter().copied().filter(|g| !next.contains(g)));
+            if hs.iter().any(|g| !gpus.contains(g)) {
+                let show = |v: &[usize]| {
+                    v.iter()
+                        .map(|&g| self.gpus[g].index.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                out.moved.push(format!(
+                    "pod {key} holds GPUs [{}], its decision named [{}]",
+                    show(h),
+                    show(gpus)
+                ));
+            }
+            let left = (next.len() - hs.len()) as u32;
+            *gpus = next;
+            *served = hs;
+            *slots = if left > 0 { vec![left] } else { Vec::new() };
+        }
+        // Decisions of pods not listed: GPUs a listed pod holds are not
+        // theirs (served to another pod's call, or decided for them and
+        // taken): they get freed GPUs instead, and expect the calls again.
+        let listed_uids: BTreeSet<&String> = listed.iter().map(|(u, _)| u).collect();
+        let uids: Vec<String> = self
+            .live_order()
+            .into_iter()
+            .map(|e| e.pod.uid.clone())
+            .filter(|u| !listed_uids.contains(u))
+            .collect();
+        freed.sort_unstable();
+        freed.dedup();
+        let mut pool: Vec<usize> = freed
+            .into_iter()
+            .filter(|g| !all_held.contains(g))
+            .rev()
+            .collect();
+        for uid in uids {
+            let Some(e) = self.entries.get_mut(&uid) else {
+                continue;
+            };
+            match &mut e.state {
+                Ok(Grant::Whole {
+                    gpus,
+                    served,
+                    slots,
+                }) => {
+                    served.retain(|g| !owner.contains_key(g));
+                    for g in gpus.iter_mut() {
+                        if owner.contains_key(g)
+                            && let Some(h) = pool.pop()
+                        {
+                            *g = h;
+                        }
+                    }
+                    let want = gpus.len().saturating_sub(served.len()) as u32;
+                    let have: u32 = slots.iter().sum();
+                    if have < want {
+                        slots.push(want - have);
+                    }
+                }
+                Ok(Grant::Share {
+                    milli,
+                    served_milli,
+                    slots,
+                    ..
+                }) if restart && *served_milli == 0 => {
+                    let Some(h) = held.get(&(e.pod.namespace.clone(), e.pod.name.clone())) else {
+                        continue;
+                    };
+                    if h.milli == 0 {
+                        continue;
+                    }
+                    *served_milli = h.milli.min(*milli);
+                    *slots = if *served_milli < *milli {
+                        vec![*milli - *served_milli]
+                    } else {
+                        Vec::new()
+                    };
+                    out.restored += 1;
+                }
+                _ => {}
+            }
         }
         self.recheck();
-        true
+        Some(out)
     }
 
     /// Per GPU: whole owner, or Σ milli of served shares.
@@ -687,6 +1138,7 @@ mod tests {
             created: created.into(),
             decision: Some(d.to_annotation()),
             terminal: false,
+            containers: Vec::new(),
         }
     }
 
@@ -705,7 +1157,7 @@ mod tests {
         let mut a = pod("a", "1", &[0], None);
         a.terminal = true;
         l.observe(a);
-        assert_eq!(l.allocate_whole(&[0, 1], &ok).unwrap(), "ns/b");
+        assert_eq!(l.allocate_whole(&[0, 1], &ok).unwrap().decision, "ns/b");
     }
 
     #[test]

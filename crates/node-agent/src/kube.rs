@@ -5,7 +5,7 @@
 
 use crate::agent::Agent;
 use crate::coord::{BoxFuture, Coordinator, EventSink, NodeFacts, NodeSink, PodSource};
-use crate::decisions::PodInfo;
+use crate::decisions::{ContainerAsk, PodInfo};
 use futures::StreamExt;
 use gpusched_model::protocol::{
     ALLOCATIONS_VERSION, ANNOTATION_DECISION, ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS,
@@ -50,7 +50,39 @@ pub fn pod_info(p: &Pod) -> PodInfo {
             .as_ref()
             .and_then(|a| a.get(ANNOTATION_DECISION).cloned()),
         terminal: matches!(phase, Some("Succeeded") | Some("Failed")),
+        containers: p.spec.as_ref().map(container_asks).unwrap_or_default(),
     }
+}
+
+/// What each container asks of `nvidia.com/gpu` and `gpusched.io/gpu-milli`
+/// (limits, else requests), init containers first: the kubelet's order of
+/// `Allocate` calls. A quantity that is not a plain count reads as 0 (the
+/// API server refuses such extended resources anyway).
+pub fn container_asks(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<ContainerAsk> {
+    use k8s_openapi::api::core::v1::Container;
+    let ask = |c: &Container, init: bool| {
+        let get = |name: &str| {
+            let r = c.resources.as_ref();
+            r.and_then(|r| r.limits.as_ref()?.get(name))
+                .or_else(|| r.and_then(|r| r.requests.as_ref()?.get(name)))
+                .and_then(|q| q.0.trim().parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        ContainerAsk {
+            init,
+            sidecar: init && c.restart_policy.as_deref() == Some("Always"),
+            gpus: get(gpusched_model::labels::RESOURCE_GPU),
+            milli: get(crate::plan::RESOURCE_GPU_MILLI),
+        }
+    };
+    let mut v: Vec<ContainerAsk> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ask(c, true))
+        .collect();
+    v.extend(spec.containers.iter().map(|c| ask(c, false)));
+    v
 }
 
 /// Pods of one node from the API server.
@@ -372,6 +404,7 @@ mod tests {
             created: "2026-01-01T00:00:00Z".into(),
             decision: Some(d.to_annotation()),
             terminal: false,
+            containers: Vec::new(),
         }
     }
 
@@ -393,7 +426,10 @@ mod tests {
         // nothing handed to the kubelet yet: nothing allocated
         assert!(allocations(&l).pods.is_empty());
         let healthy = [true; 4];
-        assert_eq!(l.allocate_whole(&[0, 1], &healthy).unwrap(), "ml/a");
+        assert_eq!(
+            l.allocate_whole(&[0, 1], &healthy).unwrap().decision,
+            "ml/a"
+        );
         l.allocate_share(250, Some(3), &healthy).unwrap();
         let a = allocations(&l);
         assert_eq!(a.v, ALLOCATIONS_VERSION);

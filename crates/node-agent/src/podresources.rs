@@ -3,6 +3,7 @@
 //! restart (`docs/protocol.md`, *Restart*).
 
 use crate::agent::Agent;
+use crate::decisions::HeldPod;
 use crate::podresources_api::ListPodResourcesRequest;
 use crate::podresources_api::pod_resources_lister_client::PodResourcesListerClient;
 use std::collections::BTreeMap;
@@ -33,16 +34,12 @@ pub async fn list(socket: &Path) -> Result<Held, String> {
     Ok(out)
 }
 
-/// Marks as served what the kubelet reports. Returns how many pods matched
-/// a decision.
-pub fn restore(agent: &Agent, held: &Held) -> usize {
-    let Some(coord) = agent.coord.get() else {
-        return 0;
-    };
-    let mut n = 0;
-    for ((ns, name), res) in held {
-        let mut whole = Vec::new();
-        let mut milli = 0u32;
+/// What each listed pod holds of the resources decisions govern (whole
+/// GPUs as inventory positions, share tokens counted).
+pub fn held_pods(agent: &Agent, held: &Held) -> BTreeMap<(String, String), HeldPod> {
+    let mut out = BTreeMap::new();
+    for (key, res) in held {
+        let mut h = HeldPod::default();
         for plan in &agent.plans {
             let Some(ids) = res.get(&plan.name) else {
                 continue;
@@ -52,18 +49,49 @@ pub fn restore(agent: &Agent, held: &Held) -> usize {
                 .filter_map(|id| plan.by_id.get(id))
                 .map(|&d| plan.units[plan.devices[d].unit].gpu);
             if plan.is_whole_gpu() {
-                whole.extend(gpus);
+                h.whole.extend(gpus);
             } else if plan.is_share() {
-                milli += u32::try_from(gpus.count()).unwrap_or(u32::MAX);
+                // Tokens of init containers reused by app containers are
+                // listed under each: count each token once.
+                let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+                h.milli = h
+                    .milli
+                    .saturating_add(u32::try_from(distinct.len()).unwrap_or(u32::MAX));
             }
         }
-        if (whole.is_empty() && milli == 0) || !coord.ledger().restore(ns, name, &whole, milli) {
-            continue;
+        if !h.whole.is_empty() || h.milli > 0 {
+            out.insert(key.clone(), h);
         }
-        for &g in &whole {
+    }
+    out
+}
+
+/// Takes in what the kubelet reports (after a restart: `restart`, shares
+/// included). Returns how many pods matched a decision, `None` when the
+/// list disagreed with what was served (nothing changed).
+pub fn restore(agent: &Agent, held: &Held, restart: bool) -> Option<usize> {
+    let coord = agent.coord.get()?;
+    let pods = held_pods(agent, held);
+    let r = coord.ledger().reconcile(&pods, restart)?;
+    for m in &r.moved {
+        tracing::info!("PodResources: {m}");
+    }
+    for h in pods.values() {
+        for &g in &h.whole {
             agent.mark_allocated(g);
         }
-        n += 1;
     }
-    n
+    Some(r.restored)
+}
+
+/// Reads PodResources while no `Allocate` runs and takes it in: the pods
+/// the kubelet admitted onto other decisions' GPUs are known by what they
+/// hold (`docs/protocol.md`).
+pub async fn reconcile(agent: &Agent) -> Result<Option<usize>, String> {
+    let Some(coord) = agent.coord.get() else {
+        return Ok(None);
+    };
+    let _serial = coord.serial.lock().await;
+    let held = list(&agent.settings.pod_resources_socket).await?;
+    Ok(restore(agent, &held, false))
 }

@@ -137,8 +137,14 @@ impl PluginService {
             if plan.is_whole_gpu() {
                 let gpus: Vec<usize> = units.iter().map(|&u| plan.units[u].gpu).collect();
                 match coord.allocate_whole(&gpus, &healthy).await {
-                    Ok(pod) => {
-                        tracing::info!(resource = %plan.name, pod = %pod, ids = ?c.devices_ids, "allocate: matched decision");
+                    Ok(m) => {
+                        // The kubelet does not say which pod calls: the log
+                        // names the decision charged (PodResources later
+                        // tells which pod holds the GPUs).
+                        tracing::info!(resource = %plan.name, decision_of = %m.decision, ids = ?c.devices_ids, "allocate: charged to the decision of pod {} (or another pending pod of the same size)", m.decision);
+                        if let Some(n) = &m.note {
+                            tracing::warn!(resource = %plan.name, "allocate: the kubelet chose GPUs of other decisions: {n}");
+                        }
                         for &g in &gpus {
                             self.agent.mark_allocated(g);
                         }
@@ -160,7 +166,7 @@ impl PluginService {
                 let hint = first.filter(|&g| units.iter().all(|&u| plan.units[u].gpu == g));
                 match coord.allocate_share(n, hint, &healthy).await {
                     Ok(g) => {
-                        tracing::info!(resource = %plan.name, pod = %g.pod, gpu = g.gpu, milli = n, "allocate: matched share decision");
+                        tracing::info!(resource = %plan.name, decision_of = %g.pod, gpu = g.gpu, milli = n, "allocate: share charged to the decision of pod {} (or another pending pod of the same size)", g.pod);
                         let Some(u) = plan.units.iter().position(|x| x.gpu == g.gpu) else {
                             return Err(Status::internal("share GPU not in plan"));
                         };

@@ -19,13 +19,17 @@ const GPU_SOCK: &str = "gpusched-nvidia.com-gpu.sock";
 const SHARE_SOCK: &str = "gpusched-gpusched.io-gpu-milli.sock";
 
 fn uuids() -> Vec<String> {
-    FakeBackend::from_file(&fixture("dgx-h100.yaml"), None)
-        .unwrap()
-        .inventory_ref()
-        .gpus
-        .iter()
-        .map(|g| g.uuid.clone())
-        .collect()
+    static U: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    U.get_or_init(|| {
+        FakeBackend::from_file(&fixture("dgx-h100.yaml"), None)
+            .unwrap()
+            .inventory_ref()
+            .gpus
+            .iter()
+            .map(|g| g.uuid.clone())
+            .collect()
+    })
+    .clone()
 }
 
 fn decision(uid: &str, idx: &[u32], share: Option<(u32, u64)>) -> String {
@@ -51,6 +55,7 @@ fn pod(name: &str, created: &str, decision: Option<String>) -> PodInfo {
         created: created.into(),
         decision,
         terminal: false,
+        ..Default::default()
     }
 }
 
@@ -598,4 +603,324 @@ async fn mig_layout_and_replicas_are_published() {
     assert_eq!(l["nvidia.com/mig-1g.10gb.replicas"], "4", "{l:?}");
     assert_eq!(l["nvidia.com/mig-3g.40gb.count"], "2", "{l:?}");
     agent.shutdown().await.unwrap();
+}
+
+/// A small deterministic generator (xorshift64*) for seeded orders.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n.max(1)
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// Hands the pods to the agent through its watch and waits until it has
+/// taken them in.
+async fn sync_pods(r: &Rig, pods: Vec<PodInfo>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let before = r.t.pods.applied.load(SeqCst);
+    r.t.pods.set(pods);
+    let t = Instant::now();
+    while r.t.pods.applied.load(SeqCst) == before {
+        assert!(t.elapsed() < Duration::from_secs(5), "watch did not apply");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn decided(name: &str, seq: u64, idx: &[u32], share: Option<(u32, u64)>) -> PodInfo {
+    let u = uuids();
+    let d = GpuDecision {
+        v: DECISION_VERSION,
+        uid: format!("uid-{name}"),
+        node: NODE.into(),
+        seq,
+        indices: idx.to_vec(),
+        gpus: idx.iter().map(|&i| u[i as usize].clone()).collect(),
+        share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+    };
+    // Created in the same second: the kubelet's order is the bindings'.
+    pod(name, "2026-01-01T00:00:01Z", Some(d.to_annotation()))
+}
+
+#[derive(Default, Debug)]
+struct Tally {
+    refused: Vec<String>,
+    twice: usize,
+    not_decided: Vec<String>,
+    wrong_size: Vec<String>,
+    ignored_preference: usize,
+}
+
+/// Issue 29 item 1: whole-GPU pods of 2,1,1,2,1,1 GPUs bound at once and
+/// admitted by the kubelet in any order. Per pod the stand-in kubelet calls
+/// GetPreferredAllocation on the GPUs it has not handed out, takes the
+/// answer (or, with `follow` false, GPUs of its own choice), and calls
+/// Allocate. No call may be refused, no GPU handed out twice, and when the
+/// kubelet follows the preference every pod gets exactly the GPUs of a
+/// decision of its size (the kubelet does not say which pod calls, so two
+/// pods of one size may get each other's: each set still has one owner).
+async fn mixed_whole_rounds(rounds: u64, follow: bool) -> Tally {
+    let r = Rig::start(vec![], true, true).await;
+    let mut c = r.gpu().await;
+    let sizes = [2u32, 1, 1, 2, 1, 1];
+    let mut t = Tally::default();
+    for round in 0..rounds {
+        let mut rng = Rng::new(round + if follow { 0 } else { 1000 });
+        let mut gpus: Vec<u32> = (0..8).collect();
+        rng.shuffle(&mut gpus);
+        let mut pods = Vec::new();
+        let mut want: Vec<Vec<u32>> = Vec::new();
+        let mut at = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut idx = gpus[at..at + n as usize].to_vec();
+            at += n as usize;
+            idx.sort_unstable();
+            pods.push(decided(&format!("w{round}-{i}"), i as u64 + 1, &idx, None));
+            want.push(idx);
+        }
+        sync_pods(&r, pods).await;
+        let mut order: Vec<usize> = (0..sizes.len()).collect();
+        rng.shuffle(&mut order);
+        let mut handed: Vec<u32> = Vec::new();
+        let mut got: Vec<Vec<u32>> = Vec::new();
+        for &p in &order {
+            let n = sizes[p] as usize;
+            let free: Vec<usize> = (0..8).filter(|g| !handed.contains(&(*g as u32))).collect();
+            let avail = ids(&free);
+            let pref = preferred(&mut c, &avail, n as i32).await;
+            let pick: Vec<String> =
+                if follow && pref.len() == n && pref.iter().all(|i| avail.contains(i)) {
+                    pref
+                } else {
+                    if follow {
+                        t.ignored_preference += 1;
+                    }
+                    let mut f = free.clone();
+                    rng.shuffle(&mut f);
+                    ids(&f[..n])
+                };
+            match allocate(&mut c, &pick).await {
+                Ok(resp) => {
+                    let u = uuids();
+                    let mut mine: Vec<u32> = visible(&resp)
+                        .split(',')
+                        .filter_map(|v| u.iter().position(|x| x == v).map(|i| i as u32))
+                        .collect();
+                    mine.sort_unstable();
+                    for g in &mine {
+                        if handed.contains(g) {
+                            t.twice += 1;
+                        }
+                    }
+                    handed.extend(&mine);
+                    if follow && !want.contains(&mine) {
+                        t.not_decided
+                            .push(format!("round {round}: pod {p} got {mine:?}"));
+                    }
+                    got.push(mine);
+                }
+                Err(e) => t.refused.push(format!(
+                    "round {round} order {order:?} pod {p}: {}",
+                    e.message()
+                )),
+            }
+        }
+        if follow && t.refused.is_empty() {
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "round {round}: decisions used once each");
+        }
+    }
+    t
+}
+
+#[tokio::test]
+async fn mixed_whole_sizes_in_any_admission_order() {
+    let t = mixed_whole_rounds(100, true).await;
+    eprintln!(
+        "kubelet follows the preference: {} refused, {} twice, {} not a decision",
+        t.refused.len(),
+        t.twice,
+        t.not_decided.len()
+    );
+    assert!(
+        t.refused.is_empty(),
+        "{} refused: {:#?}",
+        t.refused.len(),
+        t.refused
+    );
+    assert_eq!(t.twice, 0);
+    assert_eq!(t.ignored_preference, 0, "the preference was unusable");
+    assert!(t.not_decided.is_empty(), "{:#?}", t.not_decided);
+    let t = mixed_whole_rounds(100, false).await;
+    eprintln!("kubelet ignores the preference: {t:?}");
+    assert!(
+        t.refused.is_empty(),
+        "{} refused: {:#?}",
+        t.refused.len(),
+        t.refused
+    );
+    assert_eq!(t.twice, 0);
+}
+
+/// Issue 29 item 2: shares of 300,500,300,200,700,400,600,300 milli bound
+/// at once (placed first-fit, as a scheduler packs them) and admitted in any
+/// order. The stand-in kubelet counts 1000 tokens per GPU. Every pod must be
+/// served a decision of exactly its milli, no GPU past 1000 milli, and when
+/// the kubelet follows the preference, the decisions are used once each.
+async fn mixed_share_rounds(rounds: u64, follow: bool) -> Tally {
+    let r = Rig::start(vec![], true, true).await;
+    let mut c = r.share().await;
+    let sizes = [300u32, 500, 300, 200, 700, 400, 600, 300];
+    let mut t = Tally::default();
+    for round in 0..rounds {
+        let mut rng = Rng::new(round + if follow { 500 } else { 1500 });
+        let mut gpu_order: Vec<u32> = (0..8).collect();
+        rng.shuffle(&mut gpu_order);
+        let mut used = [0u32; 8];
+        let mut pods = Vec::new();
+        let mut want: Vec<(u32, u32)> = Vec::new();
+        for (i, &m) in sizes.iter().enumerate() {
+            let g = *gpu_order
+                .iter()
+                .find(|&&g| used[g as usize] + m <= 1000)
+                .unwrap();
+            used[g as usize] += m;
+            pods.push(decided(
+                &format!("s{round}-{i}"),
+                i as u64 + 1,
+                &[g],
+                Some((m, u64::from(m) * 80)),
+            ));
+            want.push((g, m));
+        }
+        sync_pods(&r, pods).await;
+        let mut order: Vec<usize> = (0..sizes.len()).collect();
+        rng.shuffle(&mut order);
+        let mut taken: Vec<u32> = vec![0; 8];
+        let mut granted = [0u32; 8];
+        let mut got: Vec<(u32, u32)> = Vec::new();
+        for &p in &order {
+            let n = sizes[p];
+            let mut avail = Vec::new();
+            for (g, &k) in taken.iter().enumerate() {
+                avail.extend(tokens(g, k, 1000 - k));
+            }
+            let pref = preferred(&mut c, &avail, n as i32).await;
+            let free: std::collections::HashSet<&String> = avail.iter().collect();
+            let follow_this =
+                follow && pref.len() == n as usize && pref.iter().all(|i| free.contains(i));
+            let pick: Vec<String> = if follow_this {
+                pref
+            } else {
+                if follow {
+                    t.ignored_preference += 1;
+                }
+                // The kubelet's own choice: tokens from GPUs in a random order.
+                let mut gs: Vec<usize> = (0..8).collect();
+                rng.shuffle(&mut gs);
+                let mut v = Vec::new();
+                for g in gs {
+                    let k = taken[g];
+                    v.extend(tokens(g, k, (1000 - k).min(n - v.len() as u32)));
+                    if v.len() as u32 == n {
+                        break;
+                    }
+                }
+                v
+            };
+            // Which tokens the kubelet now counts as taken.
+            let u = uuids();
+            for id in &pick {
+                if let Some(g) = u.iter().position(|x| id.starts_with(x.as_str())) {
+                    taken[g] += 1;
+                }
+            }
+            match allocate(&mut c, &pick).await {
+                Ok(resp) => {
+                    let g = u.iter().position(|x| *x == visible(&resp)).unwrap() as u32;
+                    // The milli and memory of the decision charged.
+                    let mib: u64 = resp.envs["GPUSCHED_GPU_MEMORY_LIMIT_MIB"].parse().unwrap();
+                    let m = u32::try_from(mib / 80).unwrap();
+                    if m != n {
+                        t.wrong_size.push(format!(
+                            "round {round} order {order:?}: pod {p} asked {n} milli, served the decision of {m}"
+                        ));
+                    }
+                    granted[g as usize] += m;
+                    if granted[g as usize] > 1000 {
+                        t.twice += 1;
+                    }
+                    if follow && !want.contains(&(g, m)) {
+                        t.not_decided
+                            .push(format!("round {round}: pod {p} got {m} of GPU {g}"));
+                    }
+                    got.push((g, m));
+                }
+                Err(e) => t.refused.push(format!(
+                    "round {round} order {order:?} pod {p}: {}",
+                    e.message()
+                )),
+            }
+        }
+        if follow && t.refused.is_empty() {
+            got.sort();
+            want.sort();
+            assert_eq!(got, want, "round {round}: decisions used once each");
+        }
+    }
+    t
+}
+
+#[tokio::test]
+async fn mixed_share_sizes_in_any_admission_order() {
+    let t = mixed_share_rounds(100, true).await;
+    eprintln!(
+        "kubelet follows the preference: {} refused, {} served another size, {} not a decision",
+        t.refused.len(),
+        t.wrong_size.len(),
+        t.not_decided.len()
+    );
+    assert!(
+        t.refused.is_empty(),
+        "{} refused: {:#?}",
+        t.refused.len(),
+        t.refused
+    );
+    assert_eq!(t.twice, 0, "a GPU past 1000 milli");
+    assert_eq!(t.ignored_preference, 0, "the preference was unusable");
+    assert!(t.not_decided.is_empty(), "{:#?}", t.not_decided);
+    assert!(
+        t.wrong_size.is_empty(),
+        "{} wrong: {:#?}",
+        t.wrong_size.len(),
+        t.wrong_size
+    );
+    let t = mixed_share_rounds(100, false).await;
+    eprintln!("kubelet ignores the preference: {t:?}");
+    assert!(
+        t.refused.is_empty(),
+        "{} refused: {:#?}",
+        t.refused.len(),
+        t.refused
+    );
+    assert!(
+        t.wrong_size.is_empty(),
+        "{} wrong: {:#?}",
+        t.wrong_size.len(),
+        t.wrong_size
+    );
+    assert_eq!(t.twice, 0, "a GPU past 1000 milli");
 }

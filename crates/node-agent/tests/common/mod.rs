@@ -199,6 +199,8 @@ pub struct TestPods {
     /// When false, the watch never delivers (only LISTs see changes).
     pub watch_enabled: std::sync::atomic::AtomicBool,
     pub lists: std::sync::atomic::AtomicUsize,
+    /// Changes the watch has handed to the agent.
+    pub applied: std::sync::atomic::AtomicUsize,
 }
 
 impl TestPods {
@@ -238,6 +240,8 @@ impl PodSource for TestPods {
                 if self.watch_enabled.load(std::sync::atomic::Ordering::SeqCst) {
                     let v = self.pods.lock().unwrap().clone();
                     coord.replace_all(v);
+                    self.applied
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             }
         })
