@@ -4,7 +4,7 @@
 //! [`Snapshot`] from it, deterministically (ordered maps, stable sorts).
 
 use crate::crd::{PodGroup, Queue, SpPodGroup};
-use crate::decision::GpuDecision;
+use crate::decision::{DecisionError, GpuDecision};
 use crate::translate::{self, DEFAULT_QUEUE, NodeView, PodKind, PodView};
 use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{GpuAssignment, NodeId, PodPhase, PodState, Snapshot};
@@ -138,6 +138,12 @@ pub struct World {
     nominated: BTreeMap<String, String>,
     evicting: BTreeSet<String>,
     pdbs: BTreeMap<String, translate::PdbView>,
+    /// The decision each bound pod had when this scheduler first saw it
+    /// bound (its own, for pods it bound): a later change is tampering
+    /// (the annotation is the scheduler's alone), reported and ignored.
+    decisions: BTreeMap<String, Option<Result<GpuDecision, DecisionError>>>,
+    /// Pods whose decision changed after binding: what changed.
+    tampered: BTreeMap<String, String>,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -167,7 +173,8 @@ impl World {
     /// A pod was added or changed. Confirms or drops its assumption once the
     /// API shows it bound (or gone).
     pub fn upsert_pod(&mut self, p: &Pod) {
-        let v = translate::pod(p);
+        let mut v = translate::pod(p);
+        self.keep_first_decision(&mut v);
         match &v.kind {
             PodKind::Pending { nominated, .. } => {
                 if nominated.is_some() {
@@ -190,8 +197,53 @@ impl World {
         self.generation += 1;
     }
 
+    /// A bound pod's decision is the one it was bound with: the
+    /// scheduler's own when it bound the pod in this run (its assumption),
+    /// else the first one seen. A different one later is kept out and
+    /// reported.
+    fn keep_first_decision(&mut self, v: &mut PodView) {
+        let PodKind::Bound { decision, .. } = &mut v.kind else {
+            return;
+        };
+        let first = match self.decisions.get(&v.uid) {
+            Some(d) => d.clone(),
+            None => {
+                let d = match self.assumed.get(&v.uid) {
+                    Some(a) => Some(Ok(a.decision.clone())),
+                    None => decision.clone(),
+                };
+                self.decisions.insert(v.uid.clone(), d.clone());
+                d
+            }
+        };
+        if *decision != first {
+            let shown = |d: &Option<Result<GpuDecision, DecisionError>>| match d {
+                None => "none".to_string(),
+                Some(Ok(d)) => format!("GPUs {:?} of {}", d.indices, d.node),
+                Some(Err(e)) => format!("unreadable ({e})"),
+            };
+            self.tampered.insert(
+                v.uid.clone(),
+                format!(
+                    "{} was changed after binding (to {}; bound with {}): the change is ignored; only the scheduler writes it, through the Binding",
+                    crate::decision::ANNOTATION_DECISION,
+                    shown(decision),
+                    shown(&first)
+                ),
+            );
+            *decision = first;
+        }
+    }
+
+    /// Pods whose decision was changed after binding, with what changed.
+    pub fn tampered(&self) -> &BTreeMap<String, String> {
+        &self.tampered
+    }
+
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.decisions.remove(uid);
+        self.tampered.remove(uid);
         self.pods.remove(uid);
         self.assumed.remove(uid);
         self.nominated.remove(uid);
@@ -601,6 +653,12 @@ impl World {
                     let Some(&n) = node_ids.get(node.as_str()) else {
                         continue;
                     };
+                    if let Some(t) = self.tampered.get(&v.uid) {
+                        out.problems.push(Problem::BadDecision {
+                            pod: pref(v),
+                            error: t.clone(),
+                        });
+                    }
                     let nv = &out.snapshot.nodes[n as usize];
                     let gpus = match decision {
                         Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {

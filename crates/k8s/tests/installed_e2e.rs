@@ -184,5 +184,43 @@ async fn a_tenants_bad_objects_stop_nobody() {
     assert_eq!(cond.status, "False");
     assert!(cond.message.unwrap_or_default().contains("podAntiAffinity"));
     assert_eq!(bound(&pods).await.len(), 3);
+    // with the chart's admission policy, nobody but the scheduler changes a
+    // decision, through the pod or its status subresource
+    c.install_chart_docs(&[
+        ("ValidatingAdmissionPolicy", "gpusched-decision-annotation"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "gpusched-decision-annotation",
+        ),
+    ])
+    .await;
+    // (a new value each try: one that got through before the policy was in
+    // force would otherwise be "unchanged" afterwards)
+    let tries = std::sync::atomic::AtomicU32::new(0);
+    let refused = wait_for(Duration::from_secs(20), || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let forged = json!({"metadata": {"annotations": {"gpusched.io/decision": format!("{{\"try\":{n}}}")}}});
+        let r = pods
+            .patch_status(
+                "plain",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&forged),
+            )
+            .await;
+        match r {
+            Err(kube::Error::Api(s))
+                if s.message
+                    .contains("only the gpusched scheduler may set gpusched.io/decision") =>
+            {
+                Some(())
+            }
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "a pods/status patch changed the decision"
+    );
     s.stop().await;
 }

@@ -532,13 +532,8 @@ async fn deploy_manifests_apply_to_the_apiserver() {
     let rendered = documents(&std::fs::read_to_string(root.join("deploy/gpusched.yaml")).unwrap());
     assert!(rendered.len() >= 15, "{} documents", rendered.len());
     docs.extend(rendered);
-    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.client.clone());
-    ns.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "gpusched-system"}})).unwrap(),
-    )
-    .await
-    .unwrap();
+    // (the harness already made gpusched-system for the scheduler's
+    // ServiceAccount; the manifests are applied over what it made)
     let discovery = Discovery::new(c.client.clone()).run().await.unwrap();
     let pp = PatchParams::apply("gpusched-deploy-test").force();
     let mut kinds = BTreeSet::new();

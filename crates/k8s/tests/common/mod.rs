@@ -129,27 +129,26 @@ impl Cluster {
 
     /// Installs what the chart grants the scheduler, from the rendered
     /// manifests (deploy/gpusched.yaml): its namespace, ServiceAccount,
-    /// ClusterRole, lease Role and their bindings, and the admission policy
-    /// that keeps decisions to the scheduler. Every e2e scheduler runs
+    /// ClusterRole, lease Role and their bindings. Every e2e scheduler runs
     /// under that ServiceAccount ([`Cluster::scheduler_client`]), so the
     /// installed permissions are the tested ones.
     async fn install_chart_rbac(&self) {
         let ns: Api<Namespace> = Api::all(self.client.clone());
         create_obj(&ns, json!({"metadata": {"name": CHART_NAMESPACE}})).await;
-        let wanted = [
+        self.install_chart_docs(&[
             ("ServiceAccount", "gpusched-scheduler"),
             ("ClusterRole", "gpusched-scheduler"),
             ("ClusterRoleBinding", "gpusched-scheduler"),
             ("Role", "gpusched-scheduler-lease"),
             ("RoleBinding", "gpusched-scheduler-lease"),
-            ("ValidatingAdmissionPolicy", "gpusched-decision-annotation"),
-            (
-                "ValidatingAdmissionPolicyBinding",
-                "gpusched-decision-annotation",
-            ),
-        ];
+        ])
+        .await;
+    }
+
+    /// Creates these `(kind, name)` documents of the rendered chart.
+    pub async fn install_chart_docs(&self, wanted: &[(&str, &str)]) {
         let docs = chart_docs();
-        for (kind, name) in wanted {
+        for &(kind, name) in wanted {
             let doc = docs
                 .iter()
                 .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
