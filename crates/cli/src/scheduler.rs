@@ -19,8 +19,11 @@ pub struct SchedulerArgs {
     /// Scheduler configuration (YAML, the simulator's format: actions, packing, filters).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Address for /metrics, /healthz, /readyz and /debug (the `gpusched explain` endpoint).
-    #[arg(long, default_value = "0.0.0.0:10259")]
+    /// Address for /metrics, /healthz, /readyz and /debug (the `gpusched
+    /// explain` endpoint). Loopback by default: open it to the network
+    /// (`0.0.0.0:10259`, as the chart does) together with
+    /// `--http-auth delegated`.
+    #[arg(long, default_value = "127.0.0.1:10259")]
     http_addr: SocketAddr,
     /// Protection of /metrics and /debug: `delegated` (bearer token checked
     /// with a TokenReview, `get` on the path with a SubjectAccessReview) or
@@ -55,11 +58,21 @@ pub struct SchedulerArgs {
     /// Milliseconds to wait after a change before a cycle (batches arrivals).
     #[arg(long, default_value_t = 20)]
     debounce_ms: u64,
+    /// Log format: `text` (colours only on a terminal) or `json` (one
+    /// object per line, for log collectors).
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
 }
 
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
     let config = read_config(a.config.as_deref())?;
+    if !a.http_addr.ip().is_loopback() && a.http_auth == gpusched_k8s::debug::HttpAuth::None {
+        eprintln!(
+            "warning: --http-addr {} serves /metrics and /debug (pod names, queues, decisions) to anyone who can reach it; add --http-auth delegated",
+            a.http_addr
+        );
+    }
     let identity = a.identity.unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|s| s.trim().to_string())
@@ -85,7 +98,7 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
         },
         ..Default::default()
     };
-    controller::run_blocking(opts)
+    controller::run_blocking(opts, a.log_format == "json")
 }
 
 /// The scheduler configuration from a YAML file (default: built-in).

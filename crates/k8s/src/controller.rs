@@ -406,15 +406,21 @@ fn _assert_send(s: Scheduler) -> impl Send {
 }
 
 /// Runs the scheduler on its own runtime until SIGTERM or SIGINT (for the
-/// binary: sets up logging from `RUST_LOG`, default `info`).
-pub fn run_blocking(opts: Options) -> anyhow::Result<()> {
-    let _ = tracing_subscriber::fmt()
+/// binary: sets up logging from `RUST_LOG`, default `info`; JSON lines with
+/// `json_logs`; colours only on a terminal).
+pub fn run_blocking(opts: Options, json_logs: bool) -> anyhow::Result<()> {
+    let b = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = if json_logs {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -383,6 +383,7 @@ pub fn opts() -> Options {
             "--lease-namespace" => o.lease_namespace = value.to_string(),
             "--http-addr" => {} // see above
             "--http-auth" => o.http_auth = value.parse().unwrap(),
+            "--log-format" => {} // the test's own subscriber logs
             "--kube-api-qps" => o.exec.qps = value.parse().unwrap(),
             "--kube-api-burst" => o.exec.burst = value.parse().unwrap(),
             other => panic!(
