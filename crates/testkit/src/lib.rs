@@ -323,11 +323,38 @@ pub fn apply(snap: &mut Snapshot, out: &CycleOutput, now_ms: u64) {
     }
 }
 
+/// Applies a cycle's evictions as a runner with a grace period does: each
+/// evicted pod turns `Terminating` and keeps what it holds (until the test
+/// lets it go, e.g. with [`finish_terminating`]). Binds and nominations are
+/// not applied.
+pub fn terminate_evicted(snap: &mut Snapshot, out: &CycleOutput) {
+    for d in &out.decisions {
+        if let Decision::Evict { pod, .. } = d
+            && let Some(p) = snap.pods.get_mut(*pod as usize)
+            && let PodPhase::Running { node, gpus, .. } = p.phase.clone()
+        {
+            p.phase = PodPhase::Terminating { node, gpus };
+        }
+    }
+}
+
+/// The terminating pods leave (their grace period is over): they go back
+/// to pending, holding nothing.
+pub fn finish_terminating(snap: &mut Snapshot) {
+    for p in &mut snap.pods {
+        if matches!(p.phase, PodPhase::Terminating { .. }) {
+            p.phase = PodPhase::Pending { nominated: None };
+        }
+    }
+}
+
 /// Checks the invariants every cycle output must keep; returns the
 /// violations found (empty = fine):
 /// - binds only of pending pods, each at most once; evictions only of
 ///   running pods;
 /// - the snapshot after the cycle overcommits no resource and no GPU;
+/// - no bind uses what a pod evicted in the same cycle holds (it holds it
+///   until it is gone);
 /// - every gang with a bound member has at least `minMember` members
 ///   running or bound;
 /// - every pending pod that was not bound has an explanation.
@@ -363,6 +390,29 @@ pub fn check_invariants(snap: &Snapshot, out: &CycleOutput) -> Vec<String> {
     let (_, errors) = ClusterState::from_snapshot(&after);
     for (i, e) in errors {
         v.push(format!("overcommit placing pod {i}: {e}"));
+    }
+    // A runner's last line (the Kubernetes executor's): a pod evicted in
+    // this cycle still holds its GPUs until it is gone, so no bind of the
+    // same cycle may use them.
+    let mut held = snap.clone();
+    terminate_evicted(&mut held, out);
+    for d in &out.decisions {
+        if let Decision::Bind { pod, node, gpus } = d
+            && let Some(p) = held.pods.get_mut(*pod as usize)
+        {
+            p.phase = PodPhase::Running {
+                node: *node,
+                gpus: gpus.clone(),
+                since_ms: 0,
+            };
+        }
+    }
+    let (_, errors) = ClusterState::from_snapshot(&held);
+    for (i, e) in errors {
+        v.push(format!(
+            "bind onto capacity still held (pods evicted this cycle have not left), at pod {}: {e}",
+            held.pods[i].pod.name
+        ));
     }
     let mut running_by_group: BTreeMap<&str, u32> = BTreeMap::new();
     for p in &after.pods {

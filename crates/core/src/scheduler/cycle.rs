@@ -40,9 +40,12 @@ pub(super) struct Cycle<'s> {
     pub on_node: Vec<Vec<PodId>>,
     /// Pods evicted (tentatively or for real) this cycle.
     pub gone: Vec<bool>,
-    /// Pods the snapshot shows terminating, in id order (listed once per
-    /// cycle: every job that waits for them would otherwise scan all pods).
-    pub terminating: Vec<PodId>,
+    /// Pods that hold capacity on its way out: those the snapshot shows
+    /// terminating (in id order, listed once per cycle: every job that
+    /// waits for them would otherwise scan all pods), then those evicted
+    /// in this cycle, in eviction order. They hold it in `cs` until the
+    /// runner sees them gone.
+    pub leaving: Vec<PodId>,
     /// Bound or nominated this cycle.
     pub placed: Vec<bool>,
     /// Jobs the allocate action could not place (for preempt and reclaim).
@@ -129,7 +132,7 @@ impl<'s> Cycle<'s> {
             reserved: vec![None; n_nodes],
             on_node,
             gone: vec![false; n_pods],
-            terminating: (0..n_pods as PodId)
+            leaving: (0..n_pods as PodId)
                 .filter(|&p| matches!(snap.pods[p as usize].phase, PodPhase::Terminating { .. }))
                 .collect(),
             placed: vec![false; n_pods],

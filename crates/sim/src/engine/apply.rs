@@ -33,8 +33,13 @@ impl<'a> Sim<'a> {
         let mut changed = false;
         let rev_snap = |sim_node: SimNode| node_map.iter().position(|&n| n == sim_node);
 
-        // pass 1: evictions
+        // pass 1: evictions. What the evicted pods held is given back to
+        // `cs` only after the binds (pass 2): on a real cluster a victim
+        // keeps its GPUs until it is gone, so a bind of the same cycle
+        // onto them is refused here as the Kubernetes executor refuses it
+        // ("would be overbooked").
         let mut stopped_now: BTreeSet<SimPod> = BTreeSet::new();
+        let mut leaving: Vec<(NodeId, SimPod, GpuAssignment)> = Vec::new();
         for d in &out.decisions {
             let Decision::Evict { pod, reason } = d else {
                 continue;
@@ -75,7 +80,7 @@ impl<'a> Sim<'a> {
             for (t, n, g) in self.kill(sp, Cause::Preempt) {
                 stopped_now.insert(t);
                 if let Some(sn) = rev_snap(n) {
-                    cs.release(sn as NodeId, &self.pods[t.ix()].pod.requests, &g);
+                    leaving.push((sn as NodeId, t, g));
                 }
             }
             changed = true;
@@ -135,6 +140,9 @@ impl<'a> Sim<'a> {
                     }
                 }
             }
+        }
+        for (n, t, g) in leaving {
+            cs.release(n, &self.pods[t.ix()].pod.requests, &g);
         }
         for (g, n) in binds_by_group {
             if !fresh.contains_key(&g) {

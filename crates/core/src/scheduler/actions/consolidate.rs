@@ -12,7 +12,10 @@
 //! committed together, or not at all: each moved pod is evicted with
 //! [`EvictionReason::Moved`] (naming the pod it makes room for and its
 //! planned node) and nominated to that node; the job's pods are nominated
-//! where room was made. The capacity stays held for the rest of the cycle.
+//! where room was made. The moved pods keep holding their old place for
+//! the rest of the cycle (they are gone only when the runner says so); the
+//! job's nodes are held by its nomination, each moved pod's destination
+//! where it is free.
 
 use super::Action;
 use crate::decision::Decision;
@@ -137,11 +140,23 @@ impl<'s> Cycle<'s> {
             self.bind_all(job, st);
             return Some(0);
         }
-        let _ = st.commit();
+        // A moved pod holds its old place until it is gone (as a victim
+        // does, see evict): the trial is undone, so nothing is bound onto
+        // that capacity in this cycle; the job's nodes are held by its
+        // nomination. Each moved pod's destination is held for it where it
+        // is free now (a chain's destination frees only when the pod
+        // there leaves; the nomination holds it from the next cycle).
+        self.rollback(&mut st, 0);
+        let mut hold = Statement::new();
+        for m in plans.iter().flat_map(|p| &p.moves) {
+            let _ = self.st_place(&mut hold, m.pod, m.to, m.gpus.clone());
+        }
+        let _ = hold.commit();
         for plan in &plans {
             let for_pod = self.pod(plan.pod).name.clone();
             for m in &plan.moves {
                 self.gone[m.pod as usize] = true;
+                self.leaving.push(m.pod);
                 self.evictions += 1;
                 self.out.stats.evicted += 1;
                 self.out.decisions.push(Decision::Evict {

@@ -334,9 +334,15 @@ impl<'s> Cycle<'s> {
             self.bind_all(job, st);
             return;
         }
-        // commit: evictions + nominations; the placements stay in the state
-        // so nothing else takes the freed capacity this cycle.
-        let _ = st.commit();
+        // commit: evictions + nominations. A victim holds what it holds
+        // until it is gone (a runner carries an eviction out over the pod's
+        // grace period), so the trial is undone: nothing may be bound onto
+        // the victims' capacity in this cycle — not the leftovers on the
+        // preemptor's nodes, not a victim gang's other nodes. The
+        // preemptor's nodes are held for it by its nomination; the victims
+        // count as leaving for the jobs after it (`wait_for_terminating`).
+        self.rollback(&mut st, 0);
+        self.leaving.extend(victims.iter().copied());
         for &v in &victims {
             self.evictions += 1;
             self.out.stats.evicted += 1;
@@ -375,22 +381,18 @@ impl<'s> Cycle<'s> {
     }
 
     /// Capacity already on its way out: pods that are terminating (evicted
-    /// in an earlier cycle, or deleted) still hold their resources until
-    /// they are gone. If the job fits once they leave, it waits for them
-    /// (its nodes reserved and nominated) instead of evicting more; without
-    /// this a runner whose evictions take time (Kubernetes' graceful
-    /// deletion) would evict again every cycle until the victims are gone.
-    /// The trial is rolled back: their resources stay held this cycle.
+    /// in an earlier cycle, or deleted) and pods evicted earlier in this
+    /// cycle still hold their resources until they are gone. If the job
+    /// fits once they leave, it waits for them (its nodes reserved and
+    /// nominated) instead of evicting more; without this a runner whose
+    /// evictions take time (Kubernetes' graceful deletion) would evict
+    /// again every cycle until the victims are gone. The trial is rolled
+    /// back: their resources stay held this cycle.
     pub(super) fn wait_for_terminating(&mut self, j: JobId, job: &Job, count: usize) -> bool {
-        let leaving: Vec<PodId> = self
-            .terminating
-            .iter()
-            .copied()
-            .filter(|&p| !self.gone[p as usize])
-            .collect();
-        if leaving.is_empty() {
+        if self.leaving.is_empty() {
             return false;
         }
+        let leaving = self.leaving.clone();
         let mut st = Statement::new();
         for &v in &leaving {
             self.st_remove(&mut st, v);

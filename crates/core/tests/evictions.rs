@@ -1,0 +1,215 @@
+//! Evictions against a runner whose evictions take time: a victim keeps
+//! its GPUs until it is gone (Kubernetes' graceful deletion), so no bind
+//! may use them, in the cycle that evicts it or in the cycles after.
+
+use gpusched_core::*;
+use gpusched_testkit::*;
+
+fn sched() -> Scheduler {
+    Scheduler::new(SchedulerOptions::default(), vec![], Box::new(TestBestFit))
+}
+
+fn run(s: &mut Scheduler, snap: &Snapshot, now: u64) -> CycleOutput {
+    let out = s.cycle(snap, now, 7);
+    let v = check_invariants(snap, &out);
+    assert!(v.is_empty(), "t={now}: invariants violated: {v:?}");
+    out
+}
+
+fn nominated(snap: &Snapshot, out: &CycleOutput) -> Vec<(String, String)> {
+    out.decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Nominate { pod, node } => Some((
+                snap.pods[*pod as usize].pod.name.clone(),
+                snap.nodes[*node as usize].name.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A borrowing queue `train` runs a 2-member gang across nodes a and b
+/// (4 GPUs each); `prod` (guaranteed the whole cluster) then asks for two
+/// 4-GPU pods.
+fn gang_across_two_nodes() -> (Scheduler, Snapshot) {
+    let mut prod = queue("prod");
+    prod.guarantee.gpu_milli = 8000;
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build(), node("b").gpus(4).build()],
+        vec![queue("train"), prod],
+        vec![gang("g", "train", 2)],
+        vec![
+            pod("g-0").queue("train").gpus(4).group("g").build(),
+            pod("g-1").queue("train").gpus(4).group("g").build(),
+        ],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    assert_eq!(binds(&snap, &out).len(), 2);
+    apply(&mut snap, &out, 0);
+    for name in ["p1", "p2"] {
+        snap.pods.push(PodState::pending(
+            pod(name).queue("prod").gpus(4).arrival(1000).build(),
+        ));
+    }
+    (s, snap)
+}
+
+/// Issue #22, item 5 (the executor refused "GPU 6 of b-03 would be
+/// overbooked" in the millisecond of the reclaim): reclaiming one member
+/// of a running gang evicts the whole gang, which freed its other node in
+/// the cycle's state; the next job of the reclaim pass "fitted without
+/// evictions" there and was bound onto GPUs whose pod was still running.
+#[test]
+fn a_reclaimed_gangs_other_node_is_not_bound_in_the_same_cycle() {
+    let (mut s, mut snap) = gang_across_two_nodes();
+    let out = run(&mut s, &snap, 2000);
+    let mut ev = evictions(&snap, &out);
+    ev.sort();
+    assert_eq!(ev, ["g-0", "g-1"], "the gang goes whole");
+    assert!(binds(&snap, &out).is_empty(), "{:?}", binds(&snap, &out));
+    // both wait for the gang's GPUs: p2 on the node p1 does not take
+    let mut nom = nominated(&snap, &out);
+    nom.sort();
+    assert_eq!(nom.len(), 2, "{nom:?}");
+    assert_ne!(nom[0].1, nom[1].1, "{nom:?}");
+    // the gang terminates over its grace period: nothing binds, nothing
+    // more is evicted, both stay nominated
+    terminate_evicted(&mut snap, &out);
+    apply_nominations(&mut snap, &out);
+    for t in [3000, 4000] {
+        let out = run(&mut s, &snap, t);
+        assert!(binds(&snap, &out).is_empty(), "t={t}");
+        assert!(evictions(&snap, &out).is_empty(), "t={t}");
+        assert_eq!(nominated(&snap, &out).len(), 2, "t={t}");
+        apply_nominations(&mut snap, &out);
+    }
+    // gone: both bind where they were nominated
+    finish_terminating(&mut snap);
+    let out = run(&mut s, &snap, 5000);
+    let b = binds(&snap, &out);
+    assert!(b.contains_key("p1") && b.contains_key("p2"), "{b:?}");
+}
+
+/// The same through preemption: a high-priority pod evicts a low gang of
+/// its own queue, and a second high-priority pod must not be bound onto
+/// the gang's other node while it terminates.
+#[test]
+fn a_preempted_gangs_other_node_is_not_bound_in_the_same_cycle() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build(), node("b").gpus(4).build()],
+        vec![queue("default")],
+        vec![gang("g", "default", 2)],
+        vec![
+            pod("g-0").gpus(4).group("g").build(),
+            pod("g-1").gpus(4).group("g").build(),
+        ],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    for name in ["hi-1", "hi-2"] {
+        snap.pods.push(PodState::pending(
+            pod(name).gpus(4).priority(10).arrival(1000).build(),
+        ));
+    }
+    let out = run(&mut s, &snap, 2000);
+    assert_eq!(evictions(&snap, &out).len(), 2);
+    assert!(binds(&snap, &out).is_empty(), "{:?}", binds(&snap, &out));
+    assert_eq!(nominated(&snap, &out).len(), 2);
+}
+
+/// A 2-GPU victim evicted for a 1-GPU preemptor leaves a GPU over; it is
+/// not free until the victim is gone, for the preemptor's own queue or
+/// any other.
+#[test]
+fn a_victims_leftover_gpu_is_not_bound_in_the_same_cycle() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(2).build()],
+        vec![queue("default"), queue("other")],
+        vec![],
+        vec![pod("low").gpus(2).priority(1).build()],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("hi").gpus(1).priority(10).arrival(1000).build(),
+    ));
+    snap.pods.push(PodState::pending(
+        pod("small").queue("other").gpus(1).arrival(1000).build(),
+    ));
+    let out = run(&mut s, &snap, 2000);
+    assert_eq!(evictions(&snap, &out), ["low"]);
+    assert!(binds(&snap, &out).is_empty(), "{:?}", binds(&snap, &out));
+}
+
+/// A pod whose deletion is in progress (the adapter passes a pod with a
+/// deletionTimestamp as `Terminating`) holds its GPUs: a pending pod waits
+/// for it (nominated), nothing is evicted for it, and it binds once the
+/// pod is gone.
+#[test]
+fn a_deleted_pod_holds_its_gpus_until_gone() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("old").gpus(4).build(),
+            pod("other").gpus(1).priority(0).build(),
+        ],
+    );
+    snap.pods[0].phase = PodPhase::Terminating {
+        node: 0,
+        gpus: GpuAssignment::Whole(vec![0, 1, 2, 3]),
+    };
+    snap.pods[1].phase = PodPhase::Pending { nominated: None };
+    snap.pods
+        .push(PodState::pending(pod("new").gpus(2).priority(5).build()));
+    let mut s = sched();
+    let out = run(&mut s, &snap, 1000);
+    assert!(binds(&snap, &out).is_empty());
+    assert!(evictions(&snap, &out).is_empty());
+    assert_eq!(nominated(&snap, &out), [("new".into(), "a".into())]);
+    finish_terminating(&mut snap);
+    snap.pods.remove(0);
+    apply_nominations(&mut snap, &out_shifted(&out, 1));
+    let out = run(&mut s, &snap, 2000);
+    assert!(binds(&snap, &out).contains_key("new"));
+}
+
+/// Keeps the nominations of a cycle for the next one (a runner's one-cycle
+/// hold), without applying binds or evictions.
+fn apply_nominations(snap: &mut Snapshot, out: &CycleOutput) {
+    for p in &mut snap.pods {
+        if let PodPhase::Pending { nominated } = &mut p.phase {
+            *nominated = None;
+        }
+    }
+    for d in &out.decisions {
+        if let Decision::Nominate { pod, node } = d
+            && let Some(p) = snap.pods.get_mut(*pod as usize)
+            && p.is_pending()
+        {
+            p.phase = PodPhase::Pending {
+                nominated: Some(*node),
+            };
+        }
+    }
+}
+
+/// The decisions of `out` with pod ids shifted down by `by` (the first
+/// `by` pods were removed from the snapshot).
+fn out_shifted(out: &CycleOutput, by: u32) -> CycleOutput {
+    let mut o = out.clone();
+    for d in &mut o.decisions {
+        match d {
+            Decision::Nominate { pod, .. }
+            | Decision::Bind { pod, .. }
+            | Decision::Evict { pod, .. } => *pod -= by,
+            Decision::Group { .. } => {}
+        }
+    }
+    o
+}
