@@ -123,19 +123,28 @@ impl QueueTree {
                 })
             })
             .collect();
-        // break cycles
+        // break cycles: every queue on one is reported and hangs off the
+        // root (flagging one member only would leave the others looking
+        // fine while their parent chain is broken)
         for i in 0..n {
-            let mut seen = vec![false; n];
+            let mut path: Vec<QueueIdx> = Vec::new();
+            let mut on_path = vec![false; n];
             let mut cur = Some(i);
             while let Some(c) = cur {
-                if seen[c] {
-                    problems.push(QueueProblem::Cycle {
-                        queue: qs[i].name.clone(),
-                    });
-                    parent[i] = None;
+                if on_path[c] {
+                    let start = path.iter().position(|&x| x == c).unwrap_or(0);
+                    let mut members = path[start..].to_vec();
+                    members.sort_unstable();
+                    for m in members {
+                        problems.push(QueueProblem::Cycle {
+                            queue: qs[m].name.clone(),
+                        });
+                        parent[m] = None;
+                    }
                     break;
                 }
-                seen[c] = true;
+                on_path[c] = true;
+                path.push(c);
                 cur = parent[c];
             }
         }
@@ -391,6 +400,30 @@ impl QueueTree {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn every_queue_on_a_parent_cycle_is_reported_and_hangs_off_the_root() {
+        let mut a = Queue::new("a");
+        a.parent = Some("b".into());
+        let mut b = Queue::new("b");
+        b.parent = Some("a".into());
+        let mut c = Queue::new("c");
+        c.parent = Some("a".into());
+        let (t, problems) = QueueTree::build(&[a, b, c]);
+        let cyc: Vec<&str> = problems
+            .iter()
+            .filter(|p| matches!(p, QueueProblem::Cycle { .. }))
+            .map(|p| p.queue())
+            .collect();
+        assert_eq!(cyc, ["a", "b"]);
+        assert_eq!(t.roots.len(), 2, "a and b hang off the root");
+        assert_eq!(
+            t.parent[t.idx("c").unwrap()],
+            t.idx("a"),
+            "c keeps its parent"
+        );
+    }
+
     use super::*;
     use gpusched_model::ResourceLimit;
 
@@ -491,7 +524,10 @@ mod tests {
         let mut c = q("c", 1, 0);
         c.parent = Some("nope".into());
         let (t, p) = QueueTree::build(&[a, b, c, q("c", 1, 0)]);
-        assert_eq!(p.len(), 3, "{p:?}");
+        // both queues of the a <-> b cycle are reported (issue #22, 12)
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p.contains(&QueueProblem::Cycle { queue: "a".into() }));
+        assert!(p.contains(&QueueProblem::Cycle { queue: "b".into() }));
         assert!(p.contains(&QueueProblem::Duplicate { queue: "c".into() }));
         assert!(p.contains(&QueueProblem::MissingParent {
             queue: "c".into(),

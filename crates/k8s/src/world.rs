@@ -617,6 +617,32 @@ impl World {
                     });
                 }
                 PodKind::Pending { pod, nominated } => {
+                    // a queue that exists but cannot be used: the pod is
+                    // told which and why (not that it does not exist)
+                    let group = self.group_of(v);
+                    let queue = group
+                        .as_ref()
+                        .and_then(|g| {
+                            out.snapshot
+                                .groups
+                                .binary_search_by(|x| x.name.as_str().cmp(g))
+                                .ok()
+                        })
+                        .map_or(pod.queue.as_str(), |i| {
+                            out.snapshot.groups[i].queue.as_str()
+                        });
+                    if !self.assumed.contains_key(&v.uid)
+                        && let Some(Err(why)) = self.queues.get(queue)
+                    {
+                        *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                        out.problems.push(Problem::InvalidPod {
+                            pod: pref(v),
+                            error: format!(
+                                "queue {queue:?} is invalid (Valid=False), so its pods wait: {why}"
+                            ),
+                        });
+                        continue;
+                    }
                     let phase = match self.assumed.get(&v.uid) {
                         Some(a) => match node_ids.get(a.node.as_str()) {
                             Some(&n) => {
