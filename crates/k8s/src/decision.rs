@@ -27,11 +27,14 @@ pub fn make(uid: &str, node: &Node, seq: u64, gpus: &GpuAssignment) -> GpuDecisi
             }),
         ),
     };
+    // a stand-in UUID (no agent published the node's GPUs) is left out:
+    // it names nothing, and a decision for many GPUs stays small
     let uuids = indices
         .iter()
         .map(|&i| {
             node.gpus
                 .get(i as usize)
+                .filter(|g| g.uuid != crate::translate::synthetic_uuid(&node.name, g.index))
                 .map(|g| g.uuid.clone())
                 .unwrap_or_default()
         })

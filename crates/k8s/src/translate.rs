@@ -43,6 +43,18 @@ pub const ANNOTATION_MIN_GPU_MEMORY: &str = "gpusched.io/min-gpu-memory";
 /// Pod annotation `"false"`: never preempted or reclaimed.
 pub const ANNOTATION_PREEMPTIBLE: &str = "gpusched.io/preemptible";
 
+/// Most GPUs gpusched models on one node (a node that advertises more is
+/// warned about and used up to this many): a decision for all of them stays
+/// well inside [`crate::decision::MAX_DECISION_BYTES`].
+pub const MAX_NODE_GPUS: u64 = 1024;
+
+/// The stand-in UUID of GPU `index` of a node without the agent's
+/// `gpusched.io/gpus` annotation (its real UUIDs are unknown; decisions
+/// leave it out).
+pub fn synthetic_uuid(node: &str, index: u32) -> String {
+    format!("{node}-gpu-{index}")
+}
+
 /// A translation error, naming the object and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TranslateError {
@@ -156,6 +168,13 @@ pub fn node(n: &Node) -> NodeView {
                     .collect();
                 gpus.sort_by_key(|g| g.index);
                 gpus.dedup_by_key(|g| g.index);
+                if gpus.len() as u64 > MAX_NODE_GPUS {
+                    warnings.push(format!(
+                        "{obj}: annotation {ANNOTATION_NODE_GPUS} lists {} GPUs, more than the {MAX_NODE_GPUS} per node gpusched supports; only the first {MAX_NODE_GPUS} are used",
+                        gpus.len()
+                    ));
+                    gpus.truncate(MAX_NODE_GPUS as usize);
+                }
             }
             Err(e) => warnings.push(format!(
                 "{obj}: annotation {ANNOTATION_NODE_GPUS}: {e}; using nvidia.com/gpu and GFD labels"
@@ -177,11 +196,16 @@ pub fn node(n: &Node) -> NodeView {
                 }),
             None => 0,
         };
-        let count = gpu_alloc.min(1024) as u32;
+        if gpu_alloc > MAX_NODE_GPUS {
+            warnings.push(format!(
+                "{obj}: {RESOURCE_GPU} allocatable {gpu_alloc} is more than the {MAX_NODE_GPUS} GPUs per node gpusched supports; only {MAX_NODE_GPUS} are used"
+            ));
+        }
+        let count = gpu_alloc.min(MAX_NODE_GPUS) as u32;
         gpus = (0..count)
             .map(|i| Gpu {
                 index: i,
-                uuid: format!("{name}-gpu-{i}"),
+                uuid: synthetic_uuid(&name, i),
                 model: model.clone(),
                 memory_mib,
                 health: GpuHealth::Healthy,

@@ -133,3 +133,42 @@ fn the_core_places_others_next_to_a_zero_milli_share() {
         );
     }
 }
+
+/// A node that advertises more GPUs than gpusched models is warned about
+/// naming the cap, and a decision for all it uses fits the 16 KiB the
+/// agent and the scheduler accept (issue #22, 13).
+#[test]
+fn the_gpu_cap_is_named_and_the_largest_decision_fits() {
+    use gpusched_k8s::decision::{GpuDecision, MAX_DECISION_BYTES, make};
+    use gpusched_k8s::translate::MAX_NODE_GPUS;
+    let mut n = node("huge");
+    n.status
+        .as_mut()
+        .unwrap()
+        .allocatable
+        .as_mut()
+        .unwrap()
+        .insert(
+            "nvidia.com/gpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("4000".into()),
+        );
+    let v = translate::node(&n);
+    assert_eq!(v.node.gpus.len() as u64, MAX_NODE_GPUS);
+    assert!(
+        v.warnings
+            .iter()
+            .any(|w| w.contains("4000") && w.contains("1024 GPUs per node")),
+        "{:?}",
+        v.warnings
+    );
+    let all = gpusched_core::GpuAssignment::Whole((0..MAX_NODE_GPUS as u32).collect());
+    let d = make(
+        "0123456789abcdef0123456789abcdef0123",
+        &v.node,
+        u64::MAX,
+        &all,
+    );
+    let text = d.to_annotation();
+    assert!(text.len() <= MAX_DECISION_BYTES, "{} bytes", text.len());
+    assert_eq!(GpuDecision::parse(&text).unwrap().indices.len(), 1024);
+}
