@@ -1229,4 +1229,186 @@ mod tests {
         let r = l.observe(long).expect("refused");
         assert!(r.message.contains("limit"), "{}", r.message);
     }
+
+    fn ask(init: bool, sidecar: bool, gpus: u32) -> ContainerAsk {
+        ContainerAsk {
+            init,
+            sidecar,
+            gpus,
+            milli: 0,
+        }
+    }
+
+    #[test]
+    fn calls_follow_the_kubelets_init_container_reuse() {
+        let f = |a: &[ContainerAsk]| new_devices_per_call(a, |c| c.gpus);
+        // Two app containers: two calls.
+        assert_eq!(f(&[ask(false, false, 2), ask(false, false, 1)]), vec![2, 1]);
+        // An init container of 2 reused by an app container of 3: 2 then 1.
+        assert_eq!(f(&[ask(true, false, 2), ask(false, false, 3)]), vec![2, 1]);
+        // Reused entirely: the app container's call adds nothing.
+        assert_eq!(f(&[ask(true, false, 2), ask(false, false, 1)]), vec![2]);
+        // Init devices reused once, then gone: 2, then 0 new, then 2.
+        assert_eq!(
+            f(&[
+                ask(true, false, 2),
+                ask(false, false, 2),
+                ask(false, false, 2)
+            ]),
+            vec![2, 2]
+        );
+        // A sidecar keeps its devices: the next container needs its own.
+        assert_eq!(f(&[ask(true, true, 1), ask(false, false, 1)]), vec![1, 1]);
+        // Containers without GPUs make no call.
+        assert_eq!(f(&[ask(false, false, 0), ask(false, false, 1)]), vec![1]);
+    }
+
+    #[test]
+    fn a_container_is_matched_by_its_own_size() {
+        // A 2-container pod (1 + 1 GPUs, decision [0, 1]) and a 2-GPU
+        // single-container pod (decision [2, 3]), created in that order.
+        let mut two = pod("two", "1", &[0, 1], None);
+        two.containers = vec![ask(false, false, 1), ask(false, false, 1)];
+        let big = pod("big", "2", &[2, 3], None);
+        let mut l = Ledger::new("n", gpus(4));
+        l.observe(two);
+        l.observe(big);
+        let ok = [true; 4];
+        // The 2-GPU pod comes first: it goes to the decision expecting 2.
+        assert_eq!(l.preferred_whole(&[0, 1, 2, 3], &[], 2), Some(vec![2, 3]));
+        assert_eq!(l.allocate_whole(&[2, 3], &ok).unwrap().decision, "ns/big");
+        assert_eq!(l.preferred_whole(&[0, 1], &[], 1), Some(vec![0]));
+        l.allocate_whole(&[0], &ok).unwrap();
+        assert_eq!(l.preferred_whole(&[1], &[], 1), Some(vec![1]));
+        l.allocate_whole(&[1], &ok).unwrap();
+        assert!(l.entries().values().all(|e| !e.is_pending()));
+    }
+
+    #[test]
+    fn gpus_of_another_pending_decision_are_exchanged() {
+        let mut l = Ledger::new("n", gpus(4));
+        l.observe(pod("a", "1", &[0], None));
+        l.observe(pod("b", "2", &[2, 3], None));
+        let ok = [true; 4];
+        // The kubelet ignores the preference: a 1-GPU call on GPU 3.
+        let m = l.allocate_whole(&[3], &ok).unwrap();
+        assert_eq!(m.decision, "ns/a");
+        assert!(m.note.unwrap().contains("GPU 3 of pod ns/b"));
+        // b still expects 2 GPUs, now [2, 0].
+        assert_eq!(l.preferred_whole(&[0, 1, 2], &[], 2), Some(vec![2, 0]));
+        assert_eq!(l.allocate_whole(&[0, 2], &ok).unwrap().decision, "ns/b");
+        // GPU 1 is nobody's.
+        assert!(matches!(
+            l.allocate_whole(&[1], &ok),
+            Err(Miss::NoDecision(m)) if m.contains("holds GPUs [1 (GPU-1)]")
+        ));
+    }
+
+    fn held(v: &[(&str, &[usize], u32)]) -> BTreeMap<(String, String), HeldPod> {
+        v.iter()
+            .map(|(name, whole, milli)| {
+                (
+                    ("ns".to_string(), name.to_string()),
+                    HeldPod {
+                        whole: whole.iter().copied().collect(),
+                        milli: *milli,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn holdings(l: &Ledger) -> Vec<(String, Vec<usize>)> {
+        l.entries()
+            .values()
+            .filter_map(|e| match &e.state {
+                Ok(Grant::Whole { served, .. }) if !served.is_empty() => {
+                    Some((e.pod.name.clone(), served.iter().copied().collect()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Issue 29 item 3: after a restart, pods that hold other GPUs than
+    /// their decision (swapped by the kubelet) are rebuilt from what
+    /// PodResources lists, and a pending pod whose GPU a swapped pod holds
+    /// takes the GPU that pod's decision no longer needs.
+    #[test]
+    fn restart_rebuilds_swapped_pods_exactly() {
+        let mut l = Ledger::new("n", gpus(8));
+        for (name, idx) in [
+            ("a", &[0][..]),
+            ("b", &[1]),
+            ("c", &[2, 3]),
+            ("d", &[4, 5]),
+            ("e", &[6]),
+            ("f", &[7]),
+        ] {
+            assert!(l.observe(pod(name, "1", idx, None)).is_none());
+        }
+        let r = l
+            .reconcile(
+                &held(&[
+                    ("a", &[7], 0),
+                    ("b", &[1], 0),
+                    ("c", &[4, 5], 0),
+                    ("d", &[2, 3], 0),
+                    ("e", &[6], 0),
+                ]),
+                true,
+            )
+            .unwrap();
+        assert_eq!(r.restored, 5);
+        assert_eq!(r.moved.len(), 3, "{:?}", r.moved);
+        assert_eq!(
+            holdings(&l),
+            vec![
+                ("a".to_string(), vec![7]),
+                ("b".to_string(), vec![1]),
+                ("c".to_string(), vec![4, 5]),
+                ("d".to_string(), vec![2, 3]),
+                ("e".to_string(), vec![6]),
+            ]
+        );
+        let held_table: Vec<Option<String>> = l.held().into_iter().map(|h| h.0).collect();
+        assert_eq!(held_table[0], None);
+        assert_eq!(held_table[7].as_deref(), Some("ns/a"));
+        // f (decided GPU 7, which a holds) is pending on GPU 0 now.
+        assert!(l.entries().values().all(|e| e.state.is_ok()));
+        let ok = [true; 8];
+        assert_eq!(l.preferred_whole(&[0], &[], 1), Some(vec![0]));
+        assert_eq!(l.allocate_whole(&[0], &ok).unwrap().decision, "ns/f");
+        // a ends: its real GPU (7) is free, not its decided one.
+        l.forget("u-a");
+        assert_eq!(l.held()[7].0, None);
+        assert_eq!(l.held()[0].0.as_deref(), Some("ns/f"));
+    }
+
+    /// While running: the calls of two same-size pods were charged to each
+    /// other's decision; PodResources tells who holds what, and the pod
+    /// that ends frees the GPUs it really held.
+    #[test]
+    fn pod_resources_names_the_real_holder_while_running() {
+        let mut l = Ledger::new("n", gpus(4));
+        l.observe(pod("a", "1", &[0], None));
+        l.observe(pod("b", "2", &[1], None));
+        let ok = [true; 4];
+        // b is admitted first and charged to a's decision (GPU 0).
+        assert_eq!(l.allocate_whole(&[0], &ok).unwrap().decision, "ns/a");
+        // A list that misses the call in flight changes nothing.
+        assert!(l.reconcile(&held(&[]), false).is_none());
+        // b holds 0; a is not admitted yet.
+        l.reconcile(&held(&[("b", &[0], 0)]), false).unwrap();
+        assert_eq!(holdings(&l), vec![("b".to_string(), vec![0])]);
+        // a comes: the GPU left is 1, charged to a.
+        assert_eq!(l.preferred_whole(&[1, 2, 3], &[], 1), Some(vec![1]));
+        assert_eq!(l.allocate_whole(&[1], &ok).unwrap().decision, "ns/a");
+        l.reconcile(&held(&[("b", &[0], 0), ("a", &[1], 0)]), false)
+            .unwrap();
+        // b ends: GPU 0 is free, a keeps GPU 1.
+        l.forget("u-b");
+        assert_eq!(l.held()[0].0, None);
+        assert_eq!(l.held()[1].0.as_deref(), Some("ns/a"));
+    }
 }

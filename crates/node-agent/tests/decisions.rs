@@ -924,3 +924,94 @@ async fn mixed_share_sizes_in_any_admission_order() {
     );
     assert_eq!(t.twice, 0, "a GPU past 1000 milli");
 }
+
+/// The pods in the last published `gpusched.io/allocations`, as
+/// (name, GPU indices), waiting up to 10 s for `ok` to hold.
+async fn published_allocations(
+    r: &Rig,
+    ok: impl Fn(&[(String, Vec<usize>)]) -> bool,
+) -> Vec<(String, Vec<usize>)> {
+    let u = uuids();
+    let t = Instant::now();
+    loop {
+        let got: Vec<(String, Vec<usize>)> = r
+            .t
+            .node
+            .0
+            .lock()
+            .unwrap()
+            .last()
+            .and_then(|f| f.1.annotations.get("gpusched.io/allocations").cloned())
+            .map(|a| {
+                let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+                v["pods"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| {
+                        let mut g: Vec<usize> = p["gpus"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter_map(|x| u.iter().position(|y| Some(y.as_str()) == x.as_str()))
+                            .collect();
+                        g.sort_unstable();
+                        (p["name"].as_str().unwrap().to_string(), g)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ok(&got) || t.elapsed() > Duration::from_secs(10) {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Issue 29 item 3: an agent restart lost swapped pods. Pods of one size
+/// admitted onto each other's decided GPUs (and a pending pod whose
+/// decided GPU a swapped pod holds) are rebuilt from PodResources exactly:
+/// the published allocations list every admitted pod with the GPUs it
+/// really holds, and the pending pod is served the GPU left free.
+#[tokio::test]
+async fn restart_rebuilds_swapped_pods_from_pod_resources() {
+    let pods = vec![
+        whole("a", "2026-01-01T00:00:01Z", &[0]),
+        whole("b", "2026-01-01T00:00:01Z", &[1]),
+        whole("c", "2026-01-01T00:00:01Z", &[2, 3]),
+        whole("d", "2026-01-01T00:00:01Z", &[4, 5]),
+        whole("e", "2026-01-01T00:00:01Z", &[6]),
+        whole("f", "2026-01-01T00:00:01Z", &[7]),
+    ];
+    let mut r = Rig::start(pods, true, true).await;
+    // What the kubelet had handed out before the restart: a got f's GPU,
+    // c and d each other's; f is not admitted yet.
+    for (name, idx) in [
+        ("a", &[7][..]),
+        ("b", &[1]),
+        ("c", &[4, 5]),
+        ("d", &[2, 3]),
+        ("e", &[6]),
+    ] {
+        r.pr.hold("default", name, "nvidia.com/gpu", &ids(idx));
+    }
+    r.restart().await;
+    let want = vec![
+        ("a".to_string(), vec![7]),
+        ("b".to_string(), vec![1]),
+        ("c".to_string(), vec![4, 5]),
+        ("d".to_string(), vec![2, 3]),
+        ("e".to_string(), vec![6]),
+    ];
+    let got = published_allocations(&r, |g| g == want.as_slice()).await;
+    assert_eq!(got, want);
+    let mut c = r.gpu().await;
+    // f is steered to the GPU nobody holds, and served.
+    let free = ids(&[0]);
+    assert_eq!(preferred(&mut c, &free, 1).await, free);
+    assert!(allocate(&mut c, &free).await.is_ok());
+    let mut want = want;
+    want.push(("f".to_string(), vec![0]));
+    let got = published_allocations(&r, |g| g == want.as_slice()).await;
+    assert_eq!(got, want);
+}
