@@ -316,6 +316,10 @@ pub async fn serve_with(
                 "PodResources unavailable: {e}; decisions already served count as pending"
             ),
         }
+        kube_tasks.push(tokio::spawn(crate::podresources::reconcile_loop(
+            agent.clone(),
+            stop_rx.clone(),
+        )));
         kube_tasks.push(tokio::spawn(
             side.pods.clone().watch(coord, stop_rx.clone()),
         ));

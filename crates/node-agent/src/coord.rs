@@ -69,6 +69,8 @@ pub struct Coordinator {
     ledger: Mutex<Ledger>,
     /// One `Allocate` at a time.
     pub serial: tokio::sync::Mutex<()>,
+    /// Signalled after a served `Allocate` (PodResources is read then).
+    pub allocated: tokio::sync::Notify,
 }
 
 impl Coordinator {
@@ -77,6 +79,7 @@ impl Coordinator {
             ledger: Mutex::new(Ledger::new(&side.node, gpus)),
             side,
             serial: tokio::sync::Mutex::new(()),
+            allocated: tokio::sync::Notify::new(),
         })
     }
 
@@ -151,23 +154,44 @@ impl Coordinator {
     }
 
     /// Reports a refused `Allocate` on the pending pods that could have
-    /// been the caller (those whose decision needs this many GPUs or milli).
+    /// been the caller: those expecting a call of this size; if none, those
+    /// with that much left; if none, every pending pod of that kind (the
+    /// kubelet does not say which pod calls).
     pub fn report_allocate_refusal(&self, size: usize, share: bool, message: &str) {
+        use crate::decisions::Grant;
         let pods: Vec<PodInfo> = {
             let l = self.ledger();
-            l.entries()
+            let pending: Vec<(&crate::decisions::Entry, &Vec<u32>)> = l
+                .entries()
                 .values()
-                .filter(|e| match &e.state {
-                    Ok(crate::decisions::Grant::Whole { slots, .. }) => {
-                        !share && slots.iter().any(|&s| s as usize == size)
+                .filter_map(|e| match &e.state {
+                    Ok(Grant::Whole { slots, .. }) if !share && !slots.is_empty() => {
+                        Some((e, slots))
                     }
-                    Ok(crate::decisions::Grant::Share { slots, .. }) => {
-                        share && slots.iter().any(|&s| s as usize == size)
+                    Ok(Grant::Share { slots, .. }) if share && !slots.is_empty() => {
+                        Some((e, slots))
                     }
-                    Err(_) => false,
+                    _ => None,
                 })
-                .map(|e| e.pod.clone())
-                .collect()
+                .collect();
+            let left = |s: &Vec<u32>| s.iter().map(|&x| x as usize).sum::<usize>();
+            let exact: Vec<PodInfo> = pending
+                .iter()
+                .filter(|(_, s)| s.iter().any(|&x| x as usize == size))
+                .map(|(e, _)| e.pod.clone())
+                .collect();
+            let enough: Vec<PodInfo> = pending
+                .iter()
+                .filter(|(_, s)| left(s) >= size)
+                .map(|(e, _)| e.pod.clone())
+                .collect();
+            if !exact.is_empty() {
+                exact
+            } else if !enough.is_empty() {
+                enough
+            } else {
+                pending.iter().map(|(e, _)| e.pod.clone()).collect()
+            }
         };
         for p in pods {
             self.side

@@ -95,3 +95,43 @@ pub async fn reconcile(agent: &Agent) -> Result<Option<usize>, String> {
     let held = list(&agent.settings.pod_resources_socket).await?;
     Ok(restore(agent, &held, false))
 }
+
+/// How often PodResources is read besides after `Allocate`.
+pub const RECONCILE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads PodResources shortly after each served `Allocate` (the kubelet
+/// records the devices when the call returns) and every [`RECONCILE`],
+/// until `stop`.
+pub async fn reconcile_loop(
+    agent: std::sync::Arc<Agent>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(coord) = agent.coord.get().cloned() else {
+        return;
+    };
+    let mut failures = 0u64;
+    loop {
+        tokio::select! {
+            _ = coord.allocated.notified() => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            _ = tokio::time::sleep(RECONCILE) => {}
+            _ = stop.changed() => return,
+        }
+        match reconcile(&agent).await {
+            Ok(Some(_)) => failures = 0,
+            Ok(None) => tracing::debug!(
+                "PodResources disagrees with what was served (a call in flight); next time"
+            ),
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(100) {
+                    tracing::warn!(
+                        failures,
+                        "PodResources: {e}; who holds which GPU is the decisions' guess"
+                    );
+                }
+            }
+        }
+    }
+}

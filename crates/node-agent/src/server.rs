@@ -186,6 +186,7 @@ impl PluginService {
                 }
             }
         }
+        coord.allocated.notify_one();
         Ok(out)
     }
 

@@ -1015,3 +1015,84 @@ async fn restart_rebuilds_swapped_pods_from_pod_resources() {
     let got = published_allocations(&r, |g| g == want.as_slice()).await;
     assert_eq!(got, want);
 }
+
+/// Issue 29 item 1 (the scheduler must learn where pods really are): two
+/// 1-GPU pods admitted in the order other than the agent guessed are
+/// charged to each other's decision. PodResources, read after each
+/// Allocate, tells who holds what: the published allocations name each
+/// pod's real GPU, and when one pod ends the GPU it really held is free for
+/// the next decision (no conflict with the other pod's charge).
+#[tokio::test]
+async fn swapped_pods_are_published_as_they_are_and_free_their_real_gpus() {
+    let r = Rig::start(
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[0]),
+            whole("b", "2026-01-01T00:00:01Z", &[1]),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    // b's binding arrived first: the agent guesses a (older seq / name).
+    let p = preferred(&mut c, &ids(&[0, 1, 2, 3, 4, 5, 6, 7]), 1).await;
+    assert_eq!(p, ids(&[0]));
+    allocate(&mut c, &p).await.unwrap();
+    r.pr.hold("default", "b", "nvidia.com/gpu", &p);
+    let p = preferred(&mut c, &ids(&[1, 2, 3, 4, 5, 6, 7]), 1).await;
+    assert_eq!(p, ids(&[1]));
+    allocate(&mut c, &p).await.unwrap();
+    r.pr.hold("default", "a", "nvidia.com/gpu", &p);
+    let want = vec![("a".to_string(), vec![1]), ("b".to_string(), vec![0])];
+    let got = published_allocations(&r, |g| g == want.as_slice()).await;
+    assert_eq!(got, want);
+    // b ends; the scheduler, reading the allocations, decides GPU 0 (the
+    // one b really held) for pod n.
+    r.pr.held.lock().unwrap().retain(|p| p.name != "b");
+    sync_pods(
+        &r,
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[0]),
+            whole("n", "2026-01-01T00:00:09Z", &[0]),
+        ],
+    )
+    .await;
+    // a's decision says GPU 0 but a holds GPU 1: n's decision is not a
+    // conflict, and n is served GPU 0.
+    let ev = r.t.events();
+    assert!(!ev.iter().any(|e| e.1 == "GpuDecisionRefused"), "{ev:?}");
+    let p = preferred(&mut c, &ids(&[0, 2, 3, 4, 5, 6, 7]), 1).await;
+    assert_eq!(p, ids(&[0]));
+    allocate(&mut c, &p).await.unwrap();
+    r.pr.hold("default", "n", "nvidia.com/gpu", &p);
+    let want = vec![("a".to_string(), vec![1]), ("n".to_string(), vec![0])];
+    let got = published_allocations(&r, |g| g == want.as_slice()).await;
+    assert_eq!(got, want);
+}
+
+/// Issue 29 item 4: a refused Allocate posted no GpuAllocationRefused on the
+/// pod that could have called it when its decision was partly served by a
+/// call of another size: every pending pod that could be the caller gets
+/// the event.
+#[tokio::test]
+async fn refused_allocate_is_reported_on_a_partly_served_pod() {
+    let r = Rig::start(
+        vec![whole("d", "2026-01-01T00:00:01Z", &[6, 7])],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    // A call of 1 GPU on GPU 6 (no decision expects 1: charged to d).
+    allocate(&mut c, &ids(&[6])).await.unwrap();
+    // Then 2 GPUs nobody decided: refused, reported on d.
+    let e = allocate(&mut c, &ids(&[2, 3])).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition);
+    let ev = r.t.events();
+    assert!(
+        ev.iter().any(|x| x.0 == "default/d"
+            && x.1 == "GpuAllocationRefused"
+            && x.2.contains("holds GPUs [2")),
+        "{ev:?}"
+    );
+}
