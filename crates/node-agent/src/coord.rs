@@ -71,6 +71,9 @@ pub struct Coordinator {
     pub serial: tokio::sync::Mutex<()>,
     /// Signalled after a served `Allocate` (PodResources is read then).
     pub allocated: tokio::sync::Notify,
+    /// Signalled after PodResources was taken in (the allocations are
+    /// published then if they changed).
+    pub reconciled: tokio::sync::Notify,
 }
 
 impl Coordinator {
@@ -80,6 +83,7 @@ impl Coordinator {
             side,
             serial: tokio::sync::Mutex::new(()),
             allocated: tokio::sync::Notify::new(),
+            reconciled: tokio::sync::Notify::new(),
         })
     }
 

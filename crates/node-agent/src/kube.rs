@@ -341,7 +341,8 @@ pub const REFRESH: Duration = Duration::from_secs(5);
 
 /// Publishes the node's facts at start, after every health change
 /// (debounced by `debounce`) and when the allocations changed (checked
-/// every [`REFRESH`]), retrying failures every 2 s, until `stop`.
+/// after each PodResources read and every [`REFRESH`]), retrying failures
+/// every 2 s, until `stop`.
 pub async fn publish_loop(
     agent: Arc<Agent>,
     sink: Arc<dyn NodeSink>,
@@ -349,6 +350,7 @@ pub async fn publish_loop(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut gen_rx = agent.health_gen.subscribe();
+    let coord = agent.coord.get().cloned();
     let mut last: Option<NodeFacts> = None;
     loop {
         let facts = node_facts(&agent);
@@ -371,6 +373,12 @@ pub async fn publish_loop(
         tokio::select! {
             r = gen_rx.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(REFRESH) => continue,
+            _ = async {
+                match &coord {
+                    Some(c) => c.reconciled.notified().await,
+                    None => std::future::pending().await,
+                }
+            } => continue,
             _ = stop.changed() => return,
         }
         tokio::time::sleep(debounce).await;

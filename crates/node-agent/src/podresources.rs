@@ -93,7 +93,11 @@ pub async fn reconcile(agent: &Agent) -> Result<Option<usize>, String> {
     };
     let _serial = coord.serial.lock().await;
     let held = list(&agent.settings.pod_resources_socket).await?;
-    Ok(restore(agent, &held, false))
+    let r = restore(agent, &held, false);
+    if r.is_some() {
+        coord.reconciled.notify_one();
+    }
+    Ok(r)
 }
 
 /// How often PodResources is read besides after `Allocate`.

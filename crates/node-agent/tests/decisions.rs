@@ -1043,9 +1043,15 @@ async fn swapped_pods_are_published_as_they_are_and_free_their_real_gpus() {
     assert_eq!(p, ids(&[1]));
     allocate(&mut c, &p).await.unwrap();
     r.pr.hold("default", "a", "nvidia.com/gpu", &p);
+    let t0 = Instant::now();
     let want = vec![("a".to_string(), vec![1]), ("b".to_string(), vec![0])];
     let got = published_allocations(&r, |g| g == want.as_slice()).await;
     assert_eq!(got, want);
+    let took = t0.elapsed();
+    eprintln!("real holders published {took:?} after the second Allocate");
+    // Read ~200 ms after the call and published at once, not at the next
+    // 5 s refresh: the scheduler's next decision should see it.
+    assert!(took < Duration::from_secs(2), "{took:?}");
     // b ends; the scheduler, reading the allocations, decides GPU 0 (the
     // one b really held) for pod n.
     r.pr.held.lock().unwrap().retain(|p| p.name != "b");
