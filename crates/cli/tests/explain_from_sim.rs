@@ -106,7 +106,7 @@ fn a_quota_pending_pod_from_the_simulator() {
     let (ok, text, err) = explain(&["pod", "more-p0", "--at", "10m"]);
     assert!(ok, "{err}");
     assert!(
-        text.contains("queue \"capped\" would exceed its limit on nvidia.com/gpu (6000 of 4000)"),
+        text.contains("queue \"capped\" would exceed its limit on nvidia.com/gpu (6 GPU of 4 GPU)"),
         "{text}"
     );
     assert!(

@@ -364,6 +364,7 @@ impl QueueTree {
                     rule: QuotaRule::Limit,
                     would_use: after.get(&k),
                     cap: l.cap(&k).unwrap_or(0),
+                    needs: extra.get(&k),
                     dimension: k,
                 });
             }
@@ -381,6 +382,7 @@ impl QueueTree {
                         dimension: DIM_KINDS[d].clone(),
                         would_use: dims(&after)[d],
                         cap: dims(cap)[d],
+                        needs: dims(extra)[d],
                     });
                 }
             }

@@ -108,22 +108,45 @@ pub struct QuotaViolation {
     pub would_use: u64,
     /// The limit or guarantee.
     pub cap: u64,
+    /// What the job alone asks on the dimension (more than `cap`: it can
+    /// never fit, whatever the queue frees).
+    #[serde(default)]
+    pub needs: u64,
+}
+
+impl QuotaViolation {
+    /// The job alone asks more than the cap: it never fits while the
+    /// queue's limit (or guarantee) stays as it is.
+    pub fn never(&self) -> bool {
+        self.needs > self.cap
+    }
 }
 
 impl fmt::Display for QuotaViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rule {
-            QuotaRule::Limit => write!(
+        use crate::report::amount_text;
+        let what = match self.rule {
+            QuotaRule::Limit => "limit",
+            QuotaRule::NoBorrow => "guarantee (it may not borrow)",
+        };
+        if self.never() {
+            return write!(
                 f,
-                "queue {:?} would exceed its limit on {} ({} of {})",
-                self.queue, self.dimension, self.would_use, self.cap
-            ),
-            QuotaRule::NoBorrow => write!(
-                f,
-                "queue {:?} may not borrow beyond its guarantee on {} ({} of {})",
-                self.queue, self.dimension, self.would_use, self.cap
-            ),
+                "queue {:?}'s {what} on {} is {} and the job alone asks {}: it never fits until the {what} is raised",
+                self.queue,
+                self.dimension,
+                amount_text(&self.dimension, self.cap),
+                amount_text(&self.dimension, self.needs)
+            );
         }
+        write!(
+            f,
+            "queue {:?} would exceed its {what} on {} ({} of {})",
+            self.queue,
+            self.dimension,
+            amount_text(&self.dimension, self.would_use),
+            amount_text(&self.dimension, self.cap)
+        )
     }
 }
 

@@ -212,6 +212,16 @@ pub enum Hint {
         /// The domain with the most free GPUs now, and how many.
         best: Option<(String, u64)>,
     },
+    /// The job alone asks `needs` of `dimension`, more than the queue's
+    /// quota allows: only a larger quota (or a smaller job) helps.
+    RaiseQuota {
+        /// The queue whose rule blocks it.
+        queue: String,
+        /// The dimension.
+        dimension: ResourceKind,
+        /// What the job asks (resource units; milli-GPU for GPUs).
+        needs: u64,
+    },
     /// The queue must use `amount` less of `dimension` first.
     QueueFrees {
         /// The queue whose rule blocks it.
@@ -336,6 +346,15 @@ impl fmt::Display for Hint {
                     None => Ok(()),
                 }
             }
+            Hint::RaiseQuota {
+                queue,
+                dimension,
+                needs,
+            } => write!(
+                f,
+                "never fits in queue {queue:?} as it is: its quota must allow at least {} (or the job must ask less)",
+                amount_text(dimension, *needs)
+            ),
             Hint::QueueFrees {
                 queue,
                 dimension,
@@ -658,6 +677,11 @@ fn hints(view: &CycleView<'_>, pod: &gpusched_model::Pod, e: &Explanation) -> Ve
                     best: best_domain(view.snapshot, &cs, *level, pod),
                 });
             }
+            PendingReason::Quota(v) if v.never() => out.push(Hint::RaiseQuota {
+                queue: v.queue.clone(),
+                dimension: v.dimension.clone(),
+                needs: v.needs,
+            }),
             PendingReason::Quota(v) => out.push(Hint::QueueFrees {
                 queue: v.queue.clone(),
                 dimension: v.dimension.clone(),

@@ -578,6 +578,7 @@ fn reasons_are_typed_with_their_facts() {
             dimension: ResourceKind::Gpu,
             would_use: 3000,
             cap: 2000,
+            needs: 1000,
         })),
         "{r:?}"
     );
@@ -601,9 +602,55 @@ fn reasons_are_typed_with_their_facts() {
     assert_eq!(
         e.message(),
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint(s). \
-         queue \"capped\" would exceed its limit on nvidia.com/gpu (3000 of 2000)"
+         queue \"capped\" would exceed its limit on nvidia.com/gpu (3 GPU of 2 GPU)"
     );
     assert_eq!(e.to_string(), e.message());
+}
+
+/// A job asking more than its queue's limit alone never fits: it is
+/// Unresolvable and says so, not "fits once the queue uses less"
+/// (issue #22, 11).
+#[test]
+fn a_job_larger_than_its_queues_limit_is_unresolvable() {
+    let mut capped = queue("research");
+    capped.limit = Some(ResourceLimit::gpus(6000));
+    let snap = snapshot(
+        vec![node("a").gpus(8).build(), node("b").gpus(8).build()],
+        vec![capped],
+        vec![gang("g", "research", 4)],
+        (0..4)
+            .map(|i| {
+                pod(&format!("m{i}"))
+                    .gpus(2)
+                    .queue("research")
+                    .group("g")
+                    .build()
+            })
+            .collect(),
+    );
+    let out = run(&mut sched(), &snap, 0);
+    assert!(binds(&snap, &out).is_empty());
+    let e = out.explanations.iter().find(|e| e.pod == 0).unwrap();
+    assert_eq!(e.verdict, Verdict::Unresolvable, "{}", e.message());
+    let m = e.message();
+    assert!(
+        m.contains("queue \"research\"'s limit on nvidia.com/gpu is 6 GPU and the job alone asks 8 GPU: it never fits"),
+        "{m}"
+    );
+    // the same limit with room to free later stays Unschedulable
+    let mut capped = queue("research");
+    capped.limit = Some(ResourceLimit::gpus(6000));
+    let mut pods = vec![pod("running").gpus(4).queue("research").build()];
+    pods.push(pod("later").gpus(4).queue("research").build());
+    let mut snap = snapshot(vec![node("a").gpus(8).build()], vec![capped], vec![], pods);
+    snap.pods[0].phase = PodPhase::Running {
+        node: 0,
+        gpus: GpuAssignment::Whole(vec![0, 1, 2, 3]),
+        since_ms: 0,
+    };
+    let out = run(&mut sched(), &snap, 0);
+    let e = out.explanations.iter().find(|e| e.pod == 1).unwrap();
+    assert_eq!(e.verdict, Verdict::Unschedulable, "{}", e.message());
 }
 
 #[test]

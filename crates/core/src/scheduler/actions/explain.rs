@@ -85,6 +85,11 @@ impl<'s> Cycle<'s> {
             } else {
                 (Verdict::Unschedulable, None)
             };
+            // a quota the job alone exceeds is never met by waiting
+            let verdict = match &note {
+                Some(PendingReason::Quota(v)) if v.never() => Verdict::Unresolvable,
+                _ => verdict,
+            };
             let reasons = diag
                 .map(PendingReason::Nodes)
                 .into_iter()
