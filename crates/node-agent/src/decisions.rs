@@ -180,6 +180,8 @@ pub struct Entry {
     pub seq: u64,
     /// The decision, or why it is refused.
     pub state: Result<Grant, String>,
+    /// The GPUs the decision named (empty when it is unreadable).
+    pub decided: Vec<usize>,
 }
 
 impl Entry {
@@ -393,12 +395,18 @@ impl Ledger {
             Err(e) => (u64::MAX, Err(e.to_string())),
         };
         let refused = state.as_ref().err().cloned();
+        let decided = match &state {
+            Ok(Grant::Whole { gpus, .. }) => gpus.clone(),
+            Ok(Grant::Share { gpu, .. }) => vec![*gpu],
+            Err(_) => Vec::new(),
+        };
         self.entries.insert(
             pod.uid.clone(),
             Entry {
                 pod: pod.clone(),
                 seq,
                 state,
+                decided,
             },
         );
         let conflict = self.recheck();
@@ -456,11 +464,52 @@ impl Ledger {
         let mut mem = vec![0u64; n];
         let mut sharer: Vec<Option<String>> = vec![None; n];
         let mut refused = Vec::new();
+        // GPUs pods hold that their decisions did not name (the kubelet
+        // admitted them onto another decision's GPUs), and GPUs decisions
+        // named that their pods do not hold and nobody claims. The
+        // scheduler, counting pods by their decisions, takes the first for
+        // free and the second for held: a pending decision naming one of
+        // the first is given one of the second instead of being refused.
+        let mut claimed: BTreeSet<usize> = BTreeSet::new();
+        let mut swapped_in: BTreeSet<usize> = BTreeSet::new();
+        let mut swapped_out: BTreeSet<usize> = BTreeSet::new();
+        for e in self.entries.values() {
+            match &e.state {
+                Ok(Grant::Whole { gpus, served, .. }) => {
+                    claimed.extend(gpus.iter().copied());
+                    if !served.is_empty() {
+                        swapped_in.extend(gpus.iter().filter(|g| !e.decided.contains(g)));
+                        swapped_out.extend(e.decided.iter().filter(|g| !gpus.contains(g)));
+                    }
+                }
+                Ok(Grant::Share { gpu, .. }) => {
+                    claimed.insert(*gpu);
+                }
+                Err(_) => {}
+            }
+        }
+        let mut spare: Vec<usize> = swapped_out.difference(&claimed).copied().collect();
         for (_, _, _, uid) in order {
             let Some(e) = self.entries.get_mut(&uid) else {
                 continue;
             };
             let key = e.pod.key();
+            if let Ok(Grant::Whole { gpus, served, .. }) = &mut e.state
+                && served.is_empty()
+            {
+                for g in gpus.iter_mut() {
+                    if swapped_in.contains(g) && whole[*g].is_some() && !spare.is_empty() {
+                        let h = spare.remove(0);
+                        tracing::info!(
+                            pod = %key,
+                            "decided GPU {} is held by a pod the kubelet admitted onto it; GPU {} (decided for that pod, free) instead",
+                            self.gpus[*g].index,
+                            self.gpus[h].index
+                        );
+                        *g = h;
+                    }
+                }
+            }
             let why = match &e.state {
                 Ok(Grant::Whole { gpus, .. }) => gpus.iter().find_map(|&g| {
                     whole[g].as_ref().or(sharer[g].as_ref()).map(|o| {

@@ -1102,3 +1102,70 @@ async fn refused_allocate_is_reported_on_a_partly_served_pod() {
         "{ev:?}"
     );
 }
+
+/// Until the scheduler counts pods by `gpusched.io/allocations`, it frees a
+/// swapped pod's decided GPUs when it ends, and decides them again while
+/// the other pod of the swap really holds them. Such a decision is not
+/// refused: it is served the GPU really free, which the scheduler still
+/// counts as held by the other pod.
+#[tokio::test]
+async fn decision_onto_a_gpu_a_swapped_pod_holds_gets_the_free_one() {
+    let r = Rig::start(
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[0]),
+            whole("b", "2026-01-01T00:00:01Z", &[1]),
+        ],
+        true,
+        true,
+    )
+    .await;
+    let mut c = r.gpu().await;
+    // b first, charged to a's decision: b holds 0, then a holds 1.
+    allocate(&mut c, &ids(&[0])).await.unwrap();
+    r.pr.hold("default", "b", "nvidia.com/gpu", &ids(&[0]));
+    allocate(&mut c, &ids(&[1])).await.unwrap();
+    r.pr.hold("default", "a", "nvidia.com/gpu", &ids(&[1]));
+    let want = vec![("a".to_string(), vec![1]), ("b".to_string(), vec![0])];
+    assert_eq!(
+        published_allocations(&r, |g| g == want.as_slice()).await,
+        want
+    );
+    // b ends; a scheduler counting by decisions frees GPU 1 and decides it
+    // for n, though a holds it.
+    r.pr.held.lock().unwrap().retain(|p| p.name != "b");
+    sync_pods(
+        &r,
+        vec![
+            whole("a", "2026-01-01T00:00:01Z", &[0]),
+            whole("n", "2026-01-01T00:00:09Z", &[1]),
+        ],
+    )
+    .await;
+    let ev = r.t.events();
+    assert!(!ev.iter().any(|e| e.1 == "GpuDecisionRefused"), "{ev:?}");
+    let p = preferred(&mut c, &ids(&[0, 2, 3, 4, 5, 6, 7]), 1).await;
+    assert_eq!(p, ids(&[0]));
+    allocate(&mut c, &p).await.unwrap();
+    r.pr.hold("default", "n", "nvidia.com/gpu", &p);
+    let want = vec![("a".to_string(), vec![1]), ("n".to_string(), vec![0])];
+    assert_eq!(
+        published_allocations(&r, |g| g == want.as_slice()).await,
+        want
+    );
+    // a ends: the scheduler frees GPU 0 (a's decision) and decides it for
+    // m; n really holds 0, so m is served GPU 1.
+    r.pr.held.lock().unwrap().retain(|p| p.name != "a");
+    sync_pods(
+        &r,
+        vec![
+            whole("n", "2026-01-01T00:00:09Z", &[1]),
+            whole("m", "2026-01-01T00:00:10Z", &[0]),
+        ],
+    )
+    .await;
+    let ev = r.t.events();
+    assert!(!ev.iter().any(|e| e.1 == "GpuDecisionRefused"), "{ev:?}");
+    let p = preferred(&mut c, &ids(&[1, 2, 3, 4, 5, 6, 7]), 1).await;
+    assert_eq!(p, ids(&[1]));
+    allocate(&mut c, &p).await.unwrap();
+}
