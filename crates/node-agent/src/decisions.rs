@@ -68,7 +68,7 @@ pub fn new_devices_per_call(
             out.push(new);
         }
         if a.init && !a.sidecar {
-            reusable += new;
+            reusable += new; // = max(reusable, k): no overflow
         } else {
             reusable -= reused;
         }
@@ -1310,6 +1310,21 @@ mod tests {
         assert_eq!(f(&[ask(true, true, 1), ask(false, false, 1)]), vec![1, 1]);
         // Containers without GPUs make no call.
         assert_eq!(f(&[ask(false, false, 0), ask(false, false, 1)]), vec![1]);
+        // Huge limits: the reused count never passes the largest ask.
+        assert_eq!(
+            f(&[
+                ask(true, false, u32::MAX),
+                ask(true, false, u32::MAX),
+                ask(false, false, 1)
+            ]),
+            vec![u32::MAX]
+        );
+        // A spec that does not add up to the decision: one call of all of it.
+        let mut l = Ledger::new("n", gpus(2));
+        let mut p = pod("a", "1", &[0, 1], None);
+        p.containers = vec![ask(true, false, u32::MAX), ask(false, false, u32::MAX)];
+        assert!(l.observe(p).is_none());
+        assert_eq!(l.preferred_whole(&[0, 1], &[], 2), Some(vec![0, 1]));
     }
 
     #[test]

@@ -465,4 +465,43 @@ mod tests {
         l.observe(done);
         assert_eq!(allocations(&l).pods.len(), 1);
     }
+
+    #[test]
+    fn container_asks_follow_the_kubelets_order() {
+        let spec: k8s_openapi::api::core::v1::PodSpec = serde_json::from_value(json!({
+            "initContainers": [
+                {"name": "init", "resources": {"limits": {"nvidia.com/gpu": "2"}}},
+                {"name": "side", "restartPolicy": "Always",
+                 "resources": {"requests": {"gpusched.io/gpu-milli": "300"}}}
+            ],
+            "containers": [
+                {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "3"}}},
+                {"name": "odd", "resources": {"limits": {"nvidia.com/gpu": "1.5"}}},
+                {"name": "cpu"}
+            ]
+        }))
+        .unwrap();
+        let got = container_asks(&spec);
+        let ask = |init, sidecar, gpus, milli| ContainerAsk {
+            init,
+            sidecar,
+            gpus,
+            milli,
+        };
+        assert_eq!(
+            got,
+            vec![
+                ask(true, false, 2, 0),
+                ask(true, true, 0, 300),
+                ask(false, false, 3, 0),
+                // not a count: read as 0, the decision's size then rules
+                ask(false, false, 0, 0),
+                ask(false, false, 0, 0),
+            ]
+        );
+        assert_eq!(
+            crate::decisions::new_devices_per_call(&got, |c| c.gpus),
+            vec![2, 1]
+        );
+    }
 }
