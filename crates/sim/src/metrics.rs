@@ -83,6 +83,19 @@ pub struct Totals {
     /// Pods put back in the queue at once (preempted, drained, or restarted
     /// with their gang after a preemption).
     pub requeues: u64,
+    /// Churn: pods stopped by a preemption or a reclaim, a victim gang's
+    /// every running member included.
+    #[serde(default)]
+    pub evicted_pods: u64,
+    /// Of those, pods that had run less than a minute.
+    #[serde(default)]
+    pub evicted_within_1m: u64,
+    /// Of those, pods that had run less than ten minutes.
+    #[serde(default)]
+    pub evicted_within_10m: u64,
+    /// Gangs stopped by a preemption or a reclaim.
+    #[serde(default)]
+    pub gangs_evicted: u64,
     /// Pods put back after a failure, with backoff.
     pub retries: u64,
     /// Pods stopped by a node or GPU failure (directly or via their gang).

@@ -108,6 +108,13 @@ pub fn render(r: &SimResult) -> String {
         ),
     );
     s += &kv(
+        "churn",
+        format!(
+            "{} pods evicted ({} had run < 1m, {} < 10m) · {} gangs evicted",
+            t.evicted_pods, t.evicted_within_1m, t.evicted_within_10m, t.gangs_evicted
+        ),
+    );
+    s += &kv(
         "gangs",
         format!(
             "{} started · {} started partially · {} restarted · {} timed out",

@@ -210,6 +210,11 @@ pub struct SettingsSpec {
     /// Stop after this long without change (default `1h`).
     #[serde(default)]
     pub idle_stop: Option<S<String>>,
+    /// How long a pod the scheduler evicts keeps its resources before it
+    /// is gone and pending again (Kubernetes' termination grace period;
+    /// default `0`: at once).
+    #[serde(default)]
+    pub termination_grace: Option<S<String>>,
 }
 
 fn one<T: From<u8>>() -> S<T> {
@@ -249,6 +254,11 @@ pub struct SimSettings {
     /// Rebuild the cluster state after every cycle and event and check
     /// conservation (no GPU overcommitted).
     pub verify: bool,
+    /// How long a pod evicted by the scheduler (preempted, reclaimed,
+    /// moved) stays terminating, holding what it held, before it is gone
+    /// and pending again (0: at once).
+    #[serde(default)]
+    pub termination_grace_ms: u64,
 }
 
 impl Default for SimSettings {
@@ -262,6 +272,7 @@ impl Default for SimSettings {
             until_ms: None,
             idle_stop_ms: 3_600_000,
             verify: false,
+            termination_grace_ms: 0,
         }
     }
 }
@@ -692,6 +703,9 @@ impl WorkloadFile {
             settings.until_ms = ctx.opt_dur(&s.until, "settings.until")?;
             if let Some(v) = ctx.opt_dur(&s.idle_stop, "settings.idle_stop")? {
                 settings.idle_stop_ms = v;
+            }
+            if let Some(v) = ctx.opt_dur(&s.termination_grace, "settings.termination_grace")? {
+                settings.termination_grace_ms = v;
             }
         }
         Ok(Scenario {

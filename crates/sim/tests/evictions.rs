@@ -34,3 +34,37 @@ jobs:
     );
     assert_eq!(t.jobs_completed, 3, "{t:#?}");
 }
+
+/// With a termination grace period the victims hold their GPUs for it: the
+/// reclaiming pods wait (nominated), bind when the gang is gone, and
+/// nothing else is evicted meanwhile.
+#[test]
+fn victims_hold_their_gpus_for_the_termination_grace_period() {
+    let sc = common::tiny_with(
+        "queues:
+  - {name: train}
+  - {name: prod, guarantee: {gpu: \"16\"}}
+jobs:
+  - {name: g, queue: train, pods: 2, gang: {}, duration: 2h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+  - {name: p, queue: prod, count: 2, arrival: 10m, duration: 1h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+settings: {termination_grace: 30s}
+",
+    );
+    let r = common::run_verified(sc, 1);
+    common::assert_clean(&r);
+    let t = &r.totals;
+    assert_eq!(
+        (
+            t.reclaims,
+            t.evicted_pods,
+            t.gangs_evicted,
+            t.jobs_completed
+        ),
+        (1, 2, 1, 3),
+        "{t:#?}"
+    );
+    let prod = r.queues.iter().find(|q| q.name == "prod").unwrap();
+    assert_eq!(prod.wait_p50_s, 30.0, "{prod:#?}");
+}

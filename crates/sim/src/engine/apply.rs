@@ -77,6 +77,17 @@ impl<'a> Sim<'a> {
                 let q = self.pods[sp.ix()].queue;
                 self.queue_preempted[q] += 1;
             }
+            if kind != EvictionKind::Consolidate {
+                self.count_churn(sp);
+            }
+            if self.sc.settings.termination_grace_ms > 0 {
+                // terminating: holds on until its grace period ends
+                for (t, _, _) in self.evict_with_grace(sp) {
+                    stopped_now.insert(t);
+                }
+                changed = true;
+                continue;
+            }
             for (t, n, g) in self.kill(sp, Cause::Preempt) {
                 stopped_now.insert(t);
                 if let Some(sn) = rev_snap(n) {
@@ -167,6 +178,29 @@ impl<'a> Sim<'a> {
         self.give_back(snap, pod_map);
         if self.sc.settings.verify {
             self.verify("after cycle");
+        }
+    }
+
+    /// Counts the churn of evicting `pod` (with its running gang) for a
+    /// preemption or a reclaim: the pods and how long each had run.
+    fn count_churn(&mut self, pod: SimPod) {
+        let group = self.pods[pod.ix()].group;
+        let unit: Vec<SimPod> = match group {
+            Some(g) => self.groups[g.ix()].members.clone(),
+            None => vec![pod],
+        };
+        let mut any = false;
+        for m in unit {
+            if let Ph::Running { since, .. } = self.pods[m.ix()].phase {
+                any = true;
+                let ran = self.now.saturating_sub(since);
+                self.t.evicted_pods += 1;
+                self.t.evicted_within_1m += u64::from(ran < 60_000);
+                self.t.evicted_within_10m += u64::from(ran < 600_000);
+            }
+        }
+        if any && group.is_some() {
+            self.t.gangs_evicted += 1;
         }
     }
 

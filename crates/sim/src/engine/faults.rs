@@ -20,6 +20,12 @@ impl<'a> Sim<'a> {
                 what = "node failure".to_string();
                 self.nodes[n.ix()].up = false;
                 for p in on_node(self) {
+                    // a terminating pod on a failed node is simply gone
+                    if matches!(self.pods[p.ix()].phase, Ph::Terminating { .. }) {
+                        let epoch = self.pods[p.ix()].epoch;
+                        self.gone(p, epoch);
+                        continue;
+                    }
                     stopped += self.kill(p, Cause::Failure).len() as u32;
                 }
             }

@@ -111,6 +111,7 @@ enum Ev {
     Complete { pod: SimPod, epoch: u32 },
     Arrival(SimJob),
     Retry { pod: SimPod, epoch: u32 },
+    Gone { pod: SimPod, epoch: u32 },
     Cycle,
 }
 
@@ -121,6 +122,7 @@ impl Ev {
             Ev::Complete { .. } => 1,
             Ev::Arrival(_) => 2,
             Ev::Retry { .. } => 3,
+            Ev::Gone { .. } => 4,
             Ev::Cycle => 9,
         }
     }
@@ -137,6 +139,12 @@ enum Ph {
         node: SimNode,
         gpus: GpuAssignment,
         since: u64,
+    },
+    /// Evicted, still holding its node and GPUs until its grace period
+    /// ends (`SimSettings::termination_grace_ms`).
+    Terminating {
+        node: SimNode,
+        gpus: GpuAssignment,
     },
     Succeeded,
     Failed,
@@ -460,6 +468,12 @@ impl<'a> Sim<'a> {
                     if p.epoch == epoch && p.phase == Ph::Backoff {
                         p.phase = Ph::Pending { nominated: None };
                         self.active.insert(pod);
+                        self.last_change = at;
+                        self.request_cycle(at);
+                    }
+                }
+                Ev::Gone { pod, epoch } => {
+                    if self.gone(pod, epoch) {
                         self.last_change = at;
                         self.request_cycle(at);
                     }

@@ -48,6 +48,9 @@ impl<'a> Sim<'a> {
                         since_ms,
                     },
                 ) => rev[node.ix()] == Some(*sn) && gpus == sg && since == since_ms,
+                (Ph::Terminating { node, gpus }, PodPhase::Terminating { node: sn, gpus: sg }) => {
+                    rev[node.ix()] == Some(*sn) && gpus == sg
+                }
                 _ => false,
             };
             let phase = || match &p.phase {
@@ -58,6 +61,10 @@ impl<'a> Sim<'a> {
                     node: sn,
                     gpus: gpus.clone(),
                     since_ms: *since,
+                }),
+                Ph::Terminating { node, gpus } => rev[node.ix()].map(|sn| PodPhase::Terminating {
+                    node: sn,
+                    gpus: gpus.clone(),
                 }),
                 _ => None,
             };
@@ -128,6 +135,13 @@ impl<'a> Sim<'a> {
                         node: sn,
                         gpus: gpus.clone(),
                         since_ms: *since,
+                    },
+                    None => continue,
+                },
+                Ph::Terminating { node, gpus } => match rev[node.ix()] {
+                    Some(sn) => PodPhase::Terminating {
+                        node: sn,
+                        gpus: gpus.clone(),
                     },
                     None => continue,
                 },

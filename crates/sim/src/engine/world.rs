@@ -51,6 +51,68 @@ impl<'a> Sim<'a> {
         Some((node, gpus))
     }
 
+    /// A terminating pod is gone (its grace period is over, or its node
+    /// failed): it gives back what it held and waits again.
+    pub(super) fn gone(&mut self, pod: SimPod, epoch: u32) -> bool {
+        let p = &mut self.pods[pod.ix()];
+        if p.epoch != epoch {
+            return false;
+        }
+        let Ph::Terminating { node, gpus } =
+            std::mem::replace(&mut p.phase, Ph::Pending { nominated: None })
+        else {
+            return false;
+        };
+        p.epoch += 1;
+        self.queue_used[p.queue] = self.queue_used[p.queue].saturating_sub(gpus.milli());
+        self.node_used[node.ix()] = self.node_used[node.ix()].saturating_sub(gpus.milli());
+        self.node_pods[node.ix()].remove(&pod);
+        true
+    }
+
+    /// Evicts `pod` with its gang over the termination grace period: each
+    /// running member turns terminating (still holding) and is gone at the
+    /// end of the period. Returns the pods evicted with what they hold.
+    pub(super) fn evict_with_grace(
+        &mut self,
+        pod: SimPod,
+    ) -> Vec<(SimPod, SimNode, GpuAssignment)> {
+        let targets: Vec<SimPod> = match self.pods[pod.ix()].group {
+            Some(g) => self.groups[g.ix()]
+                .members
+                .iter()
+                .copied()
+                .filter(|&m| matches!(self.pods[m.ix()].phase, Ph::Running { .. }))
+                .collect(),
+            None => vec![pod],
+        };
+        let until = self.now + self.sc.settings.termination_grace_ms;
+        let mut out = Vec::new();
+        for t in targets {
+            let p = &mut self.pods[t.ix()];
+            let Ph::Running { node, gpus, .. } = p.phase.clone() else {
+                continue;
+            };
+            p.phase = Ph::Terminating {
+                node,
+                gpus: gpus.clone(),
+            };
+            p.epoch += 1;
+            let epoch = p.epoch;
+            if let Some(g) = p.group {
+                let g = &mut self.groups[g.ix()];
+                g.running = g.running.saturating_sub(1);
+            }
+            self.t.requeues += 1;
+            self.push(until, Ev::Gone { pod: t, epoch });
+            out.push((t, node, gpus));
+        }
+        if !out.is_empty() && self.pods[pod.ix()].group.is_some() {
+            self.t.gang_restarts += 1;
+        }
+        out
+    }
+
     /// Stops `pod` for `cause`, with its gang, and decides what comes next.
     /// Returns the pods stopped with what they held.
     pub(super) fn kill(

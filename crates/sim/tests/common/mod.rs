@@ -61,6 +61,7 @@ pub fn assert_clean(r: &SimResult) {
 /// Every cluster/workload fixture pair.
 pub const PAIRS: &[(&str, &str)] = &[
     ("mixed.yaml", "mixed.yaml"),
+    ("mixed.yaml", "reclaim-burst.yaml"),
     ("dgx-h100.yaml", "gang-failure.yaml"),
     ("dgx-h100.yaml", "preemption.yaml"),
     ("tiny.yaml", "retry-limit.yaml"),
