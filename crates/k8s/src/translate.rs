@@ -10,7 +10,9 @@ use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, RESOURCE_
 pub use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, NodeGpu};
 use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
 use gpusched_model::topology::GpuTopo;
-use gpusched_model::validate::{ContainerResources, ResourceError, pod_resources};
+use gpusched_model::validate::{
+    ContainerResources, RESOURCE_GPU_MEMORY_MIB, RESOURCE_GPU_MILLI, ResourceError, pod_resources,
+};
 use gpusched_model::{
     Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorOp, NodeSelectorRequirement,
     NodeSelectorTerm, Pod as MPod, PodGroup as MGroup, Queue as MQueue, ResourceKind,
@@ -586,6 +588,23 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
         object: obj.clone(),
         source,
     })?;
+    if let GpuRequest::Share {
+        milli: 0,
+        memory_mib,
+    } = gpu
+        && memory_mib > 0
+    {
+        // the simulator derives a share's compute from its memory; on a
+        // cluster the agent serves shares by gpu-milli tokens, so a pod
+        // without them would hold GPU memory nobody counts (docs/protocol.md)
+        return Err(field_err(
+            &obj,
+            &format!("resources.limits[{RESOURCE_GPU_MEMORY_MIB}]"),
+            format!(
+                "{RESOURCE_GPU_MEMORY_MIB} needs {RESOURCE_GPU_MILLI} of at least 1 in the same pod (a share is a fraction of one GPU's compute, with optional memory)"
+            ),
+        ));
+    }
     let labels = p.metadata.labels.clone().unwrap_or_default();
     let annotations = p.metadata.annotations.clone().unwrap_or_default();
     let spec = p.spec.as_ref();

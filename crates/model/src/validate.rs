@@ -170,15 +170,6 @@ pub fn pod_resources(
                 "{RESOURCE_GPU_MILLI} must be 1..999 (got {share_milli}); ask for whole GPUs with {RESOURCE_GPU}"
             ),
         });
-    } else if share_milli == 0 && share_mem > 0 {
-        // a share is a fraction of a GPU's compute; memory alone would hold
-        // no compute and be counted nowhere (docs/protocol.md)
-        return Err(ResourceError::Invalid {
-            container,
-            what: format!(
-                "{RESOURCE_GPU_MEMORY_MIB} needs {RESOURCE_GPU_MILLI} of at least 1 in the same pod (a share is a fraction of one GPU's compute, with optional memory)"
-            ),
-        });
     } else if share_milli > 0 || share_mem > 0 {
         GpuRequest::Share {
             milli: share_milli as u32,
