@@ -99,6 +99,10 @@ pub struct NodeView {
     /// Problems found while translating (bad annotation, …): the node is
     /// still used with what could be read.
     pub warnings: Vec<String>,
+    /// What the node's agent has handed out, by pod UID (its
+    /// `gpusched.io/allocations` annotation): where the kubelet really put
+    /// each pod, which may differ from its decision (a same-size swap).
+    pub allocations: BTreeMap<String, gpusched_model::protocol::PodAllocation>,
 }
 
 fn quantity_map(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, String> {
@@ -253,6 +257,17 @@ pub fn node(n: &Node) -> NodeView {
             effect,
         });
     }
+    let mut allocations = BTreeMap::new();
+    if let Some(text) = annotations.get(gpusched_model::protocol::ANNOTATION_NODE_ALLOCATIONS) {
+        match gpusched_model::protocol::NodeAllocations::parse(text) {
+            Ok(a) => {
+                for p in a.pods {
+                    allocations.insert(p.uid.clone(), p);
+                }
+            }
+            Err(e) => warnings.push(format!("{obj}: {e}; using the pods' decisions")),
+        }
+    }
     let ready = node_ready(n);
     let mut mnode = MNode::new(name, res, gpus);
     mnode.labels = labels;
@@ -267,6 +282,7 @@ pub fn node(n: &Node) -> NodeView {
         node: mnode,
         ready,
         warnings,
+        allocations,
     }
 }
 

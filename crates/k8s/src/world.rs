@@ -501,6 +501,33 @@ impl World {
         self.groups.get(&k).filter(|e| e.for_job).map(|_| k)
     }
 
+    /// The GPUs the node's agent reports it served to pod `uid`, as
+    /// positions on `nv` (`None`: not reported, or naming GPUs the node does
+    /// not have).
+    fn served(&self, node: &str, uid: &str, nv: &gpusched_model::Node) -> Option<GpuAssignment> {
+        let a = self.nodes.get(node)?.allocations.get(uid)?;
+        let mut pos = Vec::with_capacity(a.gpus.len());
+        for u in &a.gpus {
+            let p = nv.gpus.iter().position(|g| &g.uuid == u)? as u32;
+            if pos.contains(&p) {
+                return None;
+            }
+            pos.push(p);
+        }
+        match (a.milli, pos.as_slice()) {
+            (Some(milli), [gpu]) => Some(GpuAssignment::Share {
+                gpu: *gpu,
+                milli,
+                memory_mib: 0,
+            }),
+            (Some(_), _) | (None, []) => None,
+            (None, _) => {
+                pos.sort_unstable();
+                Some(GpuAssignment::Whole(pos))
+            }
+        }
+    }
+
     /// The core's snapshot of the world as it is now.
     pub fn build(&self) -> Built {
         let mut out = Built::default();
@@ -716,6 +743,25 @@ impl World {
                             None
                         }
                         None => None,
+                    };
+                    // where the agent says the kubelet really put it wins
+                    // over the decision (same size, other GPUs: the next
+                    // decision must see the GPUs that are really free)
+                    let gpus = match (gpus, self.served(node, &v.uid, nv)) {
+                        (
+                            Some(GpuAssignment::Share { memory_mib, .. }),
+                            Some(GpuAssignment::Share { gpu, milli, .. }),
+                        ) if u64::from(milli) == pod.gpu.milli() => Some(GpuAssignment::Share {
+                            gpu,
+                            milli,
+                            memory_mib,
+                        }),
+                        (Some(GpuAssignment::Whole(_)), Some(real @ GpuAssignment::Whole(_)))
+                            if real.milli() == pod.gpu.milli() =>
+                        {
+                            Some(real)
+                        }
+                        (g, _) => g,
                     };
                     let gpus = match gpus {
                         Some(a) => {

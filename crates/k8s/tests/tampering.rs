@@ -73,3 +73,64 @@ fn a_decision_changed_after_binding_is_ignored_and_reported() {
     assert_eq!(held(&w), GpuAssignment::Whole(vec![5]));
     assert!(w.build().problems.is_empty());
 }
+
+/// A pod the kubelet put on other GPUs than decided (a same-size swap the
+/// agent reports in `gpusched.io/allocations`) holds those GPUs for the
+/// scheduler, so the next decision is made on what is really free
+/// (issue #29, 1).
+#[test]
+fn the_agents_served_gpus_win_over_the_decision() {
+    use gpusched_model::protocol::{
+        ALLOCATIONS_VERSION, ANNOTATION_NODE_ALLOCATIONS, NodeAllocations, PodAllocation,
+    };
+    let mut w = World::default();
+    let mut n = node();
+    let gpus: Vec<serde_json::Value> = (0..8)
+        .map(|i| json!({"index": i, "uuid": format!("GPU-{i}"), "model": "H100", "memoryMiB": 81920}))
+        .collect();
+    let served = NodeAllocations {
+        v: ALLOCATIONS_VERSION,
+        agent: "test".into(),
+        pods: vec![PodAllocation {
+            uid: "u1".into(),
+            namespace: "ml".into(),
+            name: "a".into(),
+            gpus: vec!["GPU-5".into()],
+            milli: None,
+        }],
+    };
+    n.metadata.annotations = Some(
+        [
+            (
+                gpusched_k8s::translate::ANNOTATION_NODE_GPUS.to_string(),
+                json!(gpus).to_string(),
+            ),
+            (
+                ANNOTATION_NODE_ALLOCATIONS.to_string(),
+                served.to_annotation(),
+            ),
+        ]
+        .into(),
+    );
+    w.upsert_node(&n);
+    let v = gpusched_k8s::translate::node(&n);
+    assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    let mut p = bound(3);
+    // the decision names the GPU by the uuid of index 3
+    let d = GpuDecision {
+        v: 1,
+        uid: "u1".into(),
+        node: "n1".into(),
+        seq: 1,
+        indices: vec![3],
+        gpus: vec!["GPU-3".into()],
+        share: None,
+    };
+    p.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_DECISION.into(), d.to_annotation());
+    w.upsert_pod(&p);
+    assert_eq!(held(&w), GpuAssignment::Whole(vec![5]));
+}
