@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -292,6 +292,9 @@ async fn scheduler_and_agent_agree_on_gpus() {
     eprintln!("early pod bound {:?} after agent start", t0.elapsed());
     let r = ns.admit(&early, None).await.unwrap();
     assert_eq!(env(&r, "NVIDIA_VISIBLE_DEVICES"), decision(&early).gpus[0]);
+    // What each admitted pod was given, as the kubelet would list it.
+    let mut given: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    given.insert("early".into(), vec![env(&r, "NVIDIA_VISIBLE_DEVICES")]);
 
     // Two 1-GPU pods at once: each gets the GPU the scheduler chose.
     create(&pods, pod("a1", json!({"nvidia.com/gpu": "1"}))).await;
@@ -305,6 +308,8 @@ async fn scheduler_and_agent_agree_on_gpus() {
     let v1 = env(&r1, "NVIDIA_VISIBLE_DEVICES");
     let v2 = env(&r2, "NVIDIA_VISIBLE_DEVICES");
     assert_ne!(v1, v2);
+    given.insert("a1".into(), vec![v1.clone()]);
+    given.insert("a2".into(), vec![v2.clone()]);
     let mut want = vec![d1.gpus[0].clone(), d2.gpus[0].clone()];
     let mut have = vec![v1, v2];
     want.sort();
@@ -327,6 +332,7 @@ async fn scheduler_and_agent_agree_on_gpus() {
     let mut w = d.gpus.clone();
     w.sort();
     assert_eq!(v, w);
+    given.insert("big".into(), v);
 
     // A fractional pod gets the recorded GPU and the share env.
     create(
@@ -344,9 +350,12 @@ async fn scheduler_and_agent_agree_on_gpus() {
     assert_eq!(env(&r, "NVIDIA_VISIBLE_DEVICES"), d.gpus[0]);
     assert_eq!(env(&r, "GPUSCHED_GPU_MILLI"), "300");
     assert_eq!(env(&r, "GPUSCHED_GPU_MEMORY_LIMIT_MIB"), "8192");
+    given.insert("frac".into(), d.gpus.clone());
 
     // The agent publishes what the kubelet was given: each admitted pod
-    // with the GPUs of its decision (and the share of a shared GPU).
+    // with the GPUs it holds (PodResources; a1 and a2, admitted in another
+    // order than guessed, may hold each other's decided GPUs) and the share
+    // of a shared GPU.
     let admitted = [&early, &got[0], &got[1], &big, &frac];
     let published = wait_for(Duration::from_secs(20), || async {
         node_allocations(&c)
@@ -364,7 +373,7 @@ async fn scheduler_and_agent_agree_on_gpus() {
             .unwrap_or_else(|| panic!("{uid} in {published:?}"));
         assert_eq!(Some(a.name.as_str()), p.metadata.name.as_deref());
         let mut have = a.gpus.clone();
-        let mut want = decision(p).gpus;
+        let mut want = given[&a.name].clone();
         have.sort();
         want.sort();
         assert_eq!(have, want, "{}", a.name);
