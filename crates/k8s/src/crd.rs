@@ -47,19 +47,19 @@ pub struct QueueSpec {
     /// Resources deserved even under contention (`cpu`, `memory`,
     /// `nvidia.com/gpu`, extended resources).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && !quantity(self[k]).isLessThan(quantity('0')))").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
     #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub guaranteed: BTreeMap<String, String>,
     /// Guaranteed whole GPUs per GPU model (the `nvidia.com/gpu.product`
     /// label value); added to the GPU guarantee.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && !quantity(self[k]).isLessThan(quantity('0')))").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
     #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub guaranteed_gpus_by_model: BTreeMap<String, String>,
     /// Hard cap on each resource it names (e.g. `nvidia.com/gpu: "16"`);
     /// resources it does not name are not capped; absent: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && quantity(self[k]).sign() >= 0)").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
+    #[x_kube(validation = Rule::new("self.all(k, isQuantity(self[k]) && !quantity(self[k]).isLessThan(quantity('0')))").message("every value must be a non-negative quantity, e.g. \"4\", \"500m\", \"64Gi\""))]
     #[schemars(extend("maxProperties" = 64, "additionalProperties" = {"type": "string", "maxLength": 64}))]
     pub limit: Option<BTreeMap<String, String>>,
     /// May the queue use more than its guarantee while others are idle?

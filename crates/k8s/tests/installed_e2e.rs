@@ -114,23 +114,32 @@ async fn a_tenants_bad_objects_stop_nobody() {
         let e = raw.create(&Default::default(), &obj).await;
         assert!(e.is_err(), "the apiserver accepted Queue spec {spec}");
     }
-    // a scheduler-plugins PodGroup (a schema we do not own) that does not
-    // decode: only it is invalid; our gangs and plain pods go on
-    let sp: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        c.client.clone(),
-        "ml",
-        &kube::api::ApiResource::erase::<gpusched_k8s::crd::SpPodGroup>(&()),
-    );
-    sp.create(
-        &Default::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": {"name": "huge", "namespace": "ml"},
-            "spec": {"minMember": 4_294_967_296u64}}))
-        .unwrap(),
+    // a Queue stored under an older CRD without the bound (as after an
+    // upgrade): it reaches the scheduler, which must mark it invalid and go
+    // on with every other queue and group
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(c.client.clone());
+    crds.patch(
+        "queues.gpusched.io",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::<()>::Json(
+            serde_json::from_value(json!([{"op": "remove",
+                "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/weight/maximum"}]))
+            .unwrap(),
+        ),
     )
     .await
-    .expect("the foreign schema accepts it");
+    .unwrap();
+    let huge: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+        "metadata": {"name": "huge"}, "spec": {"weight": 4_294_967_296u64}}))
+    .unwrap();
+    wait_for(Duration::from_secs(20), || async {
+        raw.create(&Default::default(), &huge).await.ok()
+    })
+    .await
+    .expect("the older schema accepts it");
+    c.queue("team", json!({"weight": 2})).await;
     c.group("ml", "gang", json!({"minMember": 2})).await;
     let s = c.scheduler(opts()).await;
     let pods = c.pods("ml");
@@ -139,7 +148,12 @@ async fn a_tenants_bad_objects_stop_nobody() {
         p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "gang"});
         create(&pods, p).await;
     }
-    create(&pods, gpu_pod("plain", 1)).await;
+    let mut plain = gpu_pod("plain", 1);
+    plain["metadata"]["labels"] = json!({"gpusched.io/queue": "team"});
+    create(&pods, plain).await;
+    let mut stuck = gpu_pod("in-huge", 1);
+    stuck["metadata"]["labels"] = json!({"gpusched.io/queue": "huge"});
+    create(&pods, stuck).await;
     // a pod asking only GPU memory, and one with a constraint not checked yet
     let mut mem = gpu_pod("mem-only", 1);
     mem["spec"]["containers"][0]["resources"]["limits"] =
@@ -156,6 +170,14 @@ async fn a_tenants_bad_objects_stop_nobody() {
     .await
     .expect("the gang and the plain pod bound");
     assert!(b.contains_key("m0") && b.contains_key("m1") && b.contains_key("plain"));
+    let ev = wait_event(&c, "ml", "in-huge", "FailedScheduling: ", 30)
+        .await
+        .expect("in-huge told why");
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("queue \"huge\" is invalid") && e.contains("spec.weight")),
+        "{ev:?}"
+    );
     let ev = wait_event(&c, "ml", "mem-only", "FailedScheduling: ", 30)
         .await
         .expect("mem-only told why");
