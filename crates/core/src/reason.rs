@@ -370,6 +370,9 @@ pub enum CandidateRejection {
     /// its queue with lower priority; reclaim: none of a queue above its
     /// deserved share; non-preemptible pods never).
     NoVictims,
+    /// The node's only candidate victims started less than their queue's
+    /// minimum runtime ago (`min_runtime_ms`).
+    VictimsTooYoung,
     /// Even with every candidate victim gone, the node has too few GPUs.
     NotEnoughGpus,
     /// Even with every candidate victim gone, the pod does not fit
@@ -382,6 +385,9 @@ impl fmt::Display for CandidateRejection {
         f.write_str(match self {
             CandidateRejection::ReservedForOtherJob => "node(s) reserved for a waiting job",
             CandidateRejection::NoVictims => "No preemption victims found for incoming pod",
+            CandidateRejection::VictimsTooYoung => {
+                "node(s) had only victims that started less than their minimum runtime ago"
+            }
             CandidateRejection::NotEnoughGpus => {
                 "Preemption is not helpful for scheduling (too few GPUs even with every candidate victim evicted)"
             }

@@ -4,9 +4,15 @@ use gpusched_core::*;
 use gpusched_model::*;
 use gpusched_testkit::*;
 
+/// The default options, except that a pod may be a victim as soon as it
+/// runs (these tests bind and evict a few milliseconds apart; the minimum
+/// runtime has its own tests in `evictions.rs`).
 fn sched() -> Scheduler {
     Scheduler::new(
-        SchedulerOptions::default(),
+        SchedulerOptions {
+            min_runtime_ms: 0,
+            ..Default::default()
+        },
         gpusched_testkit_filters(),
         Box::new(TestBestFit),
     )

@@ -5,8 +5,21 @@
 use gpusched_core::*;
 use gpusched_testkit::*;
 
+/// The default options, except that a pod may be a victim as soon as it
+/// runs (the minimum runtime is tested on its own below).
 fn sched() -> Scheduler {
-    Scheduler::new(SchedulerOptions::default(), vec![], Box::new(TestBestFit))
+    with_min_runtime(0)
+}
+
+fn with_min_runtime(ms: u64) -> Scheduler {
+    Scheduler::new(
+        SchedulerOptions {
+            min_runtime_ms: ms,
+            ..Default::default()
+        },
+        vec![],
+        Box::new(TestBestFit),
+    )
 }
 
 fn run(s: &mut Scheduler, snap: &Snapshot, now: u64) -> CycleOutput {
@@ -212,4 +225,209 @@ fn out_shifted(out: &CycleOutput, by: u32) -> CycleOutput {
         }
     }
     o
+}
+
+/// A low pod bound at t=0 and a high pod of its queue that arrives later.
+fn low_then_high() -> Snapshot {
+    let mut snap = snapshot(
+        vec![node("a").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![pod("low").gpus(2).priority(1).build()],
+    );
+    let out = with_min_runtime(0).cycle(&snap, 0, 7);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("high").gpus(2).priority(10).arrival(1000).build(),
+    ));
+    snap
+}
+
+/// Issue #22, item 6: a pod is not a victim before its minimum runtime
+/// (from its bind); the pending pod says why; at the minimum it is.
+#[test]
+fn a_victim_is_protected_for_its_minimum_runtime() {
+    let snap = low_then_high();
+    let mut s = with_min_runtime(60_000);
+    for t in [1000, 30_000, 59_999] {
+        let out = run(&mut s, &snap, t);
+        assert!(evictions(&snap, &out).is_empty(), "t={t}");
+        let why: Vec<String> = out
+            .explanations
+            .iter()
+            .find(|e| e.pod == 1)
+            .map(|e| e.evictions.iter().map(|a| a.to_string()).collect())
+            .unwrap_or_default();
+        assert!(
+            why.contains(
+                &"preemption: 0/1 nodes are available: 1 node(s) had only victims that started less than their minimum runtime ago."
+                    .to_string()
+            ),
+            "t={t}: {why:?}"
+        );
+    }
+    let out = run(&mut s, &snap, 60_000);
+    assert_eq!(evictions(&snap, &out), ["low"]);
+}
+
+/// A queue's own minimum runtime overrides the scheduler's, and a child
+/// queue without one inherits its parent's.
+#[test]
+fn a_queue_sets_the_minimum_runtime_of_its_pods() {
+    let mut snap = low_then_high();
+    let mut s = with_min_runtime(60_000);
+    // the queue allows eviction after 5 s
+    snap.queues[0].min_runtime_ms = Some(5_000);
+    assert!(evictions(&snap, &run(&mut s, &snap, 4_999)).is_empty());
+    assert_eq!(evictions(&snap, &run(&mut s, &snap, 5_000)), ["low"]);
+    // the queue hangs under a parent that protects for 10 minutes
+    let mut parent = queue("org");
+    parent.min_runtime_ms = Some(600_000);
+    snap.queues[0].min_runtime_ms = None;
+    snap.queues[0].parent = Some("org".into());
+    snap.queues.push(parent);
+    assert!(evictions(&snap, &run(&mut s, &snap, 599_999)).is_empty());
+    assert_eq!(evictions(&snap, &run(&mut s, &snap, 600_000)), ["low"]);
+    // reclaim obeys it too: a guaranteed queue cannot take the pod back
+    // before the minimum runtime of the pod's queue
+    let mut prod = queue("prod");
+    prod.guarantee.gpu_milli = 2000;
+    snap.queues.push(prod);
+    snap.pods[1].pod.queue = "prod".into();
+    snap.pods[1].pod.priority = 0;
+    let out = run(&mut s, &snap, 599_999);
+    assert!(evictions(&snap, &out).is_empty());
+    let out = run(&mut s, &snap, 600_000);
+    assert_eq!(evictions(&snap, &out), ["low"]);
+    assert!(matches!(
+        out.decisions
+            .iter()
+            .find(|d| matches!(d, Decision::Evict { .. })),
+        Some(Decision::Evict {
+            reason: EvictionReason::Reclaimed { .. },
+            ..
+        })
+    ));
+}
+
+/// A gang is evicted whole, so it counts from its youngest running member:
+/// an old member on the node the preemptor wants does not make the gang a
+/// victim while a member restarted recently.
+#[test]
+fn a_gang_counts_its_runtime_from_its_youngest_member() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build(), node("b").gpus(4).build()],
+        vec![queue("default")],
+        vec![gang("g", "default", 2)],
+        vec![
+            pod("g-0").gpus(4).group("g").build(),
+            pod("g-1").gpus(4).group("g").build(),
+            pod("hi").gpus(4).priority(10).build(),
+        ],
+    );
+    for (i, since) in [(0, 0u64), (1, 50_000)] {
+        snap.pods[i].phase = PodPhase::Running {
+            node: i as NodeId,
+            gpus: GpuAssignment::Whole(vec![0, 1, 2, 3]),
+            since_ms: since,
+        };
+    }
+    let mut s = with_min_runtime(60_000);
+    assert!(evictions(&snap, &run(&mut s, &snap, 70_000)).is_empty());
+    let mut ev = evictions(&snap, &run(&mut s, &snap, 110_000));
+    ev.sort();
+    assert_eq!(ev, ["g-0", "g-1"]);
+}
+
+/// Issue #22, item 6: what a queue's terminating pods hold is already on
+/// its way out, so it does not count toward what may still be reclaimed
+/// from the queue. `train` (guaranteed 4 of 12 GPUs) borrowed all 12;
+/// `prod` (guaranteed all 12) reclaimed 4 for p1, still terminating. p2
+/// and p3 arrive: only 4 more may go, or train would end below its
+/// guarantee once the first 4 are gone.
+#[test]
+fn terminating_pods_are_not_reclaimed_twice() {
+    let mut train = queue("train");
+    train.guarantee.gpu_milli = 4000;
+    let mut prod = queue("prod");
+    prod.guarantee.gpu_milli = 12_000;
+    let mut snap = snapshot(
+        (0..3)
+            .map(|i| node(&format!("n{i}")).gpus(4).build())
+            .collect(),
+        vec![train, prod],
+        vec![],
+        (0..12)
+            .map(|i| pod(&format!("t{i}")).queue("train").gpus(1).build())
+            .collect(),
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("p1").queue("prod").gpus(4).arrival(1000).build(),
+    ));
+    let out = run(&mut s, &snap, 1000);
+    assert_eq!(evictions(&snap, &out).len(), 4);
+    terminate_evicted(&mut snap, &out);
+    apply_nominations(&mut snap, &out);
+    for name in ["p2", "p3"] {
+        snap.pods.push(PodState::pending(
+            pod(name).queue("prod").gpus(4).arrival(2000).build(),
+        ));
+    }
+    let out = run(&mut s, &snap, 2000);
+    assert_eq!(
+        evictions(&snap, &out).len(),
+        4,
+        "train keeps its guarantee: {:?}",
+        evictions(&snap, &out)
+    );
+    let running_after = snap
+        .pods
+        .iter()
+        .filter(|p| p.pod.queue == "train" && matches!(p.phase, PodPhase::Running { .. }))
+        .count()
+        - 4;
+    assert_eq!(running_after, 4);
+}
+
+/// A victim takes its whole gang, so the gang's GPUs, not the member's,
+/// must come out of its queue's surplus: `train` (guaranteed 4 of 8 GPUs)
+/// runs one 2×4-GPU gang; `prod` reclaiming 4 would take all 8 and leave
+/// train below its guarantee (which it would then reclaim back).
+#[test]
+fn a_gang_is_reclaimed_only_if_its_queue_can_spare_all_of_it() {
+    let mut train = queue("train");
+    train.guarantee.gpu_milli = 4000;
+    let mut prod = queue("prod");
+    prod.guarantee.gpu_milli = 4000;
+    let mut snap = snapshot(
+        vec![node("a").gpus(4).build(), node("b").gpus(4).build()],
+        vec![train, prod],
+        vec![gang("g", "train", 2)],
+        vec![
+            pod("g-0").queue("train").gpus(4).group("g").build(),
+            pod("g-1").queue("train").gpus(4).group("g").build(),
+        ],
+    );
+    let mut s = sched();
+    let out = run(&mut s, &snap, 0);
+    apply(&mut snap, &out, 0);
+    snap.pods.push(PodState::pending(
+        pod("p").queue("prod").gpus(4).arrival(1000).build(),
+    ));
+    let out = run(&mut s, &snap, 2000);
+    assert!(
+        evictions(&snap, &out).is_empty(),
+        "{:?}",
+        evictions(&snap, &out)
+    );
+    // a lone 4-GPU pod of train in the gang's place may go
+    let mut snap2 = snap.clone();
+    snap2.pods[0].pod.group = None;
+    snap2.pods[1].pod.group = None;
+    snap2.groups.clear();
+    let out = run(&mut s, &snap2, 2000);
+    assert_eq!(evictions(&snap2, &out).len(), 1);
 }

@@ -5,10 +5,15 @@ use gpusched_testkit::strategies::workload;
 use gpusched_testkit::*;
 use proptest::prelude::*;
 
+const MIN_RUNTIME: u64 = 150;
+
 fn sched() -> Scheduler {
     Scheduler::new(
         SchedulerOptions {
             reserve_after_ms: 50,
+            // rounds are 100 ms apart: pods bound in the first two rounds
+            // are protected for a round or two, then may be victims
+            min_runtime_ms: MIN_RUNTIME,
             ..Default::default()
         },
         vec![],
@@ -34,6 +39,13 @@ proptest! {
                 if let Decision::Evict { pod, reason } = d {
                     let victim = &snap.pods[*pod as usize].pod;
                     prop_assert!(victim.preemptible);
+                    // no preemption or reclaim victim before its minimum runtime
+                    if reason.kind() != EvictionKind::Consolidate
+                        && let PodPhase::Running { since_ms, .. } = snap.pods[*pod as usize].phase
+                    {
+                        prop_assert!(round * 100 - since_ms >= MIN_RUNTIME,
+                            "{} evicted {} ms after its start", victim.name, round * 100 - since_ms);
+                    }
                     prop_assert!(!reason.to_string().is_empty());
                     if reason.kind() == EvictionKind::Preempt {
                         // some nominated preemptor in the same queue has higher priority

@@ -28,6 +28,12 @@ pub struct Queue {
     /// were marked `gpusched.io/movable: "true"`).
     #[serde(default)]
     pub movable: bool,
+    /// How long (ms) its pods run before they may be chosen as preemption
+    /// or reclaim victims, counted from their bind (a gang from its
+    /// youngest running member). `None`: its parent's, up to the
+    /// scheduler's default (`SchedulerOptions::min_runtime_ms`).
+    #[serde(default)]
+    pub min_runtime_ms: Option<u64>,
 }
 
 impl Queue {
@@ -43,6 +49,7 @@ impl Queue {
             can_borrow: true,
             reclaimable: true,
             movable: false,
+            min_runtime_ms: None,
         }
     }
 }

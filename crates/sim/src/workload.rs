@@ -71,6 +71,11 @@ pub struct QueueSpec {
     /// What it borrowed may be reclaimed (default true).
     #[serde(default = "yes")]
     pub reclaimable: bool,
+    /// How long its pods run before they may be preempted or reclaimed
+    /// (`5m`; default: the parent's, else the scheduler's
+    /// `min_runtime_ms`).
+    #[serde(default)]
+    pub min_runtime: Option<S<String>>,
 }
 
 /// A kind of job; `count` instances of it arrive over time.
@@ -450,6 +455,7 @@ impl WorkloadFile {
                 .transpose()?;
             queue.can_borrow = q.can_borrow;
             queue.reclaimable = q.reclaimable;
+            queue.min_runtime_ms = ctx.opt_dur(&q.min_runtime, &f("min_runtime"))?;
             queue.parent = q.parent.as_ref().map(|p| p.value.clone());
             queues.push(queue);
         }

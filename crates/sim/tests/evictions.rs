@@ -68,3 +68,27 @@ settings: {termination_grace: 30s}
     let prod = r.queues.iter().find(|q| q.name == "prod").unwrap();
     assert_eq!(prod.wait_p50_s, 30.0, "{prod:#?}");
 }
+
+/// A queue's `min_runtime` protects its pods from reclaim until they have
+/// run that long: production arrives at 10 min, train's pods started at 0
+/// with a 30 min minimum, so production waits 20 min (and a cycle).
+#[test]
+fn a_queues_min_runtime_delays_reclaim() {
+    let sc = common::tiny_with(
+        "queues:
+  - {name: train, min_runtime: 30m}
+  - {name: prod, guarantee: {gpu: \"16\"}}
+jobs:
+  - {name: t, queue: train, count: 2, duration: 2h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+  - {name: p, queue: prod, arrival: 10m, duration: 1h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+",
+    );
+    let r = common::run_verified(sc, 1);
+    common::assert_clean(&r);
+    assert_eq!(r.totals.reclaims, 1, "{:#?}", r.totals);
+    let prod = r.queues.iter().find(|q| q.name == "prod").unwrap();
+    // reclaimed at 30 min, not before; bound at the next cycle (a 30 s tick)
+    assert!((1200.0..=1230.0).contains(&prod.wait_p50_s), "{prod:#?}");
+}

@@ -12,7 +12,7 @@ use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree};
 use crate::plugin::{Filter, PackEnv, Packer, SchedulingKey};
 use crate::reason::{EvictionAttempt, PendingReason};
-use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
+use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
 use crate::state::ClusterState;
 use crate::statement::{Op, Statement};
 use gpusched_model::{Pod, ResourceVec};
@@ -59,6 +59,19 @@ pub(super) struct Cycle<'s> {
     pub evictions: u32,
     /// Running members per group index.
     pub group_running: Vec<Vec<PodId>>,
+    /// Per pod, when the unit it would be evicted with (itself, or its
+    /// running gang) last started: the latest bind among them (0 for a
+    /// pod that is not running).
+    pub unit_since: Vec<u64>,
+    /// Per pod, the GPU milli of that unit.
+    pub unit_gpu: Vec<u64>,
+    /// Per queue, how long its pods run before they may be victims
+    /// (its own `min_runtime_ms`, else its nearest ancestor's, else the
+    /// options').
+    pub min_runtime: Vec<u64>,
+    /// Per queue, the GPU milli of its pods the snapshot shows terminating
+    /// (counted in its usage, but already on their way out).
+    pub leaving_gpu: Vec<u64>,
 }
 
 impl<'s> Cycle<'s> {
@@ -115,7 +128,40 @@ impl<'s> Cycle<'s> {
                 group_running[*g].push(i as PodId);
             }
         }
-        let pod_queue = snap.pods.iter().map(|p| tree.idx(&p.pod.queue)).collect();
+        let pod_queue: Vec<Option<QueueIdx>> =
+            snap.pods.iter().map(|p| tree.idx(&p.pod.queue)).collect();
+        let since = |p: &PodState| match p.phase {
+            PodPhase::Running { since_ms, .. } => since_ms,
+            _ => 0,
+        };
+        let mut unit_since: Vec<u64> = snap.pods.iter().map(since).collect();
+        let mut unit_gpu: Vec<u64> = snap.pods.iter().map(|p| p.pod.gpu.milli()).collect();
+        for members in &group_running {
+            let latest = members.iter().map(|&m| unit_since[m as usize]).max();
+            let gpu: u64 = members.iter().map(|&m| unit_gpu[m as usize]).sum();
+            for &m in members {
+                unit_since[m as usize] = latest.unwrap_or(0);
+                unit_gpu[m as usize] = gpu;
+            }
+        }
+        let min_runtime: Vec<u64> = (0..tree.queues.len())
+            .map(|q| {
+                let mut at = Some(q);
+                while let Some(i) = at {
+                    if let Some(m) = tree.queues[i].min_runtime_ms {
+                        return m;
+                    }
+                    at = tree.parent[i];
+                }
+                opts.min_runtime_ms
+            })
+            .collect();
+        let mut leaving_gpu = vec![0u64; tree.queues.len()];
+        for (p, q) in snap.pods.iter().zip(&pod_queue) {
+            if let (PodPhase::Terminating { .. }, Some(q)) = (&p.phase, q) {
+                leaving_gpu[*q] += p.pod.gpu.milli();
+            }
+        }
         let mut c = Cycle {
             snap,
             filters,
@@ -142,6 +188,10 @@ impl<'s> Cycle<'s> {
             evict_notes: BTreeMap::new(),
             evictions: 0,
             group_running,
+            unit_since,
+            unit_gpu,
+            min_runtime,
+            leaving_gpu,
         };
         for (i, e) in errors {
             c.notes.insert(

@@ -71,6 +71,12 @@ pub struct SchedulerOptions {
     pub reclaim: bool,
     /// Upper bound on evictions per cycle.
     pub max_evictions_per_cycle: u32,
+    /// A running pod is not chosen as a preemption or reclaim victim
+    /// before it has run this long (ms, from its bind:
+    /// `PodPhase::Running::since_ms`); a gang counts from its youngest
+    /// running member. A queue may set its own
+    /// (`Queue::min_runtime_ms`, inherited by its children).
+    pub min_runtime_ms: u64,
     /// Upper bound on topology domains tried per gang.
     pub max_domains_per_gang: u32,
     /// Move pods that opted in (`gpusched.io/movable`, or a movable queue)
@@ -97,6 +103,7 @@ impl Default for SchedulerOptions {
             preemption: true,
             reclaim: true,
             max_evictions_per_cycle: 256,
+            min_runtime_ms: 60_000,
             max_domains_per_gang: 32,
             consolidation: true,
             max_moves_per_cycle: 16,

@@ -25,9 +25,10 @@ type VictimCost = (usize, i32, usize, NodeId);
 
 /// Why candidate nodes were not freed, in the order they are counted and
 /// rendered.
-const REJECTIONS: [CandidateRejection; 4] = [
+const REJECTIONS: [CandidateRejection; 5] = [
     CandidateRejection::ReservedForOtherJob,
     CandidateRejection::NoVictims,
+    CandidateRejection::VictimsTooYoung,
     CandidateRejection::NotEnoughGpus,
     CandidateRejection::DoesNotFit,
 ];
@@ -77,35 +78,56 @@ impl Action for Evict {
     }
 }
 
+/// Whether a running pod may be a victim.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    /// No: the pass's rules exclude it.
+    No,
+    /// It would be, but it (or its gang) started less than its queue's
+    /// minimum runtime ago.
+    TooYoung,
+    /// Yes.
+    Yes,
+}
+
 impl<'s> Cycle<'s> {
     /// Whether running pod `v` may be evicted for `job` by this pass
-    /// (`surplus`: what each queue holds above its deserved share).
+    /// (`surplus`: what each queue holds above its deserved share, less
+    /// what is on its way out; a victim takes its whole unit, so the
+    /// unit's GPUs must come out of it).
     #[inline]
-    fn is_victim_ok(
+    fn victim(
         &self,
         pass: EvictionKind,
         job: &Job,
         v: PodId,
         surplus: &BTreeMap<QueueIdx, u64>,
-    ) -> bool {
+    ) -> Victim {
         let ps = &self.snap.pods[v as usize];
         if self.gone[v as usize]
             || !ps.pod.preemptible
             || !matches!(ps.phase, PodPhase::Running { .. })
         {
-            return false;
+            return Victim::No;
         }
         let Some(vq) = self.pod_queue[v as usize] else {
-            return false;
+            return Victim::No;
         };
-        match pass {
+        let ok = match pass {
             EvictionKind::Preempt => vq == job.queue && ps.pod.priority < job.priority,
             EvictionKind::Reclaim => {
                 vq != job.queue
                     && self.tree.queues[vq].reclaimable
-                    && surplus.get(&vq).copied().unwrap_or(0) >= ps.pod.demand().gpu_milli
+                    && surplus.get(&vq).copied().unwrap_or(0) >= self.unit_gpu[v as usize]
             }
             EvictionKind::Consolidate => false,
+        };
+        if !ok {
+            Victim::No
+        } else if self.now_ms.saturating_sub(self.unit_since[v as usize]) < self.min_runtime[vq] {
+            Victim::TooYoung
+        } else {
+            Victim::Yes
         }
     }
 
@@ -146,8 +168,10 @@ impl<'s> Cycle<'s> {
                 });
                 return;
             }
+            // what a queue's terminating pods hold is already leaving it
+            // (counted again, it would be reclaimed twice)
             for q in 0..self.tree.queues.len() {
-                let s = self.tree.gpu_surplus(q);
+                let s = self.tree.gpu_surplus(q).saturating_sub(self.leaving_gpu[q]);
                 if s > 0 {
                     surplus.insert(q, s);
                 }
@@ -183,19 +207,32 @@ impl<'s> Cycle<'s> {
                     continue;
                 }
                 vs.clear();
+                // victims but for their minimum runtime: how many, what GPU
+                let (mut young, mut young_gpu) = (0u32, 0u64);
                 for &v in &self.on_node[n as usize] {
-                    if self.is_victim_ok(pass, job, v, &surplus) {
-                        vs.push(v);
+                    match self.victim(pass, job, v, &surplus) {
+                        Victim::Yes => vs.push(v),
+                        Victim::TooYoung => {
+                            young += 1;
+                            young_gpu += self.pod(v).gpu.milli();
+                        }
+                        Victim::No => {}
                     }
                 }
-                if vs.is_empty() {
+                if vs.is_empty() && young == 0 {
                     rejected[1] += 1;
                     continue;
                 }
-                // quick bound: even all victims gone, not enough GPU
+                // quick bound: even all victims gone (the young ones too),
+                // not enough GPU
                 let free = self.cs.get(n).free.gpu_milli
+                    + young_gpu
                     + vs.iter().map(|&v| self.pod(v).gpu.milli()).sum::<u64>();
                 if free < pod.gpu.milli() {
+                    rejected[3] += 1;
+                    continue;
+                }
+                if vs.is_empty() {
                     rejected[2] += 1;
                     continue;
                 }
@@ -215,9 +252,25 @@ impl<'s> Cycle<'s> {
                 let cp = st.checkpoint();
                 let mut removed: Vec<PodId> = Vec::new();
                 let mut fits = self.place_on(pod, n).is_some();
+                // reclaim: what this node's victims take from each queue's
+                // surplus (together they may not push it below its share)
+                let mut taken: BTreeMap<QueueIdx, u64> = BTreeMap::new();
                 for &v in &vs {
                     if fits {
                         break;
+                    }
+                    if removed.contains(&v) {
+                        continue;
+                    }
+                    if pass == EvictionKind::Reclaim
+                        && let Some(vq) = self.pod_queue[v as usize]
+                    {
+                        let t = taken.entry(vq).or_insert(0);
+                        let unit = self.unit_gpu[v as usize];
+                        if *t + unit > surplus.get(&vq).copied().unwrap_or(0) {
+                            continue;
+                        }
+                        *t += unit;
                     }
                     for u in self.victim_unit(v) {
                         if !removed.contains(&u) {
@@ -274,7 +327,7 @@ impl<'s> Cycle<'s> {
                         best = Some((key, kept));
                     }
                 } else {
-                    rejected[3] += 1;
+                    rejected[4] += 1;
                 }
                 self.rollback(&mut st, cp);
             }
@@ -298,6 +351,7 @@ impl<'s> Cycle<'s> {
                 });
                 return;
             };
+            let new_victims = victims.len();
             for v in kept {
                 if !self.gone[v as usize] {
                     self.st_remove(&mut st, v);
@@ -320,7 +374,7 @@ impl<'s> Cycle<'s> {
                 }
             }
             if pass == EvictionKind::Reclaim {
-                for &v in &victims {
+                for &v in &victims[new_victims..] {
                     if let Some(vq) = self.tree.idx(&self.pod(v).queue)
                         && let Some(s) = surplus.get_mut(&vq)
                     {
@@ -330,7 +384,8 @@ impl<'s> Cycle<'s> {
             }
         }
         if victims.is_empty() {
-            // it fits without evictions after all (capacity freed earlier in the pass)
+            // it fits without evictions after all, in room nobody holds
+            // (evicted pods keep theirs until they are gone)
             self.bind_all(job, st);
             return;
         }
