@@ -584,6 +584,116 @@ async fn deploy_manifests_apply_to_the_apiserver() {
             "{k} missing from the manifests: {kinds:?}"
         );
     }
+    // The agent's Node policy, with a token bound to an agent pod on a
+    // node (it carries the node name): its own labels and annotations pass
+    // (so every expression evaluates; a broken one fails closed), what the
+    // kubelet's NodeRestriction forbids does not.
+    let node_name = c.nodes_from_yaml(k8s::H100).await.remove(0);
+    let agent_pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(c.client.clone(), "gpusched-system");
+    let ap = k8s::create(
+        &agent_pods,
+        json!({"metadata": {"name": "agent-x"}, "spec": {"nodeName": node_name,
+               "serviceAccountName": "gpusched-agent",
+               "containers": [{"name": "a", "image": "gpusched"}]}}),
+    )
+    .await;
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(c.client.clone(), "gpusched-system");
+    let tr: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": null, "expirationSeconds": 3600, "boundObjectRef":
+            {"kind": "Pod", "apiVersion": "v1", "name": "agent-x", "uid": ap.metadata.uid}}}))
+    .unwrap();
+    let token = sas
+        .create_token_request("gpusched-agent", &PostParams::default(), &tr)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.token)
+        .unwrap();
+    let kc = kube::config::Kubeconfig::read_from(c.kubeconfig()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let agent_nodes: Api<k8s_openapi::api::core::v1::Node> =
+        Api::all(kube::Client::try_from(cfg).unwrap());
+    let patch = |v: serde_json::Value| {
+        let agent_nodes = agent_nodes.clone();
+        let node_name = node_name.clone();
+        async move {
+            agent_nodes
+                .patch(&node_name, &PatchParams::default(), &Patch::Merge(&v))
+                .await
+                .map(|_| ())
+        }
+    };
+    // (the policy may take a moment to be in force after it is created)
+    // (a new value each try: one that got through before the policy was in
+    // force would be "unchanged" afterwards)
+    let tries = std::sync::atomic::AtomicU32::new(0);
+    let denied = wait_for(Duration::from_secs(20), || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        patch(json!({"spec": {"taints": [{"key": "x", "value": n.to_string(), "effect": "NoSchedule"}]}}))
+            .await
+            .err()
+    })
+    .await
+    .expect("the agent may not cordon its node");
+    assert!(
+        denied
+            .to_string()
+            .contains("may not change its Node's spec"),
+        "{denied}"
+    );
+    patch(
+        json!({"metadata": {"labels": {"nvidia.com/gpu.family": "hopper"},
+                               "annotations": {"gpusched.io/allocations": "{}"}}}),
+    )
+    .await
+    .expect("the agent writes its own labels and annotations");
+    agent_nodes
+        .patch_status(
+            &node_name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"capacity": {"gpusched.io/gpu-memory-mib": "655360"}}}),
+            ),
+        )
+        .await
+        .expect("the agent publishes its gpusched.io/ capacity");
+    for (v, msg) in [
+        (
+            json!({"status": {"capacity": {"nvidia.com/gpu": "99"}}}),
+            "only publish gpusched.io/ capacity",
+        ),
+        (
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "x", "message": "x"}]}}),
+            "may not change its Node's conditions",
+        ),
+    ] {
+        let e = agent_nodes
+            .patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&v))
+            .await
+            .expect_err("refused");
+        assert!(e.to_string().contains(msg), "{v}: {e}");
+    }
+    for (v, msg) in [
+        (
+            json!({"metadata": {"labels": {"node-restriction.kubernetes.io/x": "y"}}}),
+            "labels under nvidia.com/ and gpusched.io/",
+        ),
+        (
+            json!({"metadata": {"annotations": {"other.io/x": "y"}}}),
+            "annotations under gpusched.io/",
+        ),
+    ] {
+        let e = patch(v.clone()).await.expect_err("refused");
+        assert!(e.to_string().contains(msg), "{v}: {e}");
+    }
     // Least privilege, as the API server's authorizer sees it.
     let sar: Api<k8s_openapi::api::authorization::v1::SubjectAccessReview> =
         Api::all(c.client.clone());
