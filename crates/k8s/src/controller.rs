@@ -2,20 +2,14 @@
 //! lease, with `/metrics`, `/healthz`, `/readyz` and `/debug/…`
 //! ([`crate::debug`]).
 
-use crate::crd::Queue;
 use crate::exec::{ExecOptions, Executor};
-use crate::metrics::{Metrics, QueueLabel};
+use crate::metrics::Metrics;
 use crate::watch::{self, Shared};
-use crate::world::{Built, Problem, World};
+use crate::world::World;
 use anyhow::Context;
-use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{Decision, Scheduler};
-use gpusched_model::{GPU_MILLI, ResourceVec};
 use gpusched_plugins::SchedulerConfig;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
-use serde_json::json;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -136,19 +130,26 @@ pub async fn run_with_client(
     // leadership
     let (leader_rx, lease_task) = match &opts.lease_name {
         Some(name) => {
-            let lm = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), name)
-                .with_namespace(&opts.lease_namespace)
-                .with_identity(&opts.identity)
-                .with_duration(opts.lease_seconds)
-                .with_grace((opts.lease_seconds / 3).max(2))
-                .build()
+            let lease = LeaseSpec {
+                namespace: opts.lease_namespace.clone(),
+                name: name.clone(),
+                identity: opts.identity.clone(),
+                seconds: opts.lease_seconds,
+            };
+            let lm = lease
+                .manager(&client)
                 .await
                 .with_context(|| format!("lease {}/{}", opts.lease_namespace, name))?;
-            let (rx, task) = lm.watch().await;
-            (rx, Some(task))
+            let (tx, rx) = tokio_watch::channel(false);
+            (rx, Some(tokio::spawn(lead(client.clone(), lease, lm, tx))))
         }
         None => (tokio_watch::channel(true).1, None),
     };
+    let mut lease_open = lease_task.is_some();
+    // a run that is dropped (a crash, in tests) ends the lease task without
+    // releasing the lease, as a killed process does
+    let mut lease_task = AbortOnDrop(lease_task);
+    let mut leader_changes = leader_rx.clone();
 
     tasks.spawn(watch::run_job_gangs(
         client.clone(),
@@ -167,9 +168,7 @@ pub async fn run_with_client(
     // this, so cycles take at most about half the loop's time while many
     // changes arrive (a drain), and idle latency stays at `debounce`
     let mut last_cost = Duration::ZERO;
-    let mut last_status = Instant::now();
-    let mut queue_status: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-    let mut group_status: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    let mut last_status = Instant::now() - STATUS_INTERVAL;
     let mut cycles: u64 = 0;
     tokio::pin!(shutdown);
     loop {
@@ -177,6 +176,8 @@ pub async fn run_with_client(
         tokio::select! {
             _ = &mut shutdown => break,
             _ = shared.changed.notified() => tokio::time::sleep(opts.debounce.max(last_cost)).await,
+            // a standby that gains the lease cycles at once
+            r = leader_changes.changed(), if lease_open => lease_open = r.is_ok(),
             _ = tokio::time::sleep(wait) => {}
         }
         let synced = watches
@@ -219,12 +220,12 @@ pub async fn run_with_client(
             );
         }
         exec.apply(&out, &built);
-        if last_status.elapsed() >= Duration::from_secs(2) {
+        if last_status.elapsed() >= STATUS_INTERVAL {
             last_status = Instant::now();
-            publish_queue_status(&client, &built, &metrics, &mut queue_status);
             metrics.observe_cycle(&built, &out);
-            let counts = shared.with(|w| w.group_counts());
-            publish_group_counts(&client, counts, &mut group_status);
+            let (counts, observed) =
+                shared.with(|w| (w.group_counts(), w.observed_status().clone()));
+            exec.publish_status(&built, &counts, &observed);
         }
         if opts.http_addr.is_some() {
             health.publish(built, out, cycle_ms);
@@ -237,10 +238,9 @@ pub async fn run_with_client(
     // releases the lease and ends
     drop(tasks);
     drop(leader_rx);
-    if let Some(task) = lease_task
-        && let Ok(Ok(Ok(lm))) = tokio::time::timeout(Duration::from_secs(5), task).await
-    {
-        let _ = lm.release().await;
+    drop(leader_changes);
+    if let Some(task) = lease_task.0.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
     Ok(())
 }
@@ -260,139 +260,134 @@ fn forbidden_watches(watches: &[Arc<watch::WatchHealth>]) -> Option<String> {
     })
 }
 
-fn gpus_text(milli: u64) -> String {
-    if milli.is_multiple_of(GPU_MILLI) {
-        (milli / GPU_MILLI).to_string()
-    } else {
-        format!("{:.3}", milli as f64 / GPU_MILLI as f64)
+/// A task aborted when this is dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.abort();
+        }
     }
 }
 
-/// PodGroup status: members scheduled and running, written when changed.
-fn publish_group_counts(
-    client: &Client,
-    counts: BTreeMap<String, (u32, u32)>,
-    last: &mut BTreeMap<String, (u32, u32)>,
+/// How often PodGroup and Queue status is compared with what the watches
+/// show (and written where they differ).
+const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The lease this replica runs for.
+#[derive(Clone, Debug)]
+struct LeaseSpec {
+    namespace: String,
+    name: String,
+    identity: String,
+    seconds: u64,
+}
+
+impl LeaseSpec {
+    /// A fresh lease manager: it reads the lease as it is now.
+    async fn manager(
+        &self,
+        client: &Client,
+    ) -> Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError> {
+        kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &self.name)
+            .with_namespace(&self.namespace)
+            .with_identity(&self.identity)
+            .with_duration(self.seconds)
+            .with_grace((self.seconds / 3).max(2))
+            .build()
+            .await
+    }
+}
+
+/// Whether a watched Lease is free to take: no holder (released by its
+/// holder on shutdown, or by a standby once it expired).
+fn lease_free(l: &k8s_openapi::api::coordination::v1::Lease) -> bool {
+    l.spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
+}
+
+/// Runs for the lease until every receiver of `tx` is gone, then releases
+/// it. kube-lease-manager's `changed()` sleeps until the lease it last read
+/// expires; a Lease watch cuts that short: when the lease shows no holder
+/// while this replica is standby, a fresh manager reads it and takes it at
+/// once, instead of waiting out the departed leader's term.
+async fn lead(
+    client: Client,
+    lease: LeaseSpec,
+    mut lm: kube_lease_manager::LeaseManager,
+    tx: tokio_watch::Sender<bool>,
 ) {
-    last.retain(|k, _| counts.contains_key(k));
-    for (k, c) in counts {
-        if last.get(&k) == Some(&c) {
-            continue;
-        }
-        last.insert(k.clone(), c);
-        let Some((ns, name)) = k.split_once('/') else {
-            continue;
-        };
-        let api: Api<crate::crd::PodGroup> = Api::namespaced(client.clone(), ns);
-        let name = name.to_string();
-        tokio::spawn(async move {
-            let patch = json!({"status": {"scheduled": c.0, "running": c.1}});
-            if let Err(e) = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-            {
-                tracing::debug!("podgroup {name} status: {e}");
-            }
-        });
-    }
-}
-
-/// The `Valid` condition of a queue (`error`: why it is not).
-fn valid_condition(error: Option<&str>) -> serde_json::Value {
-    // lastTransitionTime is filled in when the status is written
-    match error {
-        None => json!({"type": "Valid", "status": "True", "reason": "Valid", "message": ""}),
-        Some(e) => {
-            json!({"type": "Valid", "status": "False", "reason": "InvalidSpec", "message": e})
-        }
-    }
-}
-
-/// Queue status: allocated, fair share and pending per queue, and the
-/// `Valid` condition; written only when it changed.
-fn publish_queue_status(
-    client: &Client,
-    built: &Built,
-    metrics: &Metrics,
-    last: &mut BTreeMap<String, serde_json::Value>,
-) {
-    let snap = &built.snapshot;
-    let (mut tree, _) = QueueTree::build(&snap.queues);
-    tree.account(snap);
-    let mut capacity = ResourceVec::default();
-    for n in &snap.nodes {
-        if !n.unschedulable {
-            capacity.add(&n.allocatable);
-        }
-    }
-    tree.compute_deserved(&capacity);
-    let mut invalid: BTreeMap<&str, &str> = BTreeMap::new();
-    for p in &built.problems {
-        if let Problem::InvalidQueue { queue, error } = p
-            && !queue.is_empty()
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &lease.namespace);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={}", lease.name));
+    let mut leases = watcher::watcher(api, cfg).default_backoff().boxed();
+    let what = format!("{}/{}", lease.namespace, lease.name);
+    let mut leading = false;
+    let mut watching = true;
+    loop {
+        let mut fresh = false;
         {
-            invalid.insert(queue, error);
-        }
-    }
-    let mut statuses: Vec<(String, serde_json::Value)> = Vec::new();
-    for q in &snap.queues {
-        let Some(i) = tree.idx(&q.name) else { continue };
-        let a = &tree.acct[i];
-        let pending = built.pending_by_queue.get(&q.name).copied().unwrap_or(0);
-        let label = QueueLabel {
-            queue: q.name.clone(),
-        };
-        metrics.pending.get_or_create(&label).set(pending as i64);
-        metrics
-            .queue_allocated_gpus
-            .get_or_create(&label)
-            .set(a.usage.gpu_milli as f64 / 1000.0);
-        metrics
-            .queue_fair_share_gpus
-            .get_or_create(&label)
-            .set(a.deserved.gpu_milli as f64 / 1000.0);
-        statuses.push((
-            q.name.clone(),
-            json!({
-                "allocatedGpus": gpus_text(a.usage.gpu_milli),
-                "fairShareGpus": gpus_text(a.deserved.gpu_milli),
-                "pendingPods": pending,
-                "allocated": {"cpu": format!("{}m", a.usage.cpu_milli), "memory": a.usage.memory.to_string(), "nvidia.com/gpu": gpus_text(a.usage.gpu_milli)},
-                "fairShare": {"cpu": format!("{}m", a.deserved.cpu_milli), "memory": a.deserved.memory.to_string(), "nvidia.com/gpu": gpus_text(a.deserved.gpu_milli)},
-                "conditions": [valid_condition(invalid.remove(q.name.as_str()))],
-            }),
-        ));
-    }
-    for (q, e) in invalid {
-        statuses.push((
-            q.to_string(),
-            json!({"conditions": [valid_condition(Some(e))]}),
-        ));
-    }
-    let api: Api<Queue> = Api::all(client.clone());
-    for (name, status) in statuses {
-        if last.get(&name) == Some(&status) {
-            continue;
-        }
-        last.insert(name.clone(), status.clone());
-        let mut status = status;
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        if let Some(conds) = status.get_mut("conditions").and_then(|c| c.as_array_mut()) {
-            for c in conds {
-                c["lastTransitionTime"] = json!(now);
+            let changed = lm.changed();
+            tokio::pin!(changed);
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = tx.closed() => break,
+                    r = &mut changed => {
+                        match r {
+                            Ok(now) => {
+                                if now && !leading {
+                                    tracing::info!(lease = %what, identity = %lease.identity, "gained the lease: leading");
+                                } else if !now && leading {
+                                    tracing::warn!(lease = %what, identity = %lease.identity, "lost the lease: standing by");
+                                }
+                                leading = now;
+                                let _ = tx.send(now);
+                            }
+                            Err(e) => {
+                                tracing::warn!(lease = %what, "lease: {e}");
+                                tokio::time::sleep(Duration::from_secs(1)).await;
+                            }
+                        }
+                        break;
+                    }
+                    ev = leases.next(), if watching => match ev {
+                        None => watching = false,
+                        Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)))
+                            if !leading && lease_free(&l) =>
+                        {
+                            fresh = true;
+                            break;
+                        }
+                        Some(_) => {}
+                    },
+                }
             }
         }
-        let api = api.clone();
-        tokio::spawn(async move {
-            let patch = json!({"status": status});
-            if let Err(e) = api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-            {
-                tracing::debug!("queue {name} status: {e}");
+        if tx.is_closed() {
+            break;
+        }
+        if fresh {
+            tracing::debug!(lease = %what, "lease released: taking it over");
+            match lease.manager(&client).await {
+                Ok(m) => lm = m,
+                Err(e) => tracing::warn!(lease = %what, "lease: {e}"),
             }
-        });
+        }
     }
+    match lm.release().await {
+        Ok(()) if leading => {
+            tracing::info!(lease = %what, identity = %lease.identity, "released the lease")
+        }
+        Ok(()) => {}
+        Err(e) => tracing::warn!(lease = %what, "releasing the lease: {e}"),
+    }
+    let _ = tx.send(false);
 }
 
 /// The scheduler's name, for tests and tools.

@@ -6,6 +6,7 @@
 //! (`cpu`, `memory`, `nvidia.com/gpu`, any extended resource), exactly as in
 //! a pod's `resources`, so users write what they already know.
 
+use gpusched_core::GroupPhase;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use kube::KubeSchema;
@@ -186,10 +187,17 @@ pub struct PodGroupSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
-    /// `Pending` (members missing), `Inqueue` (waiting for capacity),
-    /// `Running` (minMember placed), `TimedOut`, `Invalid`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    /// The core's phase: `Pending` (fewer than minMember members exist),
+    /// `Inqueue` (enough exist, waiting for capacity), `Running`
+    /// (minMember placed), `TimedOut`. A group whose spec is invalid stays
+    /// `Pending` with the `Valid` condition False.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_phase"
+    )]
+    #[schemars(schema_with = "phase_schema")]
+    pub phase: Option<GroupPhase>,
     /// Members bound to a node.
     #[serde(default)]
     pub scheduled: u32,
@@ -199,6 +207,42 @@ pub struct PodGroupStatus {
     /// `Scheduled` and `Valid` conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// Every phase of the core, in order (a new variant fails to compile here
+/// until it is listed).
+pub fn group_phases() -> [GroupPhase; 4] {
+    use GroupPhase::*;
+    let _every_variant_listed = |p: GroupPhase| match p {
+        Pending | Inqueue | Running | TimedOut => (),
+    };
+    [Pending, Inqueue, Running, TimedOut]
+}
+
+/// The name of a phase as written in `status.phase`.
+pub fn phase_name(p: GroupPhase) -> &'static str {
+    match p {
+        GroupPhase::Pending => "Pending",
+        GroupPhase::Inqueue => "Inqueue",
+        GroupPhase::Running => "Running",
+        GroupPhase::TimedOut => "TimedOut",
+    }
+}
+
+/// Reads `status.phase`; a value this version does not know (e.g. the
+/// `Invalid` older versions wrote) reads as absent, so the status writer
+/// replaces it instead of the watch failing on the whole object.
+fn lenient_phase<'de, D>(d: D) -> Result<Option<GroupPhase>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let s: Option<String> = Option::deserialize(d)?;
+    Ok(s.and_then(|s| group_phases().into_iter().find(|p| phase_name(*p) == s)))
+}
+
+fn phase_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let names: Vec<&str> = group_phases().into_iter().map(phase_name).collect();
+    schemars::json_schema!({"type": "string", "enum": names, "nullable": true})
 }
 
 /// The scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`), accepted
@@ -251,6 +295,34 @@ mod tests {
         let y = crds_yaml().unwrap();
         assert!(y.contains("name: queues.gpusched.io"), "{y}");
         assert!(y.contains("name: podgroups.gpusched.io"));
+    }
+
+    #[test]
+    fn group_phase_is_the_cores_and_unknown_values_read_as_absent() {
+        for p in group_phases() {
+            let st = PodGroupStatus {
+                phase: Some(p),
+                ..Default::default()
+            };
+            let v = serde_json::to_value(&st).unwrap();
+            assert_eq!(v["phase"], phase_name(p), "{v}");
+            let back: PodGroupStatus = serde_json::from_value(v).unwrap();
+            assert_eq!(back, st);
+        }
+        // written by older versions: must not break the PodGroup watch
+        let old: PodGroupStatus =
+            serde_json::from_str(r#"{"phase": "Invalid", "scheduled": 2}"#).unwrap();
+        assert_eq!((old.phase, old.scheduled), (None, 2));
+        let none: PodGroupStatus = serde_json::from_str(r#"{"phase": null}"#).unwrap();
+        assert_eq!(none.phase, None);
+        let pg = serde_json::to_value(PodGroup::crd()).unwrap();
+        let phase = &pg["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"]["phase"];
+        assert_eq!(
+            phase["enum"],
+            serde_json::json!(["Pending", "Inqueue", "Running", "TimedOut"]),
+            "{phase}"
+        );
     }
 
     #[test]

@@ -89,6 +89,11 @@ pub struct Metrics {
     pub gpus_fragmented: Gauge<f64, AtomicU64>,
     /// Schedulable GPU nodes by number of completely free GPUs.
     pub nodes_by_free_gpus: Family<FreeLabel, Gauge>,
+    /// Problems of objects (malformed node annotations, unusable
+    /// decisions, invalid queues, groups, pods) present now, by kind.
+    pub object_problems: Family<KindLabel, Gauge>,
+    /// Problems of objects reported (each once while it lasts), by kind.
+    pub object_problems_total: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -185,6 +190,22 @@ impl Metrics {
             "Schedulable GPU nodes by number of completely free GPUs",
             nodes_by_free_gpus.clone(),
         );
+        let object_problems = Family::<KindLabel, Gauge>::default();
+        let object_problems_total = Family::<KindLabel, Counter>::default();
+        for k in crate::exec::events::PROBLEM_KINDS {
+            let _ = object_problems.get_or_create(&KindLabel { kind: k.into() });
+            let _ = object_problems_total.get_or_create(&KindLabel { kind: k.into() });
+        }
+        registry.register(
+            "object_problems",
+            "Problems of objects present now (node, decision, queue, group, pod, gated), by kind",
+            object_problems.clone(),
+        );
+        registry.register(
+            "object_problems_reported",
+            "Problems of objects reported, each once while it lasts, by kind",
+            object_problems_total.clone(),
+        );
         Metrics {
             registry,
             attempts,
@@ -202,6 +223,8 @@ impl Metrics {
             gpus,
             gpus_fragmented,
             nodes_by_free_gpus,
+            object_problems,
+            object_problems_total,
         }
     }
 

@@ -117,6 +117,16 @@ pub struct Built {
     pub pending_by_queue: BTreeMap<String, u32>,
 }
 
+/// The `status` of each Queue (by name) and gpusched PodGroup (by
+/// `namespace/name`) that exists, as last seen (`None`: no status yet).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedStatus {
+    /// Queues.
+    pub queues: BTreeMap<String, Option<crate::crd::QueueStatus>>,
+    /// gpusched PodGroups.
+    pub groups: BTreeMap<String, Option<crate::crd::PodGroupStatus>>,
+}
+
 /// A PodGroup: translated, its priority class, whether made for a Job.
 #[derive(Clone, Debug)]
 struct GroupEntry {
@@ -144,6 +154,7 @@ pub struct World {
     decisions: BTreeMap<String, Option<Result<GpuDecision, DecisionError>>>,
     /// Pods whose decision changed after binding: what changed.
     tampered: BTreeMap<String, String>,
+    observed: ObservedStatus,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -287,6 +298,7 @@ impl World {
     /// A Queue was added or changed.
     pub fn upsert_queue(&mut self, q: &Queue) {
         let name = q.metadata.name.clone().unwrap_or_default();
+        self.observed.queues.insert(name.clone(), q.status.clone());
         self.queues
             .insert(name, translate::queue(q).map_err(|e| e.to_string()));
         self.generation += 1;
@@ -303,6 +315,7 @@ impl World {
     /// A Queue is gone.
     pub fn delete_queue(&mut self, name: &str) {
         self.queues.remove(name);
+        self.observed.queues.remove(name);
         self.generation += 1;
     }
 
@@ -314,6 +327,7 @@ impl World {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(translate::ANNOTATION_FOR_JOB));
+        self.observed.groups.insert(k.clone(), g.status.clone());
         self.groups.insert(
             k,
             GroupEntry {
@@ -341,6 +355,7 @@ impl World {
     /// A PodGroup is gone.
     pub fn delete_group(&mut self, key: &str) {
         self.groups.remove(key);
+        self.observed.groups.remove(key);
         self.generation += 1;
     }
 
@@ -470,6 +485,15 @@ impl World {
     /// Number of nodes known.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    // -- status as the watches last showed it (for the status writer,
+    // crate::exec::status) --
+
+    /// The `status` of every Queue and gpusched PodGroup that exists, as
+    /// the watches last showed it.
+    pub fn observed_status(&self) -> &ObservedStatus {
+        &self.observed
     }
 
     /// Per gpusched PodGroup (`namespace/name`): members bound (or being

@@ -253,10 +253,17 @@ async fn a_gang_binds_all_or_nothing() {
     let pg = groups.get("train").await.unwrap();
     let phase = wait_for(Duration::from_secs(10), || async {
         let pg = groups.get("train").await.ok()?;
-        pg.status.and_then(|s| s.phase).filter(|p| p == "Running")
+        pg.status
+            .and_then(|s| s.phase)
+            .filter(|p| *p == gpusched_core::GroupPhase::Running)
     })
     .await;
-    assert_eq!(phase.as_deref(), Some("Running"), "{:?}", pg.status);
+    assert_eq!(
+        phase,
+        Some(gpusched_core::GroupPhase::Running),
+        "{:?}",
+        pg.status
+    );
     s.stop().await;
 }
 

@@ -1,0 +1,558 @@
+//! Carries out a cycle's decisions against the API: bindings (with the GPU
+//! decision in the Binding's annotations, [`bind`]), evictions and
+//! nominations ([`evict`]), events with kube-scheduler's series semantics
+//! and the problems of objects ([`events`]), pod conditions, and the
+//! level-triggered PodGroup and Queue status ([`status`]). Each write runs
+//! as its own task under a concurrency bound and the client-side rate
+//! limit, so the loop is never blocked by the API.
+
+pub mod bind;
+pub mod events;
+mod evict;
+pub mod status;
+
+use crate::crd::{PodGroup, PodGroupStatus, Queue, QueueStatus};
+use crate::limiter::Limiter;
+use crate::metrics::{KindLabel, Metrics, QueueLabel};
+use crate::watch::Shared;
+use crate::world::{Assumed, Built, ObservedStatus, Problem};
+use events::{Event, EventType, ProblemLog, Recorder};
+use gpusched_core::{CycleOutput, Decision, GroupPhase, Verdict};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use status::StatusWriter;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::Semaphore;
+
+/// Tunables of the executor.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    /// Bindings in flight at once.
+    pub bind_concurrency: usize,
+    /// Other writes (events, status) in flight at once.
+    pub write_concurrency: usize,
+    /// Attempts per binding on errors the client does not retry itself
+    /// ([`bind::RetryPolicy`]).
+    pub bind_attempts: u32,
+    /// Write rate limit (0: none) and burst, for bindings and status.
+    pub qps: f64,
+    /// Burst of the rate limit.
+    pub burst: u32,
+    /// Reporting instance (pod name) for events.
+    pub instance: String,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        ExecOptions {
+            bind_concurrency: 64,
+            write_concurrency: 32,
+            bind_attempts: 4,
+            qps: 0.0,
+            burst: 100,
+            instance: "gpusched".into(),
+        }
+    }
+}
+
+/// State the executor keeps across cycles to avoid repeating writes.
+pub struct Executor {
+    client: Client,
+    shared: Shared,
+    metrics: Arc<Metrics>,
+    opts: ExecOptions,
+    bind_slots: Arc<Semaphore>,
+    write_slots: Arc<Semaphore>,
+    bind_limit: Arc<Limiter>,
+    write_limit: Arc<Limiter>,
+    recorder: Recorder,
+    seq: AtomicU64,
+    explained: BTreeMap<String, (String, Instant)>,
+    evicting: BTreeSet<String>,
+    nominated: BTreeMap<String, String>,
+    /// Groups the last cycle timed out.
+    timed_out: BTreeSet<String>,
+    problems: ProblemLog,
+    group_status: StatusWriter<PodGroupStatus>,
+    queue_status: StatusWriter<QueueStatus>,
+}
+
+pub(crate) fn pod_ref(ns: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(ns.into()),
+        name: Some(name.into()),
+        uid: Some(uid.into()),
+        ..Default::default()
+    }
+}
+
+/// Least time between two different explanations written for one pod.
+const EXPLAIN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Longest event note the API accepts (events.k8s.io: 1 kB).
+const NOTE_MAX: usize = 1000;
+
+pub(crate) fn clip(s: &str) -> String {
+    if s.len() <= NOTE_MAX {
+        return s.to_string();
+    }
+    let mut end = NOTE_MAX - 3;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+impl Executor {
+    /// A new executor.
+    pub fn new(client: Client, shared: Shared, metrics: Arc<Metrics>, opts: ExecOptions) -> Self {
+        let recorder = Recorder::new(client.clone(), "gpusched", &opts.instance);
+        let seq = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        Executor {
+            bind_slots: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
+            write_slots: Arc::new(Semaphore::new(opts.write_concurrency.max(1))),
+            bind_limit: Arc::new(Limiter::new(opts.qps, opts.burst)),
+            write_limit: Arc::new(Limiter::new(opts.qps, opts.burst)),
+            client,
+            shared,
+            metrics,
+            opts,
+            recorder,
+            seq: AtomicU64::new(seq),
+            explained: BTreeMap::new(),
+            evicting: BTreeSet::new(),
+            nominated: BTreeMap::new(),
+            timed_out: BTreeSet::new(),
+            problems: ProblemLog::default(),
+            group_status: StatusWriter::default(),
+            queue_status: StatusWriter::default(),
+        }
+    }
+
+    /// Waits until every binding in flight has finished (for shutdown), at
+    /// most `timeout`.
+    pub async fn drain(&self, timeout: Duration) {
+        let n = self.opts.bind_concurrency.max(1) as u32;
+        let _ = tokio::time::timeout(timeout, self.bind_slots.acquire_many(n)).await;
+    }
+
+    fn write<F>(&self, f: F)
+    where
+        F: Future<Output = Result<(), kube::Error>> + Send + 'static,
+    {
+        let slots = self.write_slots.clone();
+        let limit = self.write_limit.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = slots.acquire_owned().await else {
+                return;
+            };
+            limit.acquire().await;
+            if let Err(e) = f.await {
+                tracing::debug!("write: {e}");
+            }
+        });
+    }
+
+    fn event(
+        &self,
+        r: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let ev = self.recorder.prepare(
+            Event {
+                type_,
+                reason: reason.into(),
+                action: action.into(),
+                note,
+            },
+            r,
+        );
+        self.write(ev.publish());
+    }
+
+    fn pod_condition(&self, ns: &str, name: &str, reason: &str, message: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let name = name.to_string();
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": reason,
+            "message": clip(message), "lastTransitionTime": now,
+        }]}});
+        self.write(async move {
+            api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+                .map(|_| ())
+        });
+    }
+
+    /// Carries out one cycle's output. `built` is the snapshot it was made from.
+    pub fn apply(&mut self, out: &CycleOutput, built: &Built) {
+        let snap = &built.snapshot;
+        let mut bound: BTreeSet<u32> = BTreeSet::new();
+        // Last line of defence against double booking: what every pod in the
+        // snapshot holds, per (node, GPU) in milli-GPU.
+        let mut held: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for p in &snap.pods {
+            if let Some((n, g)) = p.holding() {
+                bind::add_held(&mut held, n, g);
+            }
+        }
+        let mut timed_out = BTreeSet::new();
+        for d in &out.decisions {
+            match d {
+                Decision::Bind { pod, node, gpus } => {
+                    let (Some(pr), Some(n)) = (
+                        built.pods.get(*pod as usize),
+                        snap.nodes.get(*node as usize),
+                    ) else {
+                        continue;
+                    };
+                    if let Some(g) = bind::overbooked(&held, *node, gpus) {
+                        tracing::error!(
+                            "refusing to bind {}/{}: GPU {g} of {} would be overbooked (a scheduler bug)",
+                            pr.namespace,
+                            pr.name,
+                            n.name
+                        );
+                        self.metrics
+                            .bind_errors
+                            .get_or_create(&KindLabel {
+                                kind: "overbooked".into(),
+                            })
+                            .inc();
+                        continue;
+                    }
+                    bind::add_held(&mut held, *node, gpus);
+                    bound.insert(*pod);
+                    let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+                    let decision = crate::decision::make(&pr.uid, n, seq, gpus);
+                    let created_ms = snap.pods[*pod as usize].pod.arrival_ms;
+                    self.shared.with(|w| {
+                        w.assume(
+                            &pr.uid,
+                            Assumed {
+                                node: n.name.clone(),
+                                decision: decision.clone(),
+                                gpus: gpus.clone(),
+                            },
+                        )
+                    });
+                    self.explained.remove(&pr.uid);
+                    self.spawn_bind(
+                        pr.namespace.clone(),
+                        pr.name.clone(),
+                        pr.uid.clone(),
+                        n.name.clone(),
+                        decision,
+                        created_ms,
+                    );
+                }
+                Decision::Evict { pod, reason } => {
+                    if let Some(pr) = built.pods.get(*pod as usize) {
+                        self.evict(pr, reason);
+                    }
+                }
+                Decision::Nominate { pod, node } => {
+                    if let (Some(pr), Some(n)) = (
+                        built.pods.get(*pod as usize),
+                        snap.nodes.get(*node as usize),
+                    ) {
+                        self.nominate(pr, &n.name);
+                    }
+                }
+                // the phase follows from the members (status::wanted_phase);
+                // only the core knows a group timed out
+                Decision::Group { group, phase } => {
+                    if *phase == GroupPhase::TimedOut {
+                        timed_out.insert(group.clone());
+                    }
+                }
+            }
+        }
+        self.timed_out = timed_out;
+        let mut unschedulable = 0;
+        for e in &out.explanations {
+            if bound.contains(&e.pod) {
+                continue;
+            }
+            let Some(pr) = built.pods.get(e.pod as usize) else {
+                continue;
+            };
+            unschedulable += 1;
+            let message = e.message();
+            if !self.should_explain(&pr.uid, &message) {
+                continue;
+            }
+            let reason = match e.verdict {
+                Verdict::Unschedulable | Verdict::Unresolvable => "Unschedulable",
+            };
+            self.event(
+                pod_ref(&pr.namespace, &pr.name, &pr.uid),
+                EventType::Warning,
+                "FailedScheduling",
+                "Scheduling",
+                message.clone(),
+            );
+            self.pod_condition(&pr.namespace, &pr.name, reason, &message);
+        }
+        for _ in 0..unschedulable {
+            self.metrics.attempt("unschedulable");
+        }
+        for p in &built.problems {
+            self.problem(p);
+        }
+        self.report_problems(&built.problems);
+        // forget per-pod memory of pods that are gone
+        let live: BTreeSet<&str> = built.pods.iter().map(|p| p.uid.as_str()).collect();
+        self.explained.retain(|k, _| live.contains(k.as_str()));
+        self.evicting.retain(|k| live.contains(k.as_str()));
+        self.nominated.retain(|k, _| live.contains(k.as_str()));
+    }
+
+    /// Whether to write a pending pod's explanation now: the first one at
+    /// once, a changed one at most every [`EXPLAIN_INTERVAL`] (a gang's
+    /// message changes with every member that arrives; events and
+    /// condition patches must not compete with bindings for the API).
+    fn should_explain(&mut self, uid: &str, message: &str) -> bool {
+        let now = Instant::now();
+        match self.explained.get(uid) {
+            Some((m, _)) if m == message => false,
+            Some((_, at)) if now.duration_since(*at) < EXPLAIN_INTERVAL => false,
+            _ => {
+                self.explained
+                    .insert(uid.to_string(), (message.to_string(), now));
+                true
+            }
+        }
+    }
+
+    /// Pods of ours that cannot be scheduled as written: an event and the
+    /// condition, like any pending pod.
+    fn problem(&mut self, p: &Problem) {
+        match p {
+            Problem::InvalidPod { pod, error } => {
+                if !self.should_explain(&pod.uid, error) {
+                    return;
+                }
+                self.metrics.attempt("error");
+                self.event(
+                    pod_ref(&pod.namespace, &pod.name, &pod.uid),
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    error.clone(),
+                );
+                self.pod_condition(&pod.namespace, &pod.name, "Unschedulable", error);
+            }
+            Problem::GatedPod { pod, gates } => {
+                let msg = format!("waiting for scheduling gates: {}", gates.join(", "));
+                if !self.should_explain(&pod.uid, &msg) {
+                    return;
+                }
+                self.pod_condition(&pod.namespace, &pod.name, "SchedulingGated", &msg);
+            }
+            // reported once each by report_problems; invalid queues and
+            // groups also in their `Valid` condition
+            Problem::BadDecision { .. }
+            | Problem::InvalidQueue { .. }
+            | Problem::InvalidGroup { .. }
+            | Problem::NodeWarning { .. } => {}
+        }
+    }
+
+    /// Problems of objects, each once while it lasts (a new or changed
+    /// one again): a warning in the log and
+    /// `gpusched_object_problems_reported_total{kind}`; an unusable decision also a
+    /// `Warning BadDecision` event on its pod. `gpusched_object_problems`
+    /// counts those present now.
+    fn report_problems(&mut self, problems: &[Problem]) {
+        let mut now: BTreeMap<&'static str, i64> =
+            events::PROBLEM_KINDS.iter().map(|k| (*k, 0)).collect();
+        for p in problems {
+            *now.entry(events::problem_kind(p)).or_default() += 1;
+        }
+        for (kind, n) in now {
+            self.metrics
+                .object_problems
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .set(n);
+        }
+        for p in self.problems.fresh(problems) {
+            let kind = events::problem_kind(p);
+            match p {
+                Problem::NodeWarning { node, warning } => {
+                    tracing::warn!("node {node}: {warning}")
+                }
+                Problem::InvalidQueue { queue, error } => {
+                    tracing::warn!("queue {queue}: {error}")
+                }
+                Problem::InvalidGroup { group, error } => {
+                    tracing::warn!("pod group {group}: {error}")
+                }
+                Problem::BadDecision { pod, error } => {
+                    let note = format!(
+                        "unusable {} annotation (its GPUs are assumed, not known): {error}",
+                        crate::decision::ANNOTATION_DECISION
+                    );
+                    tracing::warn!("pod {}/{}: {note}", pod.namespace, pod.name);
+                    self.event(
+                        pod_ref(&pod.namespace, &pod.name, &pod.uid),
+                        EventType::Warning,
+                        "BadDecision",
+                        "Scheduling",
+                        note,
+                    );
+                }
+                Problem::InvalidPod { pod, error } => {
+                    tracing::info!("pod {}/{}: {error}", pod.namespace, pod.name)
+                }
+                Problem::GatedPod { .. } => continue,
+            }
+            self.metrics
+                .object_problems_total
+                .get_or_create(&KindLabel { kind: kind.into() })
+                .inc();
+        }
+    }
+
+    /// Writes the status of every PodGroup and Queue whose observed status
+    /// differs from the one the world calls for ([`status`]); sets the
+    /// queue metrics. `counts`: members scheduled and running per group.
+    pub fn publish_status(
+        &mut self,
+        built: &Built,
+        counts: &BTreeMap<String, (u32, u32)>,
+        observed: &ObservedStatus,
+    ) {
+        let now = status::now_time();
+        let at = Instant::now();
+        // pod groups
+        let facts = status::group_facts(built, counts, &self.timed_out);
+        let mut wanted = BTreeMap::new();
+        for (k, f) in facts {
+            let obs = observed.groups.get(&k).and_then(Option::as_ref);
+            let mut w = status::wanted_group(&f, obs);
+            status::settle_conditions(
+                &mut w.conditions,
+                obs.map(|o| o.conditions.as_slice()).unwrap_or(&[]),
+                &now,
+            );
+            wanted.insert(k, w);
+        }
+        for (k, w, guard) in self.group_status.due(wanted, &observed.groups, at) {
+            let Some((ns, name)) = k.split_once('/') else {
+                continue;
+            };
+            let from = observed.groups.get(&k).and_then(Option::as_ref);
+            tracing::debug!(
+                "pod group {k}: phase {} -> {}",
+                status::phase_text(from.and_then(|f| f.phase)),
+                status::phase_text(w.phase)
+            );
+            let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
+            self.write_status(api, name.to_string(), from, &w, guard);
+        }
+        // queues
+        let (figures, mut invalid) = status::queue_figures(built);
+        let mut wanted = BTreeMap::new();
+        for (q, f) in &figures {
+            let label = QueueLabel { queue: q.clone() };
+            self.metrics
+                .pending
+                .get_or_create(&label)
+                .set(f.pending as i64);
+            self.metrics
+                .queue_allocated_gpus
+                .get_or_create(&label)
+                .set(f.allocated.gpu_milli as f64 / 1000.0);
+            self.metrics
+                .queue_fair_share_gpus
+                .get_or_create(&label)
+                .set(f.fair_share.gpu_milli as f64 / 1000.0);
+            let error = invalid.remove(q);
+            wanted.insert(q.clone(), status::wanted_queue(Some(f), error.as_deref()));
+        }
+        for (q, e) in invalid {
+            wanted.insert(q, status::wanted_queue(None, Some(&e)));
+        }
+        for (q, w) in wanted.iter_mut() {
+            let obs = observed.queues.get(q).and_then(Option::as_ref);
+            status::settle_conditions(
+                &mut w.conditions,
+                obs.map(|o| o.conditions.as_slice()).unwrap_or(&[]),
+                &now,
+            );
+        }
+        for (q, w, guard) in self.queue_status.due(wanted, &observed.queues, at) {
+            let api: Api<Queue> = Api::all(self.client.clone());
+            let from = observed.queues.get(&q).and_then(Option::as_ref);
+            self.write_status(api, q, from, &w, guard);
+        }
+    }
+
+    /// One status write: a merge patch from the observed status to the
+    /// wanted one, in flight until `guard` drops.
+    fn write_status<K, S>(
+        &self,
+        api: Api<K>,
+        name: String,
+        from: Option<&S>,
+        to: &S,
+        guard: status::InFlight,
+    ) where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+        S: serde::Serialize,
+    {
+        let from = from
+            .and_then(|f| serde_json::to_value(f).ok())
+            .unwrap_or_else(|| json!({}));
+        let Ok(to) = serde_json::to_value(to) else {
+            return;
+        };
+        let Some(diff) = status::merge_diff(&from, &to) else {
+            return;
+        };
+        let patch = json!({ "status": diff });
+        self.write(async move {
+            let _guard = guard;
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                // gone: the watch drops it
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => {
+                    tracing::info!("status of {name}: {e}");
+                    Err(e)
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_keeps_notes_under_the_api_limit() {
+        let long = "é".repeat(800);
+        let c = clip(&long);
+        assert!(c.len() <= NOTE_MAX && c.ends_with("..."), "{}", c.len());
+        assert_eq!(clip("short"), "short");
+    }
+}
