@@ -309,6 +309,7 @@ impl World {
     /// why, while every other queue works.
     pub fn invalid_queue(&mut self, name: &str, error: String) {
         self.queues.insert(name.to_string(), Err(error));
+        self.observed.queues.entry(name.to_string()).or_insert(None);
         self.generation += 1;
     }
 
@@ -341,6 +342,7 @@ impl World {
 
     /// A PodGroup that could not be decoded (`key`: `namespace/name`).
     pub fn invalid_group(&mut self, key: &str, error: String) {
+        self.observed.groups.entry(key.to_string()).or_insert(None);
         self.groups.insert(
             key.to_string(),
             GroupEntry {

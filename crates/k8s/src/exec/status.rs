@@ -19,8 +19,21 @@ use std::time::{Duration, Instant};
 
 /// How long a status that was written may still differ from what the
 /// watch shows before it is written again (the watch is that late, or the
-/// write was lost or overtaken).
+/// write was lost or overtaken). Each further write of the same status
+/// waits twice as long, up to [`STATUS_SETTLE_MAX`] (an object whose
+/// status never reads back equal, e.g. one the watch cannot decode, is
+/// not written every few seconds forever).
 pub const STATUS_SETTLE: Duration = Duration::from_secs(5);
+
+/// The longest wait between two writes of the same status.
+pub const STATUS_SETTLE_MAX: Duration = Duration::from_secs(300);
+
+/// The wait after the `n`th write of one status (1 or more).
+pub fn settle_after(n: u32) -> Duration {
+    STATUS_SETTLE
+        .saturating_mul(1u32 << n.saturating_sub(1).min(16))
+        .min(STATUS_SETTLE_MAX)
+}
 
 /// What a PodGroup's status follows from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,7 +153,9 @@ pub fn merge_diff(from: &Value, to: &Value) -> Option<Value> {
 /// Which objects' status to write, per kind: remembers the last write of
 /// each object and which writes are in flight.
 pub struct StatusWriter<S> {
-    last: BTreeMap<String, (S, Instant)>,
+    /// Per object: the status last written, when, and how many times in a
+    /// row.
+    last: BTreeMap<String, (S, Instant, u32)>,
     in_flight: Arc<Mutex<BTreeSet<String>>>,
 }
 
@@ -170,7 +185,7 @@ impl<S: Clone + PartialEq> StatusWriter<S> {
     /// The objects to write now, with their wanted status: those that
     /// exist (`observed` has them) and whose observed status differs from
     /// the wanted one, unless a write of theirs is in flight, or the same
-    /// status was written less than [`STATUS_SETTLE`] ago. Each comes with
+    /// status was written less than [`settle_after`] ago. Each comes with
     /// a guard that marks its write in flight until dropped.
     pub fn due(
         &mut self,
@@ -188,13 +203,16 @@ impl<S: Clone + PartialEq> StatusWriter<S> {
             if obs.as_ref() == Some(&w) || in_flight.contains(&k) {
                 continue;
             }
-            if let Some((l, at)) = self.last.get(&k)
+            let mut n = 1;
+            if let Some((l, at, times)) = self.last.get(&k)
                 && *l == w
-                && now.saturating_duration_since(*at) < STATUS_SETTLE
             {
-                continue;
+                if now.saturating_duration_since(*at) < settle_after(*times) {
+                    continue;
+                }
+                n = times + 1;
             }
-            self.last.insert(k.clone(), (w.clone(), now));
+            self.last.insert(k.clone(), (w.clone(), now, n));
             in_flight.insert(k.clone());
             let guard = InFlight {
                 key: k.clone(),
@@ -403,6 +421,12 @@ mod tests {
         let d = w.due(wanted(), &observed, t2);
         assert_eq!(d.len(), 1);
         drop(d);
+        // a status that never reads back equal is written less and less
+        assert_eq!(settle_after(2), STATUS_SETTLE * 2);
+        let t3 = t2 + STATUS_SETTLE;
+        assert!(w.due(wanted(), &observed, t3).is_empty());
+        assert_eq!(w.due(wanted(), &observed, t2 + settle_after(2)).len(), 1);
+        assert_eq!(settle_after(40), STATUS_SETTLE_MAX);
         // agreed: nothing more to write, however long
         observed.insert("ml/g".into(), Some(want.clone()));
         assert!(
