@@ -200,6 +200,7 @@ async fn node_and_decision_problems_are_reported_once() {
     let addr = free_addr();
     let mut o = opts();
     o.http_addr = Some(addr);
+    o.http_auth = gpusched_k8s::debug::HttpAuth::None;
     let s = c.scheduler(o).await;
     let m = wait_for(Duration::from_secs(30), || async {
         let m = metrics(addr).await;
@@ -242,9 +243,15 @@ async fn node_and_decision_problems_are_reported_once() {
     s.stop().await;
 }
 
+/// The holder of the lease the chart's flags name.
 async fn holder(c: &Cluster) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(c.client.clone(), "default");
-    api.get("gpusched").await.ok()?.spec?.holder_identity
+    let o = opts();
+    let api: Api<Lease> = Api::namespaced(c.client.clone(), &o.lease_namespace);
+    api.get(o.lease_name.as_deref()?)
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
 }
 
 /// Time from now until a new one-GPU pod is bound.
@@ -271,8 +278,7 @@ async fn a_standby_takes_a_released_lease_at_once() {
     c.nodes_from_yaml(H100).await;
     let replica = |id: &str| {
         let mut o = opts();
-        o.lease_name = Some("gpusched".into());
-        o.lease_namespace = "default".into();
+        assert!(o.lease_name.is_some(), "the chart elects a leader");
         o.identity = id.into();
         o.lease_seconds = 15;
         o

@@ -74,6 +74,9 @@ pub enum EventWrite {
 #[derive(Debug, Default)]
 pub struct SeriesCache {
     series: BTreeMap<SeriesKey, Series>,
+    /// When to next drop the series older than the window (a sweep per
+    /// event would cost a scan of every series for each of many events).
+    next_sweep: Option<Timestamp>,
 }
 
 impl SeriesCache {
@@ -81,10 +84,13 @@ impl SeriesCache {
     /// seen in the window (`name` names it), else the next count of the
     /// existing one. Forgets series older than the window.
     pub fn record(&mut self, key: SeriesKey, now: Timestamp, name: String) -> EventWrite {
-        self.series
-            .retain(|_, s| now.duration_since(s.last) < SERIES_WINDOW);
+        if self.next_sweep.is_none_or(|t| now >= t) {
+            self.series
+                .retain(|_, s| now.duration_since(s.last) < SERIES_WINDOW);
+            self.next_sweep = Some(now + SERIES_WINDOW / 4);
+        }
         match self.series.get_mut(&key) {
-            Some(s) => {
+            Some(s) if now.duration_since(s.last) < SERIES_WINDOW => {
                 s.count += 1;
                 s.last = now;
                 EventWrite::Count {
@@ -92,7 +98,7 @@ impl SeriesCache {
                     count: s.count,
                 }
             }
-            None => {
+            _ => {
                 self.series.insert(
                     key,
                     Series {
