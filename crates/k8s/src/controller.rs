@@ -445,3 +445,24 @@ pub fn run_blocking(opts: Options, json_logs: bool) -> anyhow::Result<()> {
         run(opts, shutdown).await
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec as Spec};
+
+    #[test]
+    fn a_lease_without_a_holder_is_free() {
+        let lease = |holder: Option<&str>| Lease {
+            spec: Some(Spec {
+                holder_identity: holder.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(lease_free(&lease(None)));
+        assert!(lease_free(&lease(Some(""))));
+        assert!(lease_free(&Lease::default()));
+        assert!(!lease_free(&lease(Some("gpusched-7d9f"))));
+    }
+}
