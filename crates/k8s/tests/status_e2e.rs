@@ -161,13 +161,34 @@ async fn a_changed_reason_is_a_new_failed_scheduling_event() {
     s.stop().await;
 }
 
-/// Issue #22 item 8: malformed node annotations and a forged decision were
-/// dropped without a log, event or metric.
+/// Issue #22 item 8: malformed node annotations and unusable decisions
+/// were dropped without a log, event or metric. Here the nodes' GPU
+/// annotation turns malformed after a pod was placed: each node falls back
+/// to its GFD labels (a warning each), and the placed pod's decision no
+/// longer names the node's GPUs (a `BadDecision`). Each is reported once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
 async fn node_and_decision_problems_are_reported_once() {
     let c = Cluster::up().await;
     let names = c.nodes_from_yaml(H100).await;
+    let pods = c.pods("ml");
+    let addr = free_addr();
+    let mut o = opts();
+    o.http_addr = Some(addr);
+    o.http_auth = gpusched_k8s::debug::HttpAuth::None;
+    let s = c.scheduler(o).await;
+    create(&pods, gpu_pod("placed", 1)).await;
+    wait_for(Duration::from_secs(30), || async {
+        bound(&pods).await.contains_key("placed").then_some(())
+    })
+    .await
+    .expect("placed is bound");
+    let before = metrics(addr).await;
+    assert_eq!(
+        sample(&before, "gpusched_object_problems{kind=\"node\"}"),
+        Some(0.0),
+        "{before}"
+    );
     let nodes: Api<Node> = Api::all(c.client.clone());
     for n in &names {
         nodes
@@ -181,27 +202,6 @@ async fn node_and_decision_problems_are_reported_once() {
             .await
             .unwrap();
     }
-    let pods = c.pods("ml");
-    // a pod placed by hand with a decision forged for another pod
-    let mut forged = gpu_pod("forged", 1);
-    forged["spec"]["nodeName"] = json!(names[0]);
-    let other = gpusched_k8s::decision::GpuDecision {
-        v: gpusched_k8s::decision::DECISION_VERSION,
-        uid: "00000000-0000-0000-0000-000000000000".into(),
-        node: names[0].clone(),
-        seq: 1,
-        indices: vec![0],
-        gpus: vec!["GPU-forged".into()],
-        share: None,
-    };
-    forged["metadata"]["annotations"] =
-        json!({gpusched_k8s::decision::ANNOTATION_DECISION: other.to_annotation()});
-    create(&pods, forged).await;
-    let addr = free_addr();
-    let mut o = opts();
-    o.http_addr = Some(addr);
-    o.http_auth = gpusched_k8s::debug::HttpAuth::None;
-    let s = c.scheduler(o).await;
     let m = wait_for(Duration::from_secs(30), || async {
         let m = metrics(addr).await;
         let node = sample(&m, "gpusched_object_problems{kind=\"node\"}")?;
@@ -210,9 +210,9 @@ async fn node_and_decision_problems_are_reported_once() {
     })
     .await
     .expect("node and decision problems counted");
-    let ev = wait_event(&c, "ml", "forged", "BadDecision:", 20)
+    let ev = wait_event(&c, "ml", "placed", "BadDecision:", 20)
         .await
-        .expect("a BadDecision event on the forged pod");
+        .expect("a BadDecision event on the placed pod");
     assert!(
         ev.iter().any(|e| e.contains("gpusched.io/decision")),
         "{ev:?}"
@@ -234,7 +234,7 @@ async fn node_and_decision_problems_are_reported_once() {
         ),
         Some(names.len() as f64)
     );
-    let bad = events_for(&c.client, "ml", "forged").await;
+    let bad = events_for(&c.client, "ml", "placed").await;
     assert_eq!(
         bad.iter().filter(|e| e.starts_with("BadDecision:")).count(),
         1,

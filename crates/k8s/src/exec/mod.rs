@@ -393,9 +393,8 @@ impl Executor {
         for p in self.problems.fresh(problems) {
             let kind = events::problem_kind(p);
             match p {
-                Problem::NodeWarning { node, warning } => {
-                    tracing::warn!("node {node}: {warning}")
-                }
+                // the warning names the node and the field
+                Problem::NodeWarning { warning, .. } => tracing::warn!("{warning}"),
                 Problem::InvalidQueue { queue, error } => {
                     tracing::warn!("queue {queue}: {error}")
                 }
