@@ -7,7 +7,7 @@
 //!   reserve_after_ms: 300000
 //!   preemption: true
 //!   reclaim: true
-//!   min_runtime_ms: 60000  # no preemption/reclaim victim younger than this
+//!   min_runtime_ms: 30000  # no preemption/reclaim victim younger than this
 //! packing:
 //!   policy: gpusched       # spread | binpack | random | dot-prod | gpu-clustering
 //!                          # | gpu-packing | best-fit | fgd | gpusched

@@ -103,7 +103,7 @@ impl Default for SchedulerOptions {
             preemption: true,
             reclaim: true,
             max_evictions_per_cycle: 256,
-            min_runtime_ms: 60_000,
+            min_runtime_ms: 30_000,
             max_domains_per_gang: 32,
             consolidation: true,
             max_moves_per_cycle: 16,
