@@ -292,7 +292,11 @@ impl fmt::Display for PendingReason {
                 write!(f, "pod group {group:?}: queue {queue:?} does not exist")
             }
             PendingReason::GangTimedOut { group, after_ms } => {
-                write!(f, "pod group {group:?} timed out after {after_ms} ms")
+                write!(
+                    f,
+                    "pod group {group:?} timed out after {}",
+                    gpusched_model::duration::fmt_duration(*after_ms)
+                )
             }
             PendingReason::GangIncomplete { group, have, need } => write!(
                 f,

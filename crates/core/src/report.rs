@@ -1034,7 +1034,13 @@ impl fmt::Display for PodReport {
                 placement,
                 since_ms,
             } => {
-                writeln!(f, "status: Bound (since t={})", fmt_duration(*since_ms))?;
+                // a span, not a clock reading: the simulator's times start at
+                // 0, a cluster's are Unix milliseconds
+                writeln!(
+                    f,
+                    "status: Bound (for {})",
+                    fmt_duration(self.at_ms.saturating_sub(*since_ms))
+                )?;
                 write_placement(f, placement)?;
             }
             PodStatus::Binding { placement } => {
@@ -1130,6 +1136,7 @@ impl fmt::Display for PodReport {
                 )?;
             }
             match (g.timeout_ms, g.timeout_left_ms) {
+                (Some(t), Some(0)) => write!(f, ", timed out (timeout {})", fmt_duration(t))?,
                 (Some(t), Some(l)) => write!(
                     f,
                     ", times out in {} (timeout {})",

@@ -151,6 +151,13 @@ fn gang_reports_members_present_and_needed_and_timeout_left() {
         group: "g".into(),
         missing: 2
     }));
+    assert!(r.to_string().contains("times out in 50s"), "{r}");
+    // past its timeout the text says so (not "times out in 0ms")
+    let out = sched().cycle(&snap, 70_000, 2);
+    let r = report(&snap, &out, 70_000, "g-1");
+    let text = r.to_string();
+    assert!(text.contains("timed out (timeout 1m00s)"), "{text}");
+    assert!(!text.contains("times out in"), "{text}");
 }
 
 #[test]
