@@ -75,6 +75,13 @@ pub struct QueueSpec {
     /// `gpusched.io/movable: "true"`. Default false.
     #[serde(default)]
     pub movable: bool,
+    /// Seconds a pod of the queue (or of its children, unless they set
+    /// their own) runs before it may be preempted or reclaimed; absent:
+    /// the parent's, else the scheduler configuration's
+    /// (`actions.min_runtime_ms`, default 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31_536_000))]
+    pub min_runtime_seconds: Option<u64>,
 }
 
 fn one() -> u32 {

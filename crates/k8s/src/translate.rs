@@ -344,6 +344,11 @@ pub struct PodView {
     pub never_preempts: bool,
     /// Milliseconds since the Unix epoch of `metadata.creationTimestamp`.
     pub created_ms: u64,
+    /// Milliseconds since the Unix epoch the pod has been bound since: its
+    /// `PodScheduled=True` condition's transition time, else
+    /// `status.startTime`, else its creation (a victim's minimum runtime
+    /// counts from here).
+    pub bound_ms: u64,
     /// `status.phase` is Running.
     pub running: bool,
     /// `metadata.labels` (for PodDisruptionBudget selectors).
@@ -724,6 +729,7 @@ pub fn pod(p: &Pod) -> PodView {
         queue_label: labels.get(LABEL_QUEUE).cloned(),
         never_preempts: spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never"),
         created_ms: unix_ms(meta.creation_timestamp.as_ref()),
+        bound_ms: bound_since(p),
         running: phase == "Running",
         labels: labels.clone(),
         kind: PodKind::Ignored,
@@ -798,6 +804,22 @@ pub fn pod(p: &Pod) -> PodView {
         }
     };
     view
+}
+
+/// When a bound pod was bound (Unix ms; see [`PodView::bound_ms`]).
+fn bound_since(p: &Pod) -> u64 {
+    let status = p.status.as_ref();
+    let scheduled = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref());
+    let t = scheduled.or_else(|| status.and_then(|s| s.start_time.as_ref()));
+    match t {
+        Some(t) => unix_ms(Some(t)),
+        None => unix_ms(p.metadata.creation_timestamp.as_ref()),
+    }
 }
 
 /// GPUs of a bound pod whose spec we refuse (e.g. requests != limits, which
@@ -908,6 +930,7 @@ pub fn queue(q: &Queue) -> Result<MQueue, TranslateError> {
     m.can_borrow = q.spec.borrow;
     m.reclaimable = q.spec.reclaimable;
     m.movable = q.spec.movable;
+    m.min_runtime_ms = q.spec.min_runtime_seconds.map(|s| s.saturating_mul(1000));
     Ok(m)
 }
 

@@ -612,6 +612,21 @@ mod tests {
     }
 
     #[test]
+    fn a_queues_minimum_runtime_reaches_the_core() {
+        let q: Queue = decode(&obj(json!({"apiVersion": "gpusched.io/v1alpha1",
+            "kind": "Queue", "metadata": {"name": "a"}, "spec": {"minRuntimeSeconds": 600}})))
+        .unwrap();
+        assert_eq!(
+            crate::translate::queue(&q).unwrap().min_runtime_ms,
+            Some(600_000)
+        );
+        let q: Queue = decode(&obj(json!({"apiVersion": "gpusched.io/v1alpha1",
+            "kind": "Queue", "metadata": {"name": "a"}, "spec": {}})))
+        .unwrap();
+        assert_eq!(crate::translate::queue(&q).unwrap().min_runtime_ms, None);
+    }
+
+    #[test]
     fn a_bad_queue_is_invalid_in_the_world_and_the_others_work() {
         let mut w = World::default();
         let good: Queue = decode(&obj(json!({"apiVersion": "gpusched.io/v1alpha1",

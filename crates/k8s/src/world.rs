@@ -145,6 +145,9 @@ pub struct World {
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
+    /// When each assumption was made (Unix ms): the pod's bind time until
+    /// the API shows it bound.
+    assumed_at: BTreeMap<String, u64>,
     nominated: BTreeMap<String, String>,
     evicting: BTreeSet<String>,
     pdbs: BTreeMap<String, translate::PdbView>,
@@ -196,10 +199,12 @@ impl World {
                 terminating: false, ..
             } => {
                 self.assumed.remove(&v.uid);
+                self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
             }
             _ => {
                 self.assumed.remove(&v.uid);
+                self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
                 self.evicting.remove(&v.uid);
             }
@@ -257,6 +262,7 @@ impl World {
         self.tampered.remove(uid);
         self.pods.remove(uid);
         self.assumed.remove(uid);
+        self.assumed_at.remove(uid);
         self.nominated.remove(uid);
         self.evicting.remove(uid);
         self.generation += 1;
@@ -432,6 +438,10 @@ impl World {
     /// Remembers a placement being bound: it counts as held until the API
     /// confirms or refuses it.
     pub fn assume(&mut self, uid: &str, a: Assumed) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.assumed_at.insert(uid.to_string(), now);
         self.assumed.insert(uid.to_string(), a);
         self.generation += 1;
     }
@@ -459,6 +469,7 @@ impl World {
 
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
+        self.assumed_at.remove(uid);
         if self.assumed.remove(uid).is_some() {
             self.generation += 1;
         }
@@ -703,7 +714,11 @@ impl World {
                                 PodPhase::Running {
                                     node: n,
                                     gpus: a.gpus.clone(),
-                                    since_ms: pod.arrival_ms,
+                                    since_ms: self
+                                        .assumed_at
+                                        .get(&v.uid)
+                                        .copied()
+                                        .unwrap_or(pod.arrival_ms),
                                 }
                             }
                             None => continue,
@@ -806,7 +821,7 @@ impl World {
                         PodPhase::Running {
                             node: n,
                             gpus,
-                            since_ms: pod.arrival_ms,
+                            since_ms: v.bound_ms,
                         }
                     };
                     out.pods.push(pref(v));

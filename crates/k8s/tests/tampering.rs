@@ -134,3 +134,37 @@ fn the_agents_served_gpus_win_over_the_decision() {
     w.upsert_pod(&p);
     assert_eq!(held(&w), GpuAssignment::Whole(vec![5]));
 }
+
+/// A victim's minimum runtime counts from when it was bound: the
+/// `PodScheduled=True` transition, else `status.startTime`, not its
+/// creation (a pod that waited an hour to be placed is not "old").
+#[test]
+fn a_bound_pod_runs_since_its_binding_not_its_creation() {
+    let mut w = World::default();
+    w.upsert_node(&node());
+    let mut p = bound(3);
+    p.status = Some(
+        serde_json::from_value(json!({"phase": "Running",
+            "startTime": "2026-12-01T11:00:05Z",
+            "conditions": [{"type": "PodScheduled", "status": "True",
+                            "lastTransitionTime": "2026-12-01T11:00:00Z"}]}))
+        .unwrap(),
+    );
+    w.upsert_pod(&p);
+    let b = w.build();
+    let PodPhase::Running { since_ms, .. } = b.snapshot.pods[0].phase else {
+        panic!()
+    };
+    // created 10:00:00, bound 11:00:00
+    assert_eq!(since_ms, 1_796_119_200_000 + 3_600_000);
+    p.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "startTime": "2026-12-01T11:00:05Z"}))
+            .unwrap(),
+    );
+    w.delete_pod("u1");
+    w.upsert_pod(&p);
+    let PodPhase::Running { since_ms, .. } = w.build().snapshot.pods[0].phase else {
+        panic!()
+    };
+    assert_eq!(since_ms, 1_796_119_200_000 + 3_605_000);
+}

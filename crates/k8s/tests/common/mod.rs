@@ -113,7 +113,12 @@ impl Cluster {
         crds.push(gpusched_k8s::crd::SpPodGroup::crd());
         for crd in crds {
             let name = crd.metadata.name.clone().unwrap();
-            api.create(&PostParams::default(), &crd).await.unwrap();
+            // (409: a create the client retried after a slow first answer)
+            match api.create(&PostParams::default(), &crd).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("creating CRD {name}: {e}"),
+            }
             wait_for(Duration::from_secs(30), || async {
                 let c = api.get(&name).await.ok()?;
                 c.status?
