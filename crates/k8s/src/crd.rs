@@ -211,7 +211,7 @@ pub struct PodGroupStatus {
     /// Members running.
     #[serde(default)]
     pub running: u32,
-    /// `Scheduled` and `Valid` conditions.
+    /// The `Valid` condition (False with the reason when the spec is unusable).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
