@@ -653,7 +653,12 @@ async fn preemption_prefers_victims_whose_disruption_budget_allows_it() {
     create_obj(&pdbs, json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "guard"}, "spec": {"minAvailable": 8, "selector": {"matchLabels": {"app": "guarded"}}}})).await;
     let pods = c.pods("ml");
-    let s = c.scheduler(opts()).await;
+    // victim choice is what this test is about: no minimum runtime (with
+    // one, the guarded pods, bound first, come of age before the free ones
+    // and are the only candidates for a few seconds)
+    let mut o = opts();
+    o.config.actions.min_runtime_ms = 0;
+    let s = c.scheduler(o).await;
     // fill one node with guarded low pods, then the other with unguarded mid ones
     for (app, class, n) in [("guarded", "low", 8), ("free", "mid", 8)] {
         for i in 0..n {
