@@ -394,6 +394,57 @@ mod tests {
     }
 
     #[test]
+    fn group_facts_count_pending_members_and_name_invalid_groups() {
+        use gpusched_core::PodState;
+        use gpusched_model::{Pod, PodGroup as MGroup};
+        let mut built = Built::default();
+        built.snapshot.groups.push(MGroup {
+            name: "ml/four".into(),
+            queue: "default".into(),
+            min_member: 4,
+            priority: 0,
+            topology: None,
+            schedule_timeout_ms: None,
+        });
+        for i in 0..3 {
+            let mut p = Pod::new(format!("ml/four-{i}"), "default");
+            p.group = Some("ml/four".into());
+            built.snapshot.pods.push(PodState::pending(p));
+        }
+        built.problems.push(Problem::InvalidGroup {
+            group: "ml/bad".into(),
+            error: "spec.minMember: invalid value".into(),
+        });
+        let counts = BTreeMap::from([
+            ("ml/four".to_string(), (1, 1)),
+            ("ml/bad".to_string(), (0, 0)),
+        ]);
+        let timed_out = BTreeSet::from(["ml/four".to_string()]);
+        let f = group_facts(&built, &counts, &timed_out);
+        assert_eq!(
+            f["ml/four"],
+            GroupFacts {
+                min_member: 4,
+                scheduled: 1,
+                running: 1,
+                pending: 3,
+                timed_out: true,
+                invalid: None,
+            }
+        );
+        assert_eq!(wanted_phase(&f["ml/four"], None), GroupPhase::TimedOut);
+        assert_eq!(
+            f["ml/bad"].invalid.as_deref(),
+            Some("spec.minMember: invalid value")
+        );
+        let bad = wanted_group(&f["ml/bad"], None);
+        assert_eq!(bad.phase, Some(GroupPhase::Pending));
+        assert_eq!(bad.conditions[0].status, "False");
+        // a group the world does not count (scheduler-plugins') is not ours
+        assert_eq!(f.len(), 2);
+    }
+
+    #[test]
     fn a_status_differing_from_the_observed_one_is_written_until_they_agree() {
         let mut w: StatusWriter<PodGroupStatus> = StatusWriter::default();
         let t0 = Instant::now();
