@@ -52,6 +52,9 @@ pub enum PendingClass {
     UnhealthyGpus,
     /// Nodes cordoned or not ready.
     NodeUnavailable,
+    /// The core's verdict is Unresolvable: more than any node (or its
+    /// queue's quota) can ever hold, whatever frees up.
+    NeverFits,
     /// Not enough free GPUs (or GPU share) now.
     InsufficientGpus,
     /// Not enough CPU, memory or another resource.
@@ -81,6 +84,7 @@ impl PendingClass {
             PendingClass::Taints => "taints",
             PendingClass::UnhealthyGpus => "unhealthy-gpus",
             PendingClass::NodeUnavailable => "node-unavailable",
+            PendingClass::NeverFits => "never-fits",
             PendingClass::InsufficientGpus => "insufficient-gpus",
             PendingClass::InsufficientResources => "insufficient-resources",
             PendingClass::GangShort => "gang-short",
@@ -90,7 +94,7 @@ impl PendingClass {
     }
 
     /// Every class, in the order a pod's main class is chosen.
-    pub const ALL: [PendingClass; 18] = [
+    pub const ALL: [PendingClass; 19] = [
         PendingClass::Gated,
         PendingClass::InvalidSpec,
         PendingClass::MissingQueueOrGroup,
@@ -104,6 +108,7 @@ impl PendingClass {
         PendingClass::Taints,
         PendingClass::UnhealthyGpus,
         PendingClass::NodeUnavailable,
+        PendingClass::NeverFits,
         PendingClass::InsufficientGpus,
         PendingClass::InsufficientResources,
         PendingClass::GangShort,
@@ -146,6 +151,9 @@ impl PendingClass {
                 "the matching GPUs are unhealthy: see the gpu-resources findings"
             }
             PendingClass::NodeUnavailable => "the matching nodes are cordoned or NotReady",
+            PendingClass::NeverFits => {
+                "it asks more than any node (or its queue's quota) can ever hold: it never fits as written; make it smaller or raise the quota"
+            }
             PendingClass::InsufficientGpus => {
                 "not enough free GPUs now: it is placed when pods finish (or preempts lower priority)"
             }
@@ -576,6 +584,9 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
             PendingReason::NoTopologyDomain { .. } => {
                 set.insert(PendingClass::Topology);
             }
+            PendingReason::Quota(v) if v.never() => {
+                set.insert(PendingClass::NeverFits);
+            }
             PendingReason::Quota(_) => {
                 set.insert(PendingClass::Quota);
             }
@@ -590,6 +601,15 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
                 set.insert(PendingClass::InsufficientGpus);
             }
         }
+    }
+    // the core's verdict says waiting never helps: not "placed when pods
+    // finish" (explain and doctor agree: one classification)
+    if e.verdict == gpusched_core::Verdict::Unresolvable
+        && (set.remove(&PendingClass::InsufficientGpus)
+            | set.remove(&PendingClass::InsufficientResources)
+            | set.remove(&PendingClass::Quota))
+    {
+        set.insert(PendingClass::NeverFits);
     }
     PendingClass::ALL
         .iter()
@@ -636,6 +656,22 @@ fn gpu_fit_class(pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
     };
     if !gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem) {
         return PendingClass::GpuMemory;
+    }
+    if let GpuRequest::Whole(k) = pod.gpu {
+        let most = snap
+            .nodes
+            .iter()
+            .map(|n| {
+                n.gpus
+                    .iter()
+                    .filter(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        if most < k as usize {
+            return PendingClass::NeverFits;
+        }
     }
     if gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem && !g.is_healthy()) {
         return PendingClass::UnhealthyGpus;

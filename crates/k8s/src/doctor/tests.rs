@@ -120,6 +120,7 @@ fn troubled() -> Facts {
                 1,
                 json!({"metadata": {"annotations": {"gpusched.io/gpu-models": "A100-SXM4-80GB"}}}),
             )),
+            obj(pod("too-big", 16, json!({}))),
             obj(pod(
                 "done",
                 1,
@@ -184,6 +185,12 @@ fn every_planted_problem_is_found_and_named() {
     assert_eq!(class("gated"), Some(PendingClass::Gated));
     assert_eq!(class("a100"), Some(PendingClass::GpuModel));
     assert_eq!(find(&r, "pending", "pod/ml/a100")[0].status, Status::Fail);
+    // 16 GPUs where the largest node has 8: never, as explain says (not
+    // "placed when pods finish")
+    assert_eq!(class("too-big"), Some(PendingClass::NeverFits));
+    let big = find(&r, "pending", "pod/ml/too-big");
+    assert_eq!(big[0].status, Status::Fail);
+    assert!(big[0].hint.contains("never fits"), "{big:#?}");
     // (5) labels vs discovery
     let t = find(&r, "topology", "node/gpu-b");
     assert!(
@@ -258,11 +265,9 @@ fn a_healthy_cluster_exits_zero() {
     f.pods.push(obj(pod("big", 16, json!({}))));
     let r = run_on(&f);
     let big = find(&r, "pending", "pod/ml/big");
-    assert_eq!(
-        big[0].class,
-        Some(PendingClass::InsufficientGpus),
-        "{big:#?}"
-    );
+    // (never-fits, as explain's Unresolvable says, not "placed when pods
+    // finish": issue #22, 11)
+    assert_eq!(big[0].class, Some(PendingClass::NeverFits), "{big:#?}");
     // bigger than any node: never fits as the cluster is
     assert_eq!(big[0].status, Status::Fail);
     assert_eq!(r.exit_code, 2);
@@ -282,7 +287,7 @@ fn namespace_filter_keeps_node_checks_and_drops_other_pods() {
     );
     assert!(r.of("gpu-resources").any(|f| f.status == Status::Fail));
     // totals still count the whole cluster
-    assert_eq!(r.summary.pending_pods, 4);
+    assert_eq!(r.summary.pending_pods, 5, "with too-big");
     assert_eq!(r.summary.leaked_milli, 3000);
 }
 
