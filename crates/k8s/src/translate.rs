@@ -50,6 +50,13 @@ pub const ANNOTATION_PREEMPTIBLE: &str = "gpusched.io/preemptible";
 /// well inside [`crate::decision::MAX_DECISION_BYTES`].
 pub const MAX_NODE_GPUS: u64 = 1024;
 
+/// Most whole GPUs one pod may ask: a decision naming that many GPUs by
+/// UUID (about 50 bytes each) stays inside
+/// [`crate::decision::MAX_DECISION_BYTES`]. A pod asking more is refused
+/// naming this cap (never proposed and then dropped, which would hold its
+/// GPUs away from every other pod in each cycle).
+pub const MAX_POD_GPUS: u32 = 256;
+
 /// The stand-in UUID of GPU `index` of a node without the agent's
 /// `gpusched.io/gpus` annotation (its real UUIDs are unknown; decisions
 /// leave it out).
@@ -609,6 +616,18 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
         object: obj.clone(),
         source,
     })?;
+    if let GpuRequest::Whole(k) = gpu
+        && k > MAX_POD_GPUS
+    {
+        return Err(field_err(
+            &obj,
+            &format!("resources.limits[{RESOURCE_GPU}]"),
+            format!(
+                "{k} GPUs in one pod is more than the {MAX_POD_GPUS} gpusched places in one pod (its decision names every GPU and must fit the {} bytes the node agent accepts); split the job into several pods, e.g. a gang",
+                crate::decision::MAX_DECISION_BYTES
+            ),
+        ));
+    }
     if let GpuRequest::Share {
         milli: 0,
         memory_mib,

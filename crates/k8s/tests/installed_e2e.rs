@@ -246,3 +246,39 @@ async fn a_tenants_bad_objects_stop_nobody() {
     );
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_decision_too_large_for_the_agent_is_refused_naming_the_cap() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(
+        "nodes:
+  - name: wide
+    count: 1
+    cpu: \"512\"
+    memory: 4Ti
+    gpus: {count: 1000, model: H100-SXM5-80GB, memory: 80Gi}
+",
+    )
+    .await;
+    let s = c.scheduler(opts()).await;
+    let pods = c.pods("ml");
+    create(&pods, gpu_pod("all", 1000)).await;
+    create(&pods, gpu_pod("one", 1)).await;
+    let ev = wait_event(&c, "ml", "all", "FailedScheduling: ", 60)
+        .await
+        .expect("told why");
+    assert!(
+        ev.iter()
+            .any(|e| e
+                .contains("1000 GPUs in one pod is more than the 256 gpusched places in one pod")),
+        "{ev:?}"
+    );
+    wait_for(Duration::from_secs(30), || async {
+        bound(&pods).await.contains_key("one").then_some(())
+    })
+    .await
+    .expect("the others are placed");
+    assert!(!bound(&pods).await.contains_key("all"));
+    s.stop().await;
+}

@@ -172,3 +172,37 @@ fn the_gpu_cap_is_named_and_the_largest_decision_fits() {
     assert!(text.len() <= MAX_DECISION_BYTES, "{} bytes", text.len());
     assert_eq!(GpuDecision::parse(&text).unwrap().indices.len(), 1024);
 }
+
+/// The largest pod gpusched places gets a decision the agent accepts, even
+/// with real (40-character) UUIDs; one GPU more is refused naming the cap.
+#[test]
+fn the_largest_pod_has_a_decision_the_agent_accepts() {
+    use gpusched_k8s::decision::{GpuDecision, MAX_DECISION_BYTES};
+    use gpusched_k8s::translate::MAX_POD_GPUS;
+    let d = GpuDecision {
+        v: 1,
+        uid: "0123456789abcdef0123456789abcdef0123".into(),
+        node: "a-node-name-of-sixty-three-characters-which-is-the-dns-max-xxxx".into(),
+        seq: u64::MAX,
+        indices: (1000..1000 + MAX_POD_GPUS).collect(),
+        gpus: (0..MAX_POD_GPUS)
+            .map(|i| format!("GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd"))
+            .collect(),
+        share: None,
+    };
+    assert_eq!(d.gpus[0].len(), 40);
+    let n = d.to_annotation().len();
+    assert!(n <= MAX_DECISION_BYTES, "{n} bytes");
+    let v = translate::pod(&pod(
+        "wide",
+        json!({"nvidia.com/gpu": (MAX_POD_GPUS + 1).to_string()}),
+        None,
+    ));
+    let PodKind::Invalid { error } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert!(
+        error.contains("more than the 256 gpusched places in one pod"),
+        "{error}"
+    );
+}

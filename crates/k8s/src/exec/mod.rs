@@ -235,10 +235,33 @@ impl Executor {
                             .inc();
                         continue;
                     }
-                    bind::add_held(&mut held, *node, gpus);
-                    bound.insert(*pod);
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
                     let decision = crate::decision::make(&pr.uid, n, seq, gpus);
+                    let size = decision.to_annotation().len();
+                    if size > crate::decision::MAX_DECISION_BYTES {
+                        // the agent would refuse it at Allocate: say so now
+                        // instead of binding a pod that can never start
+                        let msg = format!(
+                            "the GPU decision for {} GPU(s) on {} would be {size} bytes, more than the {} bytes the scheduler and the node agent accept; ask for fewer GPUs per pod",
+                            decision.indices.len(),
+                            n.name,
+                            crate::decision::MAX_DECISION_BYTES
+                        );
+                        if self.should_explain(&pr.uid, &msg) {
+                            self.event(
+                                pod_ref(&pr.namespace, &pr.name, &pr.uid),
+                                EventType::Warning,
+                                "FailedScheduling",
+                                "Scheduling",
+                                msg.clone(),
+                            );
+                            self.pod_condition(&pr.namespace, &pr.name, "Unschedulable", &msg);
+                        }
+                        bound.insert(*pod);
+                        continue;
+                    }
+                    bind::add_held(&mut held, *node, gpus);
+                    bound.insert(*pod);
                     let created_ms = snap.pods[*pod as usize].pod.arrival_ms;
                     self.shared.with(|w| {
                         w.assume(
