@@ -541,45 +541,35 @@ fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
 /// field path of the first one found.
 pub fn unsupported_field(p: &Pod) -> Option<String> {
     let spec = p.spec.as_ref()?;
+    fn some<T>(v: &Option<Vec<T>>) -> bool {
+        v.as_ref().is_some_and(|v| !v.is_empty())
+    }
     if let Some(a) = spec.affinity.as_ref() {
         if a.pod_affinity.as_ref().is_some_and(|t| {
-            t.required_during_scheduling_ignored_during_execution
-                .as_ref()
-                .is_some_and(|v| !v.is_empty())
-                || t.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-                    .is_some_and(|v| !v.is_empty())
+            some(&t.required_during_scheduling_ignored_during_execution)
+                || some(&t.preferred_during_scheduling_ignored_during_execution)
         }) {
             return Some("spec.affinity.podAffinity".into());
         }
         if a.pod_anti_affinity.as_ref().is_some_and(|t| {
-            t.required_during_scheduling_ignored_during_execution
-                .as_ref()
-                .is_some_and(|v| !v.is_empty())
-                || t.preferred_during_scheduling_ignored_during_execution
-                    .as_ref()
-                    .is_some_and(|v| !v.is_empty())
+            some(&t.required_during_scheduling_ignored_during_execution)
+                || some(&t.preferred_during_scheduling_ignored_during_execution)
         }) {
             return Some("spec.affinity.podAntiAffinity".into());
         }
-        if a.node_affinity.as_ref().is_some_and(|n| {
-            n.preferred_during_scheduling_ignored_during_execution
-                .as_ref()
-                .is_some_and(|v| !v.is_empty())
-        }) {
+        if a.node_affinity
+            .as_ref()
+            .is_some_and(|n| some(&n.preferred_during_scheduling_ignored_during_execution))
+        {
             return Some(
                 "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution".into(),
             );
         }
     }
-    if spec
-        .topology_spread_constraints
-        .as_ref()
-        .is_some_and(|v| !v.is_empty())
-    {
+    if some(&spec.topology_spread_constraints) {
         return Some("spec.topologySpreadConstraints".into());
     }
-    if spec.resource_claims.as_ref().is_some_and(|v| !v.is_empty()) {
+    if some(&spec.resource_claims) {
         return Some("spec.resourceClaims".into());
     }
     let containers = [

@@ -114,6 +114,17 @@ impl WatchHealth {
     fn set_forbidden(&self, v: Option<String>) {
         *self.forbidden.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
+
+    /// A list completed: permitted, and synced.
+    fn listed(&self) {
+        if self.forbidden().is_some() {
+            tracing::info!(kind = ?self.kind, "watch permitted now");
+            self.set_forbidden(None);
+        }
+        if !self.synced.swap(true, Ordering::SeqCst) {
+            tracing::info!(kind = ?self.kind, "watch synced");
+        }
+    }
 }
 
 /// What a failed watch request says, sorted into what the loop does with it.
@@ -170,6 +181,49 @@ impl Throttled {
     }
 }
 
+/// How a watch's failures are logged: a missing permission and other
+/// errors each at most once a minute.
+struct FailureLog {
+    forbidden: Throttled,
+    other: Throttled,
+}
+
+impl Default for FailureLog {
+    fn default() -> Self {
+        FailureLog {
+            forbidden: Throttled::new(),
+            other: Throttled::new(),
+        }
+    }
+}
+
+impl FailureLog {
+    /// Logs a failed request and records a missing permission in
+    /// `health`; returns what kind of failure it was.
+    fn failed(&mut self, e: &watcher::Error, health: &WatchHealth) -> Failure {
+        let kind = health.kind;
+        let f = classify(e);
+        match &f {
+            Failure::Forbidden(msg) => {
+                if let Some(n) = self.forbidden.due() {
+                    tracing::error!(
+                        ?kind,
+                        suppressed = n,
+                        "watch forbidden: {msg} (grant the scheduler's ClusterRole the permission; deploy/README.md)"
+                    );
+                }
+                health.set_forbidden(Some(msg.clone()));
+            }
+            Failure::NotServed | Failure::Other(_) => {
+                if let Some(n) = self.other.due() {
+                    tracing::warn!(?kind, suppressed = n, "watch: {e}");
+                }
+            }
+        }
+        f
+    }
+}
+
 /// Whether the API server serves `ar` (discovery is open to every
 /// authenticated user).
 async fn served(client: &Client, ar: &ApiResource) -> bool {
@@ -192,8 +246,7 @@ async fn run_watch<K>(
     let cfg = watcher::Config::default().any_semantic();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
-    let mut forbidden_log = Throttled::new();
-    let mut error_log = Throttled::new();
+    let mut log = FailureLog::default();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(Event::Apply(o)) => shared.with(|w| apply(w, &o)),
@@ -218,32 +271,10 @@ async fn run_watch<K>(
                         }
                     });
                 }
-                if health.forbidden().is_some() {
-                    tracing::info!(?kind, "watch permitted now");
-                    health.set_forbidden(None);
-                }
-                if !health.synced.swap(true, Ordering::SeqCst) {
-                    tracing::info!(?kind, "watch synced");
-                }
+                health.listed();
             }
             Err(e) => {
-                match classify(&e) {
-                    Failure::Forbidden(msg) => {
-                        if let Some(n) = forbidden_log.due() {
-                            tracing::error!(
-                                ?kind,
-                                suppressed = n,
-                                "watch forbidden: {msg} (grant the scheduler's ClusterRole the permission; deploy/README.md)"
-                            );
-                        }
-                        health.set_forbidden(Some(msg));
-                    }
-                    Failure::NotServed | Failure::Other(_) => {
-                        if let Some(n) = error_log.due() {
-                            tracing::warn!(?kind, suppressed = n, "watch: {e}");
-                        }
-                    }
-                }
+                log.failed(&e, &health);
                 continue;
             }
         }
@@ -334,8 +365,7 @@ where
     let cfg = watcher::Config::default().any_semantic();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
-    let mut forbidden_log = Throttled::new();
-    let mut error_log = Throttled::new();
+    let mut log = FailureLog::default();
     let key = dyn_key;
     while let Some(ev) = stream.next().await {
         match ev {
@@ -361,29 +391,11 @@ where
                         }
                     });
                 }
-                health.set_forbidden(None);
-                if !health.synced.swap(true, Ordering::SeqCst) {
-                    tracing::info!(?kind, "watch synced");
-                }
+                health.listed();
             }
             Err(e) => {
-                match classify(&e) {
-                    Failure::Forbidden(msg) => {
-                        if let Some(n) = forbidden_log.due() {
-                            tracing::error!(
-                                ?kind,
-                                suppressed = n,
-                                "watch forbidden: {msg} (grant the scheduler's ClusterRole the permission; deploy/README.md)"
-                            );
-                        }
-                        health.set_forbidden(Some(msg));
-                    }
-                    Failure::NotServed => return Gone::NotServed,
-                    Failure::Other(_) => {
-                        if let Some(n) = error_log.due() {
-                            tracing::warn!(?kind, suppressed = n, "watch: {e}");
-                        }
-                    }
+                if log.failed(&e, &health) == Failure::NotServed {
+                    return Gone::NotServed;
                 }
                 continue;
             }
@@ -494,31 +506,17 @@ pub async fn run_job_gangs(
     let cfg = watcher::Config::default().labels(&format!("{LABEL_GANG}=true"));
     let mut stream = watcher::watcher(jobs, cfg).default_backoff().boxed();
     let mut done: BTreeSet<String> = BTreeSet::new();
-    let mut forbidden_log = Throttled::new();
-    let mut error_log = Throttled::new();
+    let mut log = FailureLog::default();
     while let Some(ev) = stream.next().await {
         let job = match ev {
             Ok(Event::Apply(j)) | Ok(Event::InitApply(j)) => j,
             Ok(Event::InitDone) => {
-                health.set_forbidden(None);
-                health.synced.store(true, Ordering::SeqCst);
+                health.listed();
                 continue;
             }
             Ok(_) => continue,
             Err(e) => {
-                match classify(&e) {
-                    Failure::Forbidden(msg) => {
-                        if let Some(n) = forbidden_log.due() {
-                            tracing::error!(suppressed = n, "watch jobs forbidden: {msg}");
-                        }
-                        health.set_forbidden(Some(msg));
-                    }
-                    _ => {
-                        if let Some(n) = error_log.due() {
-                            tracing::warn!(suppressed = n, "watch jobs: {e}");
-                        }
-                    }
-                }
+                log.failed(&e, &health);
                 continue;
             }
         };
