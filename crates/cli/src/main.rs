@@ -40,7 +40,20 @@ enum Cmd {
     Explain(explain::ExplainCmd),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; a failure is printed as one `error: …` line with its
+/// causes (never a backtrace, whatever RUST_BACKTRACE says: these are
+/// users' errors — a bad file, flag or cluster — not crashes) and exits 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // as a kubectl plugin (`kubectl gpusched explain …`: the binary linked
     // or copied as `kubectl-gpusched` on $PATH) the arguments are the same;
     // only the name in help and errors differs

@@ -155,3 +155,20 @@ fn what_the_fgd_method_cannot_use_is_refused_with_the_file_named() {
     let e = stderr(&simulate(&dir, &["--policy", "fgd"]));
     assert!(e.contains("--policy") && e.contains("--openb"), "{e}");
 }
+
+/// A user's error is one `error: …` line with its causes and exit 1, never
+/// a backtrace, even with RUST_BACKTRACE set (issue #22, 16).
+#[test]
+fn a_users_error_is_one_line_without_a_backtrace() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpusched"))
+        .args(["simulate", "--cluster", "/nonexistent/cluster.yaml"])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains("/nonexistent/cluster.yaml"), "{err}");
+    assert!(!err.contains("backtrace"), "{err}");
+    assert!(!err.contains("Stack"), "{err}");
+}
