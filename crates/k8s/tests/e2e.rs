@@ -441,6 +441,39 @@ async fn succeeded(api: &kube::Api<k8s_openapi::api::core::v1::Pod>) -> usize {
         .unwrap_or(0)
 }
 
+/// Touches the run annotation of pods Running for over 10 s (see the
+/// restart test), so kwok sees them again and lets them finish.
+async fn nudge_overdue(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    touched: &std::sync::atomic::AtomicU32,
+) {
+    let Ok(list) = api.list(&Default::default()).await else {
+        return;
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    for p in list.items {
+        let st = p.status.as_ref();
+        if st.and_then(|s| s.phase.as_deref()) != Some("Running") {
+            continue;
+        }
+        let Some(started) = st.and_then(|s| s.start_time.as_ref()) else {
+            continue;
+        };
+        if now.duration_since(started.0).as_secs() < 10 {
+            continue;
+        }
+        let n = touched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let patch = json!({"metadata": {"annotations": {"gpusched.io/e2e-run-ms": format!("{}", 2000 + n % 2)}}});
+        let _ = api
+            .patch(
+                p.metadata.name.as_deref().unwrap_or_default(),
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+    }
+}
+
 /// Samples the cluster for double booking while `until` is not reached.
 async fn watch_for_double_booking(c: &Cluster, until: std::time::Instant) {
     while std::time::Instant::now() < until {
@@ -482,9 +515,18 @@ async fn restarts_and_two_replicas_never_double_book() {
     // and the survivor is restarted cleanly while pods are pending
     r2.stop().await;
     let r3 = c.scheduler(replica("r3")).await;
+    // kwok (the nodes) sometimes loses a pending "finish after 2 s" across
+    // the apiserver restart on a loaded machine, and the pod then runs
+    // forever (seen once in CI: 8 pods bound and Running, never finished).
+    // That is kwok's clock, not the scheduler: a pod Running for over 10 s
+    // gets its annotation touched so kwok looks at it again.
+    let touched = std::sync::atomic::AtomicU32::new(0);
     let done = wait_for(Duration::from_secs(120), || async {
         assert_no_double_booking(&c.client).await;
         let n = succeeded(&pods).await;
+        if n < 64 {
+            nudge_overdue(&pods, &touched).await;
+        }
         (n == 64).then_some(n)
     })
     .await;
