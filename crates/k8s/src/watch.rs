@@ -263,13 +263,7 @@ async fn run_watch<K>(
             }
             Ok(Event::InitDone) => {
                 if let Some(s) = seen.take() {
-                    shared.with(|w| {
-                        for k in w.keys(kind) {
-                            if !s.contains(&k) {
-                                w.remove(kind, &k);
-                            }
-                        }
-                    });
+                    shared.with(|w| w.retain_only(kind, &s));
                 }
                 health.listed();
             }
@@ -319,11 +313,7 @@ async fn run_optional<K>(
                 );
                 said_absent = true;
             }
-            shared.with(|w| {
-                for k in w.keys(kind) {
-                    w.remove(kind, &k);
-                }
-            });
+            shared.with(|w| w.retain_only(kind, &BTreeSet::new()));
             tokio::time::sleep(recheck).await;
             continue;
         }
@@ -383,13 +373,7 @@ where
             }
             Ok(Event::InitDone) => {
                 if let Some(s) = seen.take() {
-                    shared.with(|w| {
-                        for k in w.keys(kind) {
-                            if !s.contains(&k) {
-                                w.remove(kind, &k);
-                            }
-                        }
-                    });
+                    shared.with(|w| w.retain_only(kind, &s));
                 }
                 health.listed();
             }

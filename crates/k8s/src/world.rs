@@ -284,6 +284,16 @@ impl World {
         }
     }
 
+    /// Drops the objects of `kind` whose keys are not in `keep` (what a
+    /// relist no longer shows).
+    pub fn retain_only(&mut self, kind: ObjectKind, keep: &BTreeSet<String>) {
+        for k in self.keys(kind) {
+            if !keep.contains(&k) {
+                self.remove(kind, &k);
+            }
+        }
+    }
+
     /// Removes one object by its [`World::keys`] key.
     pub fn remove(&mut self, kind: ObjectKind, key: &str) {
         match kind {
