@@ -42,10 +42,21 @@ pub struct Source {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
-    /// The scheduler's HTTP address (e.g. `http://10.0.0.5:10259`); default:
+    /// The scheduler's address (e.g. `https://10.0.0.5:10259`); default:
     /// through the apiserver's proxy to the scheduler's Service.
     #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
+    /// With --endpoint: the CA (PEM) that signed the scheduler's certificate.
+    #[arg(long, value_name = "FILE", requires = "endpoint")]
+    certificate_authority: Option<PathBuf>,
+    /// With --endpoint: do not verify the scheduler's certificate (its
+    /// self-signed one, when the chart mounts none).
+    #[arg(long, requires = "endpoint")]
+    insecure_skip_tls_verify: bool,
+    /// How the proxy reaches the scheduler: `https` (the chart's default,
+    /// `--http-auth delegated`) or `http`.
+    #[arg(long, value_parser = ["https", "http"], default_value = "https")]
+    scheme: String,
     /// Bearer token for the scheduler (default: the kubeconfig user's
     /// token, if it has one).
     #[arg(long)]
@@ -60,7 +71,7 @@ pub struct Source {
     #[arg(long, default_value = "gpusched-scheduler-metrics")]
     service: String,
     /// The Service's port, by name or number (for the proxy).
-    #[arg(long, default_value = "http")]
+    #[arg(long, default_value = "https")]
     port: String,
     /// The scheduler pods' port number (for the proxy to the leader's pod
     /// when a standby answers).
@@ -158,6 +169,8 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
         Some(url) => Target::Endpoint {
             url: url.clone(),
             token: s.token.clone(),
+            ca: s.certificate_authority.clone(),
+            insecure: s.insecure_skip_tls_verify,
         },
         None => Target::Proxy {
             namespace: s.scheduler_namespace.clone(),
@@ -165,6 +178,7 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
             port: s.port.clone(),
             pod_port: s.pod_port,
             token: s.token.clone(),
+            https: s.scheme == "https",
         },
     };
     let fetched: Fetched =

@@ -30,6 +30,14 @@ pub struct SchedulerArgs {
     /// `none`. /healthz and /readyz stay open.
     #[arg(long, default_value = "none", value_name = "delegated|none")]
     http_auth: gpusched_k8s::debug::HttpAuth,
+    /// Serving certificate (PEM chain) for --http-addr; re-read when it
+    /// changes. Without it, `--http-auth delegated` serves a self-signed
+    /// certificate made at start (bearer tokens never travel in clear).
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert-file.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
     /// Elect a leader on a Lease before scheduling (for more than one replica).
     #[arg(long)]
     leader_elect: bool,
@@ -79,11 +87,25 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| "gpusched".into());
         format!("{host}-{}", std::process::id())
     });
+    let names = vec![
+        identity.clone(),
+        std::env::var("POD_IP").unwrap_or_default(),
+    ]
+    .into_iter()
+    .filter(|n| !n.is_empty())
+    .collect();
+    let tls = gpusched_k8s::tls::Tls::from_flags(
+        a.http_auth,
+        a.tls_cert_file,
+        a.tls_private_key_file,
+        names,
+    )?;
     let opts = Options {
         kubeconfig: a.kubeconfig,
         config,
         http_addr: Some(a.http_addr),
         http_auth: a.http_auth,
+        tls,
         lease_name: a.leader_elect.then_some(a.lease_name),
         lease_namespace: a.lease_namespace,
         identity: identity.clone(),

@@ -447,7 +447,9 @@ impl fmt::Display for EvictionSkip {
                 deserved,
             } => write!(
                 f,
-                "queue {queue:?} would not be below its deserved share with the pod ({would_use} of {deserved} milli-GPU)"
+                "queue {queue:?} would not be below its deserved share with the pod ({} of {} GPU)",
+                crate::report::gpus_text(*would_use),
+                crate::report::gpus_text(*deserved)
             ),
         }
     }

@@ -282,24 +282,54 @@ pub enum Hint {
     },
 }
 
-/// GPUs as text: whole numbers plain, fractions with three decimals.
+/// GPUs as text: whole numbers plain, fractions exactly (`2`, `2.5`,
+/// `0.125`).
 pub fn gpus_text(milli: u64) -> String {
-    if milli.is_multiple_of(GPU_MILLI) {
-        (milli / GPU_MILLI).to_string()
-    } else {
-        format!("{:.3}", milli as f64 / GPU_MILLI as f64)
+    let whole = milli / GPU_MILLI;
+    match milli % GPU_MILLI {
+        0 => whole.to_string(),
+        frac => {
+            let digits = format!("{frac:03}");
+            format!("{whole}.{}", digits.trim_end_matches('0'))
+        }
     }
 }
 
-/// An amount of one dimension as text (GPUs in GPUs, CPU in cores).
+/// An amount of one dimension as text in users' units: GPUs, CPU cores,
+/// binary bytes (`2.5 GPU`, `0.5 CPU`, `64 GiB of memory`, `80 GiB of GPU
+/// memory`).
 pub fn amount_text(kind: &ResourceKind, v: u64) -> String {
     match kind {
         ResourceKind::Gpu => format!("{} GPU", gpus_text(v)),
-        ResourceKind::Cpu => format!("{}m CPU", v),
-        ResourceKind::Memory => format!("{} bytes of memory", v),
-        ResourceKind::GpuMemory => format!("{v} MiB of GPU memory"),
+        ResourceKind::Cpu => format!("{} CPU", gpus_text(v)),
+        ResourceKind::Memory => format!("{} of memory", bytes_text(v)),
+        ResourceKind::GpuMemory => {
+            format!("{} of GPU memory", bytes_text(v.saturating_mul(1 << 20)))
+        }
         ResourceKind::Extended(n) => format!("{v} {n}"),
     }
+}
+
+/// Bytes in the largest binary unit that shows them to 0.1 (`64 GiB`,
+/// `1.5 GiB`, `512 MiB`, `100 bytes`).
+pub fn bytes_text(v: u64) -> String {
+    const UNITS: [(&str, u64); 5] = [
+        ("PiB", 1 << 50),
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (name, size) in UNITS {
+        if v >= size {
+            return if v.is_multiple_of(size) {
+                format!("{} {name}", v / size)
+            } else {
+                format!("{:.1} {name}", v as f64 / size as f64)
+            };
+        }
+    }
+    format!("{v} bytes")
 }
 
 fn nearest_text(n: &Option<NearestNode>, share: bool) -> String {

@@ -28,6 +28,8 @@ pub struct Options {
     pub http_addr: Option<SocketAddr>,
     /// How `/metrics` and `/debug/…` are protected.
     pub http_auth: crate::debug::HttpAuth,
+    /// HTTPS for that address ([`crate::tls::Tls::Off`]: plain HTTP).
+    pub tls: crate::tls::Tls,
     /// Run for the lease named here in `lease_namespace`; `None`: always lead.
     pub lease_name: Option<String>,
     /// Namespace of the lease.
@@ -51,6 +53,7 @@ impl Default for Options {
             config: SchedulerConfig::default(),
             http_addr: None,
             http_auth: crate::debug::HttpAuth::None,
+            tls: crate::tls::Tls::Off,
             lease_name: None,
             lease_namespace: "kube-system".into(),
             identity: "gpusched".into(),
@@ -117,7 +120,7 @@ pub async fn run_with_client(
     ));
     let (stop_tx, stop_rx) = tokio_watch::channel(false);
     if let Some(addr) = opts.http_addr {
-        crate::debug::serve(addr, health.clone(), stop_rx.clone()).await?;
+        crate::debug::serve(addr, &opts.tls, health.clone(), stop_rx.clone()).await?;
     }
     let mut tasks = watch::Tasks::default();
     let mut watches = watch::start(&client, &shared, &mut tasks);

@@ -470,36 +470,67 @@ impl Server {
     }
 }
 
-/// Serves `server` on `addr` until `stop` turns true.
+/// Serves `server` on `addr` until `stop` turns true: HTTPS unless `tls`
+/// is [`crate::tls::Tls::Off`]. A bad certificate or key fails here, before
+/// anything is served.
 pub async fn serve(
     addr: std::net::SocketAddr,
+    tls: &crate::tls::Tls,
     server: Arc<Server>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let acceptor = crate::tls::acceptor(tls)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the metrics address {addr}"))?;
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
     tracing::info!(
         auth = ?server.auth,
-        "serving /metrics, /debug, /healthz, /readyz on {}",
+        "serving /metrics, /debug, /healthz, /readyz on {scheme}://{}",
         listener.local_addr()?
     );
+    if let Some((_, Some(pem))) = &acceptor {
+        tracing::info!(
+            "serving a self-signed certificate (no --tls-cert-file); clients that verify it need:\n{pem}"
+        );
+    }
+    let acceptor = acceptor.map(|(a, _)| a);
     tokio::spawn(async move {
         loop {
             let conn = tokio::select! {
                 c = listener.accept() => c,
                 _ = stop.wait_for(|s| *s) => return,
             };
-            let Ok((stream, _)) = conn else { continue };
+            let Ok((stream, peer)) = conn else { continue };
             let server = server.clone();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let server = server.clone();
                     async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match acceptor {
+                    None => {
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                            .await;
+                    }
+                    Some(a) => {
+                        // a client that never finishes its handshake must
+                        // not hold a task forever
+                        let hs = tokio::time::timeout(Duration::from_secs(10), a.accept(stream));
+                        match hs.await {
+                            Ok(Ok(tls)) => {
+                                let _ = http
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                    .await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }
+                }
             });
         }
     });
@@ -511,10 +542,15 @@ pub async fn serve(
 pub enum Target {
     /// The scheduler's HTTP address, e.g. `http://10.0.0.5:10259`.
     Endpoint {
-        /// Base URL.
+        /// Base URL (`https://…` when the scheduler serves TLS).
         url: String,
         /// Bearer token, if any.
         token: Option<String>,
+        /// PEM file of the CA that signed the scheduler's certificate
+        /// (default: the system's roots).
+        ca: Option<std::path::PathBuf>,
+        /// Skip verifying the scheduler's certificate (its self-signed one).
+        insecure: bool,
     },
     /// Through the apiserver's proxy to the scheduler's Service (and, if
     /// that reaches a standby, to the leader's pod).
@@ -531,6 +567,9 @@ pub enum Target {
         /// Bearer token forwarded to the scheduler (the proxy drops the
         /// `Authorization` header), if any.
         token: Option<String>,
+        /// The scheduler serves HTTPS (the proxy is asked for
+        /// `https:<name>:<port>`; it does not verify the certificate).
+        https: bool,
     },
 }
 
@@ -572,7 +611,12 @@ async fn get(client: &Client, uri: &str, token: Option<&str>) -> anyhow::Result<
 /// client for the proxy (from the kubeconfig).
 pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow::Result<Fetched> {
     match target {
-        Target::Endpoint { url, token } => {
+        Target::Endpoint {
+            url,
+            token,
+            ca,
+            insecure,
+        } => {
             let uri: http::Uri = url
                 .parse()
                 .with_context(|| format!("--endpoint {url:?} is not a URL"))?;
@@ -580,7 +624,23 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
             if let Some(t) = token {
                 config.auth_info.token = Some(t.clone().into());
             }
-            config.accept_invalid_certs = false;
+            if let Some(ca) = ca {
+                use rustls_pki_types::pem::PemObject;
+                let certs = rustls_pki_types::CertificateDer::pem_file_iter(ca)
+                    .with_context(|| format!("--certificate-authority {}", ca.display()))?
+                    .map(|c| c.map(|c| c.to_vec()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| {
+                        format!("--certificate-authority {}: not PEM", ca.display())
+                    })?;
+                anyhow::ensure!(
+                    !certs.is_empty(),
+                    "--certificate-authority {}: no CERTIFICATE block",
+                    ca.display()
+                );
+                config.root_cert = Some(certs);
+            }
+            config.accept_invalid_certs = *insecure;
             // a standby's 503 is an answer, not a transient failure
             config.default_retry = false;
             let client = Client::try_from(config).context("building the HTTP client")?;
@@ -592,10 +652,13 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
             port,
             pod_port,
             token,
+            https,
         } => {
             let client = kube.context("the service proxy needs a kubeconfig")?;
-            let uri =
-                format!("/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy{path}");
+            let scheme = if *https { "https:" } else { "" };
+            let uri = format!(
+                "/api/v1/namespaces/{namespace}/services/{scheme}{service}:{port}/proxy{path}"
+            );
             let first = get(client, &uri, token.as_deref()).await?;
             if first.status != 503 {
                 return Ok(first);
@@ -606,8 +669,9 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
                 .and_then(|v| v.get("leader")?.as_str().map(str::to_string));
             match leader {
                 Some(pod) => {
-                    let uri =
-                        format!("/api/v1/namespaces/{namespace}/pods/{pod}:{pod_port}/proxy{path}");
+                    let uri = format!(
+                        "/api/v1/namespaces/{namespace}/pods/{scheme}{pod}:{pod_port}/proxy{path}"
+                    );
                     get(client, &uri, token.as_deref()).await
                 }
                 None => Ok(first),

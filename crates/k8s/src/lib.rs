@@ -16,6 +16,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod rbac;
 pub mod snapshot;
+pub mod tls;
 pub mod translate;
 pub mod watch;
 pub mod world;

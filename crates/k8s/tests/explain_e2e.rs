@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
+use std::ops::Not;
 use std::time::Duration;
 
 fn free_addr() -> SocketAddr {
@@ -60,29 +61,34 @@ async fn sa_token(c: &Cluster, name: &str) -> String {
         .expect("a token")
 }
 
+/// GET over HTTPS (the scheduler's self-signed certificate: delegated
+/// auth always serves TLS, as the chart runs it).
 async fn get(addr: SocketAddr, token: Option<&str>, path: &str) -> Fetched {
     let target = Target::Endpoint {
-        url: format!("http://{addr}"),
+        url: format!("https://{addr}"),
         token: token.map(str::to_string),
+        ca: None,
+        insecure: true,
     };
     fetch(&target, None, path).await.unwrap()
 }
 
-/// A GET written by hand: `header` is sent as is (e.g. the header the CLI
-/// forwards its token in through the apiserver's proxy). Returns the status.
-async fn raw_status(addr: SocketAddr, path: &str, header: &str) -> u16 {
-    use std::io::{Read, Write};
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{header}Connection: close\r\n\r\n");
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        s.write_all(req.as_bytes()).unwrap();
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).unwrap();
-        let text = String::from_utf8_lossy(&buf);
-        text.split_whitespace().nth(1).unwrap().parse().unwrap()
-    })
-    .await
-    .unwrap()
+/// A GET with one extra header (e.g. the header the CLI forwards its token
+/// in through the apiserver's proxy) and no Authorization. Returns the status.
+async fn raw_status(addr: SocketAddr, path: &str, header: Option<(&str, String)>) -> u16 {
+    let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
+    config.accept_invalid_certs = true;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let mut req = http::Request::get(path);
+    if let Some((k, v)) = header {
+        req = req.header(k, v);
+    }
+    let res = client
+        .send(req.body(kube::client::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    res.status().as_u16()
 }
 
 /// Polls the pod's report until `ok` holds; returns it.
@@ -169,8 +175,22 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     create(&pods, second).await;
 
     // authentication and authorization
-    assert_eq!(raw_status(addr, "/healthz", "").await, 200, "open");
-    assert_eq!(raw_status(addr, "/readyz", "").await, 200, "open");
+    assert_eq!(raw_status(addr, "/healthz", None).await, 200, "open");
+    assert_eq!(raw_status(addr, "/readyz", None).await, 200, "open");
+    // tokens never travel in clear: plain HTTP gets no answer
+    let plain = Target::Endpoint {
+        url: format!("http://{addr}"),
+        token: Some(reader.clone()),
+        ca: None,
+        insecure: false,
+    };
+    assert!(
+        fetch(&plain, None, "/healthz")
+            .await
+            .is_ok_and(|f| f.status == 200)
+            .not(),
+        "plain HTTP is answered"
+    );
     assert_eq!(get(addr, None, "/debug/pods/ml/plain").await.status, 401);
     assert_eq!(get(addr, None, "/metrics").await.status, 401);
     assert_eq!(
@@ -195,7 +215,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
         raw_status(
             addr,
             "/debug/queues/capped",
-            &format!("x-gpusched-authorization: Bearer {reader}\r\n")
+            Some(("x-gpusched-authorization", format!("Bearer {reader}")))
         )
         .await,
         200
@@ -204,7 +224,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
         raw_status(
             addr,
             "/debug/queues/capped",
-            &format!("x-gpusched-authorization: Bearer {nobody}\r\n")
+            Some(("x-gpusched-authorization", format!("Bearer {nobody}")))
         )
         .await,
         403
@@ -372,7 +392,7 @@ async fn explain_through_the_apiserver_service_proxy() {
     create_obj(
         &svcs,
         json!({"metadata": {"name": "gpusched-scheduler-metrics"},
-            "spec": {"ports": [{"name": "http", "port": 10259, "targetPort": port}]}}),
+            "spec": {"ports": [{"name": "https", "port": 10259, "targetPort": port}]}}),
     )
     .await;
     // the apiserver proxies to a ready endpoint of the Service (Endpoints
@@ -397,7 +417,7 @@ async fn explain_through_the_apiserver_service_proxy() {
         &eps,
         json!({"metadata": {"name": "gpusched-scheduler-metrics"},
             "subsets": [{"addresses": [{"ip": ip.to_string(), "targetRef": {"kind": "Pod", "namespace": "ml", "name": "scheduler-0"}}],
-                "ports": [{"name": "http", "port": port}]}]}),
+                "ports": [{"name": "https", "port": port}]}]}),
     )
     .await;
     let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
@@ -409,7 +429,7 @@ async fn explain_through_the_apiserver_service_proxy() {
             "addressType": "IPv4",
             "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true, "serving": true},
                 "nodeName": "nowhere", "targetRef": {"kind": "Pod", "namespace": "ml", "name": "scheduler-0"}}],
-            "ports": [{"name": "http", "port": port}]}),
+            "ports": [{"name": "https", "port": port}]}),
     )
     .await;
     wait_for(Duration::from_secs(30), || async {
@@ -433,9 +453,10 @@ async fn explain_through_the_apiserver_service_proxy() {
     let target = |token: Option<&str>| Target::Proxy {
         namespace: "ml".into(),
         service: "gpusched-scheduler-metrics".into(),
-        port: "http".into(),
+        port: "https".into(),
         pod_port: port,
         token: token.map(str::to_string),
+        https: true,
     };
     // the apiserver authenticates the reader and drops its Authorization
     // header: without the forwarded one the scheduler sees no token

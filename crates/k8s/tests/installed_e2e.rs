@@ -19,12 +19,8 @@ fn free_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-async fn probe(addr: SocketAddr, path: &str) -> (u16, String) {
-    let t = Target::Endpoint {
-        url: format!("http://{addr}"),
-        token: None,
-    };
-    match fetch(&t, None, path).await {
+async fn probe(t: &Target, path: &str) -> (u16, String) {
+    match fetch(t, None, path).await {
         Ok(f) => (f.status, f.body),
         Err(e) => (0, e.to_string()),
     }
@@ -52,11 +48,12 @@ async fn a_missing_permission_fails_health_naming_it_and_recovers() {
     let addr = free_addr();
     let mut o = opts();
     o.http_addr = Some(addr);
+    let t = debug_target(&o, addr, None);
     let s = c.scheduler(o).await;
     let pods = c.pods("ml");
     create(&pods, gpu_pod("waits", 1)).await;
     let (code, body) = wait_for(Duration::from_secs(30), || async {
-        let (code, body) = probe(addr, "/healthz").await;
+        let (code, body) = probe(&t, "/healthz").await;
         (code == 503).then_some((code, body))
     })
     .await
@@ -64,7 +61,7 @@ async fn a_missing_permission_fails_health_naming_it_and_recovers() {
     assert_eq!(code, 503);
     assert!(body.contains("poddisruptionbudgets"), "{body}");
     assert!(body.contains("missing permissions"), "{body}");
-    let (code, body) = probe(addr, "/readyz").await;
+    let (code, body) = probe(&t, "/readyz").await;
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("poddisruptionbudgets"), "{body}");
     assert!(bound(&pods).await.is_empty(), "nothing is placed blind");
@@ -81,10 +78,19 @@ async fn a_missing_permission_fails_health_naming_it_and_recovers() {
     })
     .await
     .expect("bound once the permission is back");
-    let (code, body) = probe(addr, "/healthz").await;
+    let (code, body) = probe(&t, "/healthz").await;
     assert_eq!(code, 200, "{body}");
-    let (code, body) = probe(addr, "/readyz").await;
+    let (code, body) = probe(&t, "/readyz").await;
     assert_eq!(code, 200, "{body}");
+    // the chart's delegated auth is served over TLS only
+    let plain = Target::Endpoint {
+        url: format!("http://{addr}"),
+        token: None,
+        ca: None,
+        insecure: false,
+    };
+    let answered = probe(&plain, "/readyz").await;
+    assert_ne!(answered.0, 200, "plain HTTP answered: {}", answered.1);
     s.stop().await;
 }
 

@@ -176,6 +176,7 @@ async fn node_and_decision_problems_are_reported_once() {
     let mut o = opts();
     o.http_addr = Some(addr);
     o.http_auth = gpusched_k8s::debug::HttpAuth::None;
+    o.tls = gpusched_k8s::tls::Tls::Off;
     let s = c.scheduler(o).await;
     create(&pods, gpu_pod("placed", 1)).await;
     wait_for(Duration::from_secs(30), || async {

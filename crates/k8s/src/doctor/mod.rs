@@ -256,14 +256,8 @@ pub fn diagnose_blocking(opts: &DoctorOptions) -> anyhow::Result<Report> {
     })
 }
 
-/// Milli-GPU as GPUs (`3`, `2.5`).
-pub fn gpus_text(milli: u64) -> String {
-    if milli.is_multiple_of(1000) {
-        (milli / 1000).to_string()
-    } else {
-        format!("{}", milli as f64 / 1000.0)
-    }
-}
+/// Milli-GPU as GPUs (`3`, `2.5`): the reports' text.
+pub use gpusched_core::report::gpus_text;
 
 #[cfg(test)]
 mod tests;

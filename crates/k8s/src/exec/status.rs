@@ -10,7 +10,7 @@ use crate::crd::{PodGroupStatus, QueueStatus, phase_name};
 use crate::world::{Built, Problem};
 use gpusched_core::GroupPhase;
 use gpusched_core::fairshare::QueueTree;
-use gpusched_model::{GPU_MILLI, ResourceVec};
+use gpusched_model::ResourceVec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -317,15 +317,9 @@ pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap
     (figures, invalid)
 }
 
-/// GPUs as the status shows them: whole numbers plain, shares with three
-/// decimals.
-pub fn gpus_text(milli: u64) -> String {
-    if milli.is_multiple_of(GPU_MILLI) {
-        (milli / GPU_MILLI).to_string()
-    } else {
-        format!("{:.3}", milli as f64 / GPU_MILLI as f64)
-    }
-}
+/// GPUs as the status shows them: whole numbers plain, shares exactly
+/// (the reports' text).
+pub use gpusched_core::report::gpus_text;
 
 fn resources(r: &ResourceVec) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -543,7 +537,7 @@ mod tests {
             pending: 3,
         };
         let st = wanted_queue(Some(&f), None);
-        assert_eq!(st.allocated_gpus.as_deref(), Some("1.500"));
+        assert_eq!(st.allocated_gpus.as_deref(), Some("1.5"));
         assert_eq!(st.fair_share_gpus.as_deref(), Some("4"));
         assert_eq!(st.allocated["cpu"], "500m");
         assert_eq!(st.pending_pods, 3);

@@ -380,6 +380,7 @@ pub fn opts() -> Options {
     );
     let mut leader_elect = false;
     let mut lease_name = "gpusched".to_string();
+    let (mut cert, mut key) = (None, None);
     for a in &args[1..] {
         let (flag, value) = a.split_once('=').unwrap_or((a.as_str(), ""));
         match flag {
@@ -388,6 +389,8 @@ pub fn opts() -> Options {
             "--lease-namespace" => o.lease_namespace = value.to_string(),
             "--http-addr" => {} // see above
             "--http-auth" => o.http_auth = value.parse().unwrap(),
+            "--tls-cert-file" => cert = Some(value.into()),
+            "--tls-private-key-file" => key = Some(value.into()),
             "--log-format" => {} // the test's own subscriber logs
             "--kube-api-qps" => o.exec.qps = value.parse().unwrap(),
             "--kube-api-burst" => o.exec.burst = value.parse().unwrap(),
@@ -399,7 +402,33 @@ pub fn opts() -> Options {
     if leader_elect {
         o.lease_name = Some(lease_name);
     }
+    // the chart's TLS: a self-signed certificate for delegated auth (the
+    // chart's Secret paths exist only in its pod)
+    o.tls = gpusched_k8s::tls::Tls::from_flags(o.http_auth, cert, key, vec![]).unwrap();
+    if matches!(o.tls, gpusched_k8s::tls::Tls::Files { .. }) {
+        o.tls = gpusched_k8s::tls::Tls::SelfSigned(vec![]);
+    }
     o
+}
+
+/// The debug endpoint of a scheduler run with `o` on `addr`, as `gpusched
+/// explain --endpoint` reaches it (its self-signed certificate unverified).
+pub fn debug_target(
+    o: &Options,
+    addr: std::net::SocketAddr,
+    token: Option<&str>,
+) -> gpusched_k8s::debug::Target {
+    let scheme = if o.tls == gpusched_k8s::tls::Tls::Off {
+        "http"
+    } else {
+        "https"
+    };
+    gpusched_k8s::debug::Target::Endpoint {
+        url: format!("{scheme}://{addr}"),
+        token: token.map(str::to_string),
+        ca: None,
+        insecure: true,
+    }
 }
 
 /// Polls `f` until it returns Some, or gives up after `timeout`.
