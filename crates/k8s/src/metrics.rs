@@ -1,9 +1,9 @@
 //! The scheduler's Prometheus metrics (names in `docs/kubernetes.md`).
 
-use crate::doctor::checks::{PendingClass, classify};
 use crate::world::{Built, Problem};
 use gpusched_core::{ClusterState, CycleOutput};
 use gpusched_model::GPU_MILLI;
+use gpusched_plugins::classify::{PendingClass, classify};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,7 +34,7 @@ pub struct KindLabel {
     pub kind: String,
 }
 
-/// Label set `reason` (a doctor [`PendingClass`](crate::doctor::PendingClass)).
+/// Label set `reason` (a [`PendingClass`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     /// `insufficient-gpus`, `quota`, `gang-incomplete`, `gated`, …

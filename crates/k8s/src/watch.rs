@@ -485,7 +485,6 @@ pub async fn run_job_gangs(
 ) {
     use crate::translate::{ANNOTATION_FOR_JOB, LABEL_GANG, LABEL_QUEUE};
     use k8s_openapi::api::batch::v1::Job;
-    use kube::api::PostParams;
     let jobs: Api<Job> = Api::all(client.clone());
     let cfg = watcher::Config::default().labels(&format!("{LABEL_GANG}=true"));
     let mut stream = watcher::watcher(jobs, cfg).default_backoff().boxed();
@@ -544,7 +543,7 @@ pub async fn run_job_gangs(
             }
         };
         let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
-        match api.create(&PostParams::default(), &pg).await {
+        match api.create(&crate::exec::post_params(), &pg).await {
             Ok(_) => {
                 tracing::info!(
                     "created PodGroup {ns}/{name} (minMember {min}) for Job {ns}/{name}"

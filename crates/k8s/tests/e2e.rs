@@ -112,7 +112,8 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
         .await
         .expect("FailedScheduling for the member of a group of an unknown queue");
     assert!(ev.iter().any(|e| e.contains("ghost")), "{ev:?}");
-    // the condition is set the way kube-scheduler sets it
+    // PodScheduled=False, with a reason autoscalers do not scale up for
+    // (a bad spec is not fixed by new nodes)
     let p = pods.get("fractional").await.unwrap();
     let cond = p
         .status
@@ -124,7 +125,7 @@ async fn bad_pods_get_clear_events_and_the_scheduler_keeps_going() {
         .unwrap();
     assert_eq!(
         (cond.status.as_str(), cond.reason.as_deref()),
-        ("False", Some("Unschedulable"))
+        ("False", Some("InvalidSpec"))
     );
     assert!(!bound(&pods).await.contains_key("fractional"));
     s.stop().await;
@@ -733,5 +734,72 @@ async fn preemption_prefers_victims_whose_disruption_budget_allows_it() {
         "the budget-protected pods stay although their priority is lower"
     );
     assert_eq!(b.keys().filter(|k| k.starts_with("free")).count(), 0);
+    s.stop().await;
+}
+
+/// The PodScheduled reason of `name` once it is set.
+async fn scheduled_reason(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+) -> Option<String> {
+    let p = pods.get(name).await.ok()?;
+    p.status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+        .reason
+}
+
+/// cluster-autoscaler and Karpenter add nodes for pods whose PodScheduled
+/// condition is False with reason `Unschedulable`: only a pod that nodes
+/// would help reads so; a pod held by its queue's limit or waiting for its
+/// gang's members reads its own reason (docs/kubernetes.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn only_pods_that_nodes_would_help_read_unschedulable() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    c.queue("capped", json!({"limit": {"nvidia.com/gpu": "1"}}))
+        .await;
+    let pods = c.pods("ml");
+    for name in ["capped-1", "capped-2"] {
+        let mut p = gpu_pod(name, 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/queue": "capped"});
+        create(&pods, p).await;
+    }
+    // more GPUs than both nodes have free once the fillers run
+    for i in 0..2 {
+        create(&pods, gpu_pod(&format!("filler-{i}"), 7)).await;
+    }
+    c.group("ml", "trio", json!({"minMember": 3})).await;
+    let mut lone = gpu_pod("trio-0", 1);
+    lone["metadata"]["labels"] = json!({"gpusched.io/pod-group": "trio"});
+    create(&pods, lone).await;
+    let s = c.scheduler(opts()).await;
+    wait_for(Duration::from_secs(30), || async {
+        let b = bound(&pods).await;
+        (b.contains_key("filler-0") && b.contains_key("filler-1") && b.contains_key("capped-1"))
+            .then_some(())
+    })
+    .await
+    .expect("the fillers and the first capped pod are bound");
+    create(&pods, gpu_pod("wide", 4)).await;
+    let want = [
+        ("capped-2", "QueueQuota"),
+        ("trio-0", "GangIncomplete"),
+        ("wide", "Unschedulable"),
+    ];
+    let got = wait_for(Duration::from_secs(30), || async {
+        let mut got = vec![];
+        for (name, _) in want {
+            got.push((name, scheduled_reason(&pods, name).await?));
+        }
+        Some(got)
+    })
+    .await
+    .expect("every pending pod has its condition");
+    for ((name, want), (_, got)) in want.iter().zip(&got) {
+        assert_eq!(got, want, "{name}: {got:?}");
+    }
     s.stop().await;
 }

@@ -2,6 +2,7 @@
 //! ([`config::build`]): filters, packing policies (including the FGD paper's
 //! baselines and our default), on the core's extension points.
 
+pub mod classify;
 pub mod config;
 pub mod filters;
 pub mod packing;

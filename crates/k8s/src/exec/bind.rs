@@ -8,7 +8,6 @@ use crate::metrics::KindLabel;
 use gpusched_core::GpuAssignment;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::Api;
-use kube::api::PostParams;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -146,7 +145,7 @@ impl Executor {
                     .create_subresource::<Binding, serde_json::Value>(
                         "binding",
                         &name,
-                        &PostParams::default(),
+                        &super::post_params(),
                         &binding,
                     )
                     .await;

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::{Api, Client};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -231,7 +231,7 @@ impl PreparedEvent {
                     last_observed_time: MicroTime(self.now),
                 }});
                 match api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .patch(name, &super::patch_params(), &Patch::Merge(patch))
                     .await
                 {
                     Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -271,7 +271,7 @@ impl PreparedEvent {
             ),
             ..Default::default()
         };
-        api.create(&PostParams::default(), &ev).await.map(|_| ())
+        api.create(&super::post_params(), &ev).await.map(|_| ())
     }
 }
 

@@ -7,7 +7,7 @@ use crate::world::PodRef;
 use gpusched_core::{EvictionKind, EvictionReason};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, Preconditions};
 use serde_json::json;
 
 /// The metrics label, the event reason and the word its note starts with,
@@ -84,7 +84,7 @@ impl Executor {
         let name = pr.name.clone();
         let patch = json!({"status": {"nominatedNodeName": node}});
         self.write(async move {
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+            api.patch_status(&name, &super::patch_params(), &Patch::Merge(patch))
                 .await
                 .map(|_| ())
         });

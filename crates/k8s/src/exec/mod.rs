@@ -17,7 +17,7 @@ use crate::metrics::{KindLabel, Metrics, QueueLabel};
 use crate::watch::Shared;
 use crate::world::{Assumed, Built, ObservedStatus, Problem};
 use events::{Event, EventType, ProblemLog, Recorder};
-use gpusched_core::{CycleOutput, Decision, GroupPhase, Verdict};
+use gpusched_core::{CycleOutput, Decision, GroupPhase};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -28,6 +28,26 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
+
+/// Field manager of every write the scheduler makes (`managedFields`
+/// names it, not `unknown`).
+pub const FIELD_MANAGER: &str = "gpusched-scheduler";
+
+/// Patch parameters naming [`FIELD_MANAGER`].
+pub(crate) fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Create parameters naming [`FIELD_MANAGER`].
+pub(crate) fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
 
 /// Tunables of the executor.
 #[derive(Clone, Debug)]
@@ -192,7 +212,7 @@ impl Executor {
             "message": clip(message), "lastTransitionTime": now,
         }]}});
         self.write(async move {
-            api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+            api.patch_status(&name, &patch_params(), &Patch::Strategic(patch))
                 .await
                 .map(|_| ())
         });
@@ -319,9 +339,12 @@ impl Executor {
             if !self.should_explain(&pr.uid, &message) {
                 continue;
             }
-            let reason = match e.verdict {
-                Verdict::Unschedulable | Verdict::Unresolvable => "Unschedulable",
-            };
+            let classes = snap
+                .pods
+                .get(e.pod as usize)
+                .map(|ps| gpusched_plugins::classify::classify(e, &ps.pod, snap))
+                .unwrap_or_default();
+            let reason = gpusched_plugins::classify::condition_reason(e, &classes);
             self.event(
                 pod_ref(&pr.namespace, &pr.name, &pr.uid),
                 EventType::Warning,
@@ -378,7 +401,7 @@ impl Executor {
                     "Scheduling",
                     error.clone(),
                 );
-                self.pod_condition(&pod.namespace, &pod.name, "Unschedulable", error);
+                self.pod_condition(&pod.namespace, &pod.name, "InvalidSpec", error);
             }
             Problem::GatedPod { pod, gates } => {
                 let msg = format!("waiting for scheduling gates: {}", gates.join(", "));
@@ -551,7 +574,7 @@ impl Executor {
         self.write(async move {
             let _guard = guard;
             match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .patch_status(&name, &patch_params(), &Patch::Merge(patch))
                 .await
             {
                 Ok(_) => Ok(()),

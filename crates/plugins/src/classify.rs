@@ -1,0 +1,434 @@
+//! One classification of why a pending pod waits, from the core's typed
+//! reasons: it feeds the pod's `PodScheduled` condition (and so what
+//! cluster autoscalers do), the pending-by-reason metrics, `explain` and
+//! `doctor`. It lives here rather than in the core because telling the
+//! filters' refusals apart needs their names ([`FilterName`]).
+
+use crate::config::FilterName;
+use gpusched_core::{Explanation, NodeReason, PendingReason, Snapshot};
+use gpusched_model::{GpuRequest, ResourceKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Why a pending GPU pod waits, as doctor classifies the core's reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PendingClass {
+    /// `spec.schedulingGates` present.
+    Gated,
+    /// The spec cannot be scheduled as written.
+    InvalidSpec,
+    /// Names a queue or pod group that does not exist.
+    MissingQueueOrGroup,
+    /// A queue limit / no-borrow rule.
+    Quota,
+    /// Fewer than `minMember` pods of the gang exist.
+    GangIncomplete,
+    /// The gang gave up after its schedule timeout.
+    GangTimedOut,
+    /// No topology domain can hold the gang.
+    Topology,
+    /// No node has the GPU model asked.
+    GpuModel,
+    /// No GPU has the memory asked.
+    GpuMemory,
+    /// Node selector / affinity matches no usable node.
+    Affinity,
+    /// Untolerated taints.
+    Taints,
+    /// The GPUs it could use are unhealthy.
+    UnhealthyGpus,
+    /// Nodes cordoned or not ready.
+    NodeUnavailable,
+    /// The core's verdict is Unresolvable: more than any node (or its
+    /// queue's quota) can ever hold, whatever frees up.
+    NeverFits,
+    /// Not enough free GPUs (or GPU share) now.
+    InsufficientGpus,
+    /// Not enough CPU, memory or another resource.
+    InsufficientResources,
+    /// Only part of the gang fits now.
+    GangShort,
+    /// Preemption or reservation under way; it waits for a node.
+    WaitingForNode,
+    /// Fits now: the next cycle places it.
+    FitsNow,
+}
+
+impl PendingClass {
+    /// The kebab-case name (as in JSON).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingClass::Gated => "gated",
+            PendingClass::InvalidSpec => "invalid-spec",
+            PendingClass::MissingQueueOrGroup => "missing-queue-or-group",
+            PendingClass::Quota => "quota",
+            PendingClass::GangIncomplete => "gang-incomplete",
+            PendingClass::GangTimedOut => "gang-timed-out",
+            PendingClass::Topology => "topology",
+            PendingClass::GpuModel => "gpu-model",
+            PendingClass::GpuMemory => "gpu-memory",
+            PendingClass::Affinity => "affinity",
+            PendingClass::Taints => "taints",
+            PendingClass::UnhealthyGpus => "unhealthy-gpus",
+            PendingClass::NodeUnavailable => "node-unavailable",
+            PendingClass::NeverFits => "never-fits",
+            PendingClass::InsufficientGpus => "insufficient-gpus",
+            PendingClass::InsufficientResources => "insufficient-resources",
+            PendingClass::GangShort => "gang-short",
+            PendingClass::WaitingForNode => "waiting-for-node",
+            PendingClass::FitsNow => "fits-now",
+        }
+    }
+
+    /// Every class, in the order a pod's main class is chosen.
+    pub const ALL: [PendingClass; 19] = [
+        PendingClass::Gated,
+        PendingClass::InvalidSpec,
+        PendingClass::MissingQueueOrGroup,
+        PendingClass::Quota,
+        PendingClass::GangIncomplete,
+        PendingClass::GangTimedOut,
+        PendingClass::Topology,
+        PendingClass::GpuModel,
+        PendingClass::GpuMemory,
+        PendingClass::Affinity,
+        PendingClass::Taints,
+        PendingClass::UnhealthyGpus,
+        PendingClass::NodeUnavailable,
+        PendingClass::NeverFits,
+        PendingClass::InsufficientGpus,
+        PendingClass::InsufficientResources,
+        PendingClass::GangShort,
+        PendingClass::WaitingForNode,
+        PendingClass::FitsNow,
+    ];
+
+    /// Whether more (or other) nodes would let the pod run: what cluster
+    /// autoscalers act on. False where gpusched itself holds the pod (its
+    /// spec, its queue's quota, its gang, capacity already being freed for
+    /// it, or nothing: it fits now).
+    pub fn more_nodes_help(self) -> bool {
+        !matches!(
+            self,
+            PendingClass::Gated
+                | PendingClass::InvalidSpec
+                | PendingClass::MissingQueueOrGroup
+                | PendingClass::Quota
+                | PendingClass::GangIncomplete
+                | PendingClass::GangTimedOut
+                | PendingClass::WaitingForNode
+                | PendingClass::FitsNow
+        )
+    }
+
+    /// The `PodScheduled=False` reason for a pod whose main class this is
+    /// (docs/kubernetes.md, "Pending pods and autoscalers").
+    pub fn condition_reason(self) -> &'static str {
+        match self {
+            PendingClass::Gated => "SchedulingGated",
+            PendingClass::InvalidSpec => "InvalidSpec",
+            PendingClass::MissingQueueOrGroup => "MissingQueueOrGroup",
+            PendingClass::Quota => "QueueQuota",
+            PendingClass::GangIncomplete => "GangIncomplete",
+            PendingClass::GangTimedOut => "GangTimedOut",
+            PendingClass::WaitingForNode => "WaitingForNode",
+            PendingClass::FitsNow => "FitsNow",
+            _ => "Unschedulable",
+        }
+    }
+
+    /// What the user can do about it (doctor's hint).
+    pub fn hint(self) -> &'static str {
+        match self {
+            PendingClass::Gated => {
+                "a controller must remove spec.schedulingGates before the pod is scheduled"
+            }
+            PendingClass::InvalidSpec => {
+                "fix the field named in the message (see docs/kubernetes.md, Pods)"
+            }
+            PendingClass::MissingQueueOrGroup => {
+                "create the Queue / PodGroup, or fix the gpusched.io/queue or gpusched.io/pod-group label"
+            }
+            PendingClass::Quota => {
+                "the queue is at its limit (or may not borrow): wait, raise the Queue's limit/guarantee, or use another queue"
+            }
+            PendingClass::GangIncomplete => {
+                "fewer pods than minMember exist: create the missing members or lower minMember"
+            }
+            PendingClass::GangTimedOut => {
+                "the gang gave up: recreate it, or raise its scheduleTimeout"
+            }
+            PendingClass::Topology => {
+                "no single domain holds the whole gang: relax the topology constraint or free a domain"
+            }
+            PendingClass::GpuModel => {
+                "no node has the requested GPU model: check nvidia.com/gpu.product selectors and gpusched.io/gpu-models"
+            }
+            PendingClass::GpuMemory => {
+                "no GPU has that much memory: lower gpusched.io/min-gpu-memory or the memory share"
+            }
+            PendingClass::Affinity => "no GPU node matches the pod's nodeSelector / affinity",
+            PendingClass::Taints => "the GPU nodes are tainted: add the tolerations or untaint",
+            PendingClass::UnhealthyGpus => {
+                "the matching GPUs are unhealthy: see the gpu-resources findings"
+            }
+            PendingClass::NodeUnavailable => "the matching nodes are cordoned or NotReady",
+            PendingClass::NeverFits => {
+                "it asks more than any node (or its queue's quota) can ever hold: it never fits as written; make it smaller or raise the quota"
+            }
+            PendingClass::InsufficientGpus => {
+                "not enough free GPUs now: it is placed when pods finish (or preempts lower priority)"
+            }
+            PendingClass::InsufficientResources => {
+                "not enough CPU/memory/other resources on the GPU nodes"
+            }
+            PendingClass::GangShort => {
+                "not every member fits at once: the gang waits for capacity (all-or-nothing)"
+            }
+            PendingClass::WaitingForNode => {
+                "victims are terminating or a node is reserved for it: it is placed when they go"
+            }
+            PendingClass::FitsNow => {
+                "it fits now; the scheduler places it next cycle (is the scheduler running?)"
+            }
+        }
+    }
+}
+
+/// The classes of one explanation, most specific first.
+pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> Vec<PendingClass> {
+    let mut set = BTreeSet::new();
+    if e.reasons.is_empty() {
+        set.insert(PendingClass::FitsNow);
+    }
+    for r in &e.reasons {
+        match r {
+            PendingReason::Nodes(s) => {
+                for (nr, _) in &s.counts {
+                    set.insert(node_class(nr, pod, snap));
+                }
+            }
+            PendingReason::QueueMissing { .. }
+            | PendingReason::GroupMissing { .. }
+            | PendingReason::GroupQueueMissing { .. } => {
+                set.insert(PendingClass::MissingQueueOrGroup);
+            }
+            PendingReason::GangTimedOut { .. } => {
+                set.insert(PendingClass::GangTimedOut);
+            }
+            PendingReason::GangIncomplete { .. } => {
+                set.insert(PendingClass::GangIncomplete);
+            }
+            PendingReason::GangShort { .. } => {
+                set.insert(PendingClass::GangShort);
+            }
+            PendingReason::NoTopologyDomain { .. } => {
+                set.insert(PendingClass::Topology);
+            }
+            PendingReason::Quota(v) if v.never() => {
+                set.insert(PendingClass::NeverFits);
+            }
+            PendingReason::Quota(_) => {
+                set.insert(PendingClass::Quota);
+            }
+            PendingReason::Reserved { .. }
+            | PendingReason::VictimsTerminating { .. }
+            | PendingReason::TerminatingPods { .. }
+            | PendingReason::PodsMoving { .. }
+            | PendingReason::Nominated => {
+                set.insert(PendingClass::WaitingForNode);
+            }
+            PendingReason::SnapshotInconsistent { .. } => {
+                set.insert(PendingClass::InsufficientGpus);
+            }
+        }
+    }
+    // the core's verdict says waiting never helps: not "placed when pods
+    // finish" (explain and doctor agree: one classification)
+    if e.verdict == gpusched_core::Verdict::Unresolvable
+        && (set.remove(&PendingClass::InsufficientGpus)
+            | set.remove(&PendingClass::InsufficientResources)
+            | set.remove(&PendingClass::Quota))
+    {
+        set.insert(PendingClass::NeverFits);
+    }
+    PendingClass::ALL
+        .iter()
+        .copied()
+        .filter(|c| set.contains(c))
+        .collect()
+}
+
+/// A node reason's class. The GPU filter's refusals are told apart by the
+/// facts of the snapshot (is there any GPU of the model? with the memory?),
+/// not by the phrase.
+/// The `PodScheduled=False` reason of an explanation: `Unschedulable`
+/// (kube-scheduler's, which cluster-autoscaler and Karpenter scale up for)
+/// only when more or other nodes would let the pod run; when gpusched holds
+/// it for its own rules (quota, gang, capacity being freed), that rule's
+/// reason, even if the nodes are full too — new nodes would not start it.
+/// A pod whose job alone is over its queue's limit is `QueueQuota`, never
+/// `Unschedulable`.
+pub fn condition_reason(e: &Explanation, classes: &[PendingClass]) -> &'static str {
+    let quota_never = e
+        .reasons
+        .iter()
+        .any(|r| matches!(r, PendingReason::Quota(v) if v.never()));
+    if quota_never {
+        return PendingClass::Quota.condition_reason();
+    }
+    classes
+        .iter()
+        .find(|c| !c.more_nodes_help())
+        .copied()
+        .unwrap_or(PendingClass::InsufficientGpus)
+        .condition_reason()
+}
+
+fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
+    match r {
+        NodeReason::Insufficient(ResourceKind::Gpu) | NodeReason::InsufficientGpuShare => {
+            PendingClass::InsufficientGpus
+        }
+        NodeReason::Insufficient(ResourceKind::GpuMemory) => PendingClass::GpuMemory,
+        NodeReason::Insufficient(_) => PendingClass::InsufficientResources,
+        NodeReason::ReservedForOtherJob => PendingClass::WaitingForNode,
+        NodeReason::Filter { plugin, .. } => {
+            if plugin == FilterName::NodeUnschedulable.as_str() {
+                PendingClass::NodeUnavailable
+            } else if plugin == FilterName::NodeAffinity.as_str() {
+                PendingClass::Affinity
+            } else if plugin == FilterName::TaintToleration.as_str() {
+                PendingClass::Taints
+            } else if plugin == FilterName::GpuFit.as_str() {
+                gpu_fit_class(pod, snap)
+            } else {
+                PendingClass::InsufficientResources
+            }
+        }
+    }
+}
+
+fn gpu_fit_class(pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
+    let gpus = || snap.nodes.iter().flat_map(|n| n.gpus.iter());
+    if !gpus().any(|g| pod.allows_model(&g.model)) {
+        return PendingClass::GpuModel;
+    }
+    let need_mem = match pod.gpu {
+        GpuRequest::Share { memory_mib, .. } => memory_mib.max(pod.min_gpu_memory_mib),
+        _ => pod.min_gpu_memory_mib,
+    };
+    if !gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem) {
+        return PendingClass::GpuMemory;
+    }
+    if let GpuRequest::Whole(k) = pod.gpu {
+        let most = snap
+            .nodes
+            .iter()
+            .map(|n| {
+                n.gpus
+                    .iter()
+                    .filter(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        if most < k as usize {
+            return PendingClass::NeverFits;
+        }
+    }
+    if gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem && !g.is_healthy()) {
+        return PendingClass::UnhealthyGpus;
+    }
+    PendingClass::InsufficientGpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_core::Verdict;
+    use gpusched_core::reason::{NodeSummary, QuotaRule, QuotaViolation};
+    use gpusched_testkit as tk;
+
+    fn explanation(reasons: Vec<PendingReason>) -> Explanation {
+        Explanation {
+            pod: 0,
+            verdict: Verdict::Unschedulable,
+            reasons,
+            evictions: vec![],
+            queue_position: None,
+        }
+    }
+
+    fn full_nodes() -> PendingReason {
+        PendingReason::Nodes(NodeSummary {
+            total: 2,
+            counts: vec![(NodeReason::Insufficient(ResourceKind::Gpu), 2)],
+            nearest: None,
+        })
+    }
+
+    fn quota(needs: u64) -> PendingReason {
+        PendingReason::Quota(QuotaViolation {
+            queue: "research".into(),
+            rule: QuotaRule::Limit,
+            dimension: ResourceKind::Gpu,
+            would_use: 10_000,
+            cap: 8_000,
+            needs,
+        })
+    }
+
+    /// What cluster-autoscaler and Karpenter read: `Unschedulable` only
+    /// when nodes are what is missing.
+    #[test]
+    fn only_a_lack_of_nodes_reads_unschedulable() {
+        let snap = tk::snapshot(
+            vec![tk::node("a").gpus(8).build(), tk::node("b").gpus(8).build()],
+            vec![tk::queue("research")],
+            vec![],
+            vec![tk::pod("p").queue("research").gpus(2).build()],
+        );
+        let pod = &snap.pods[0].pod;
+        let reason = |reasons: Vec<PendingReason>| {
+            let e = explanation(reasons);
+            condition_reason(&e, &classify(&e, pod, &snap))
+        };
+        assert_eq!(reason(vec![full_nodes()]), "Unschedulable");
+        // the queue holds it: new nodes would not start it
+        assert_eq!(reason(vec![quota(2_000)]), "QueueQuota");
+        assert_eq!(reason(vec![full_nodes(), quota(2_000)]), "QueueQuota");
+        // the job alone is over the limit: never Unschedulable
+        assert_eq!(reason(vec![quota(9_000)]), "QueueQuota");
+        let incomplete = PendingReason::GangIncomplete {
+            group: "g".into(),
+            have: 2,
+            need: 4,
+        };
+        assert_eq!(reason(vec![full_nodes(), incomplete]), "GangIncomplete");
+        // a gang whose members exist but do not all fit: nodes would help
+        let short = PendingReason::GangShort {
+            group: "g".into(),
+            fit: 2,
+            need: 4,
+        };
+        assert_eq!(reason(vec![full_nodes(), short]), "Unschedulable");
+        let freeing = PendingReason::VictimsTerminating {
+            victims: 2,
+            node: "a".into(),
+        };
+        assert_eq!(reason(vec![freeing]), "WaitingForNode");
+        assert_eq!(reason(vec![]), "FitsNow");
+        let missing = PendingReason::QueueMissing { queue: "x".into() };
+        assert_eq!(reason(vec![missing]), "MissingQueueOrGroup");
+    }
+
+    #[test]
+    fn every_class_says_whether_nodes_help_and_has_a_reason() {
+        for c in PendingClass::ALL {
+            let r = c.condition_reason();
+            assert_eq!(r == "Unschedulable", c.more_nodes_help(), "{c:?}");
+        }
+    }
+}
