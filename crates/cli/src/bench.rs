@@ -176,14 +176,13 @@ fn time_status_refresh(snap: &Snapshot, out: &CycleOutput) -> f64 {
         }
     }
     let built = gpusched_k8s::world::Built {
-        pods: Vec::new(),
-        problems: Vec::new(),
-        pending_by_queue: Default::default(),
         snapshot: after,
+        ..Default::default()
     };
     let metrics = gpusched_k8s::metrics::Metrics::new();
     let t = Instant::now();
-    metrics.observe_cycle(&built, out);
+    let classes = gpusched_plugins::classify::classify_cycle(out, &built.snapshot);
+    metrics.observe_cycle(&built, out, &classes);
     t.elapsed().as_secs_f64()
 }
 

@@ -140,8 +140,13 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
                     output: &out,
                     now_ms: now,
                 };
-                report::queue_report(&view, &queue)
-                    .with_context(|| format!("queue {queue} is not in the simulation"))?
+                let mut r = report::queue_report(&view, &queue)
+                    .with_context(|| format!("queue {queue} is not in the simulation"))?;
+                // the reasons a live scheduler's Queue status shows
+                let classes = gpusched_plugins::classify::classify_cycle(&out, &snap);
+                r.pending_by_reason =
+                    gpusched_plugins::classify::queue_pending_by_reason(&classes, &snap, &queue);
+                r
             } else {
                 fetch_json(&source, &format!("/debug/queues/{queue}"))?
             };

@@ -143,7 +143,7 @@ fn a_gang_that_does_not_fit_and_its_queue_from_the_simulator() {
     assert!(text.contains("queue capped"), "{text}");
     assert!(text.contains("limit       gpu 4"), "{text}");
     assert!(text.contains("usage       gpu 4"), "{text}");
-    assert!(text.contains("1 Quota"), "{text}");
+    assert!(text.contains("1 QueueQuota"), "{text}");
 }
 
 #[test]

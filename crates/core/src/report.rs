@@ -490,7 +490,10 @@ pub struct QueueReport {
     pub running_pods: u32,
     /// Pods of the queue pending, by the kind of their main reason
     /// ([`PendingReason::label`]; `FitsNow` when none, `NotExplained` when
-    /// the cycle did not explain them).
+    /// the cycle did not explain them). The scheduler's debug endpoint and
+    /// `gpusched explain queue --from-sim` replace these with the reason
+    /// names of `gpusched_plugins::classify` (what the Queue's status shows),
+    /// which the core cannot call.
     pub pending_by_reason: BTreeMap<String, u32>,
     /// Problems of the queue tree about this queue.
     pub problems: Vec<QueueProblem>,

@@ -222,16 +222,17 @@ pub async fn run_with_client(
                 "cycle"
             );
         }
-        exec.apply(&out, &built);
+        let classes = gpusched_plugins::classify::classify_cycle(&out, &built.snapshot);
+        exec.apply(&out, &built, &classes);
         if last_status.elapsed() >= STATUS_INTERVAL {
             last_status = Instant::now();
-            metrics.observe_cycle(&built, &out);
+            metrics.observe_cycle(&built, &out, &classes);
             let (counts, observed) =
                 shared.with(|w| (w.group_counts(), w.observed_status().clone()));
             exec.publish_status(&built, &counts, &observed);
         }
         if opts.http_addr.is_some() {
-            health.publish(built, out, cycle_ms);
+            health.publish(built, out, classes, cycle_ms);
         }
     }
     tracing::info!("shutting down: waiting for bindings in flight");

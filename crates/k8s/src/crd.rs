@@ -111,6 +111,10 @@ pub struct QueueStatus {
     /// Pods of this queue waiting to be scheduled.
     #[serde(default)]
     pub pending_pods: u32,
+    /// Those pods by why they wait (the reasons of the PodGroup `Scheduled`
+    /// condition: `QueueQuota`, `InsufficientGpus`, `GangIncomplete`, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_by_reason: BTreeMap<String, u32>,
     /// `Valid` (False with a reason when the queue is misconfigured).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

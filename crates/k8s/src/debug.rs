@@ -73,6 +73,7 @@ const AUTH_CACHE_MAX: usize = 1024;
 struct Latest {
     built: Built,
     out: CycleOutput,
+    classes: BTreeMap<gpusched_core::PodId, Vec<gpusched_plugins::classify::PendingClass>>,
     now_ms: u64,
 }
 
@@ -165,8 +166,19 @@ impl Server {
     }
 
     /// Keeps a cycle's input and output for the debug endpoint.
-    pub fn publish(&self, built: Built, out: CycleOutput, now_ms: u64) {
-        let new = Arc::new(Latest { built, out, now_ms });
+    pub fn publish(
+        &self,
+        built: Built,
+        out: CycleOutput,
+        classes: BTreeMap<gpusched_core::PodId, Vec<gpusched_plugins::classify::PendingClass>>,
+        now_ms: u64,
+    ) {
+        let new = Arc::new(Latest {
+            built,
+            out,
+            classes,
+            now_ms,
+        });
         // the old one is dropped after the lock is released
         let old = self
             .latest
@@ -378,17 +390,18 @@ impl Server {
         name: &str,
     ) -> Option<report::QueueReport> {
         let mut r = report::queue_report(view, name)?;
-        // pods the core never sees: gated and invalid ones
-        for p in &latest.built.problems {
-            let (pod, label) = match p {
-                Problem::GatedPod { pod, .. } => (pod, "SchedulingGated"),
-                Problem::InvalidPod { pod, .. } => (pod, "Invalid"),
-                _ => continue,
-            };
-            if self.queue_label(&pod.uid) == name {
-                *r.pending_by_reason.entry(label.to_string()).or_default() += 1;
-            }
+        // one classification: the reasons the Queue's and PodGroups'
+        // status show, gated and invalid pods (which the core never sees)
+        // included
+        let mut by = gpusched_plugins::classify::queue_pending_by_reason(
+            &latest.classes,
+            &latest.built.snapshot,
+            name,
+        );
+        for (c, n) in latest.built.unseen_by_queue.get(name).into_iter().flatten() {
+            *by.entry(c.reason_name().to_string()).or_default() += n;
         }
+        r.pending_by_reason = by;
         Some(r)
     }
 

@@ -3,7 +3,7 @@
 use crate::world::{Built, Problem};
 use gpusched_core::{ClusterState, CycleOutput};
 use gpusched_model::GPU_MILLI;
-use gpusched_plugins::classify::{PendingClass, classify};
+use gpusched_plugins::classify::PendingClass;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -230,7 +230,13 @@ impl Metrics {
 
     /// Sets the cluster gauges from a cycle: pending pods by reason, GPUs by
     /// state, fragmentation, nodes by free GPUs.
-    pub fn observe_cycle(&self, built: &Built, out: &CycleOutput) {
+    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`].
+    pub fn observe_cycle(
+        &self,
+        built: &Built,
+        out: &CycleOutput,
+        classes: &BTreeMap<gpusched_core::PodId, Vec<PendingClass>>,
+    ) {
         let snap = &built.snapshot;
         let mut by: BTreeMap<PendingClass, i64> =
             PendingClass::ALL.iter().map(|c| (*c, 0)).collect();
@@ -244,16 +250,10 @@ impl Metrics {
             }
         }
         for e in &out.explanations {
-            let Some(ps) = snap.pods.get(e.pod as usize) else {
+            let Some(cs) = classes.get(&e.pod) else {
                 continue;
             };
-            if !ps.is_pending() {
-                continue;
-            }
-            let c = classify(e, &ps.pod, snap)
-                .first()
-                .copied()
-                .unwrap_or(PendingClass::FitsNow);
+            let c = cs.first().copied().unwrap_or(PendingClass::FitsNow);
             *by.entry(c).or_default() += 1;
         }
         for (c, n) in by {
@@ -396,7 +396,8 @@ mod tests {
         let mut s = gpusched_plugins::config::build(&Default::default()).unwrap();
         let out = s.cycle(&built.snapshot, 0, 1);
         let m = Metrics::new();
-        m.observe_cycle(&built, &out);
+        let classes = gpusched_plugins::classify::classify_cycle(&out, &built.snapshot);
+        m.observe_cycle(&built, &out, &classes);
         let text = m.render();
         for line in [
             "gpusched_gpus{state=\"total\"} 4.0",

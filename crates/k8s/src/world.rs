@@ -9,6 +9,7 @@ use crate::translate::{self, DEFAULT_QUEUE, NodeView, PodKind, PodView};
 use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{GpuAssignment, NodeId, PodPhase, PodState, Snapshot};
 use gpusched_model::{GpuRequest, PodGroup as MGroup, Queue as MQueue};
+use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,6 +116,8 @@ pub struct Built {
     pub problems: Vec<Problem>,
     /// Pods of ours that are pending (gated and invalid ones included), by queue.
     pub pending_by_queue: BTreeMap<String, u32>,
+    /// Pending pods the core never sees (gated, invalid), by queue and class.
+    pub unseen_by_queue: BTreeMap<String, BTreeMap<PendingClass, u32>>,
 }
 
 /// The `status` of each Queue (by name) and gpusched PodGroup (by
@@ -678,6 +681,11 @@ impl World {
                 PodKind::Ignored => {}
                 PodKind::Gated { gates } => {
                     *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    *out.unseen_by_queue
+                        .entry(queue_of(v))
+                        .or_default()
+                        .entry(PendingClass::Gated)
+                        .or_default() += 1;
                     out.problems.push(Problem::GatedPod {
                         pod: pref(v),
                         gates: gates.clone(),
@@ -685,6 +693,11 @@ impl World {
                 }
                 PodKind::Invalid { error } => {
                     *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    *out.unseen_by_queue
+                        .entry(queue_of(v))
+                        .or_default()
+                        .entry(PendingClass::InvalidSpec)
+                        .or_default() += 1;
                     out.problems.push(Problem::InvalidPod {
                         pod: pref(v),
                         error: error.clone(),

@@ -801,5 +801,54 @@ async fn only_pods_that_nodes_would_help_read_unschedulable() {
     for ((name, want), (_, got)) in want.iter().zip(&got) {
         assert_eq!(got, want, "{name}: {got:?}");
     }
+    // the Queue counts its pending pods by the same reasons
+    let queues: kube::Api<gpusched_k8s::crd::Queue> = kube::Api::all(c.client.clone());
+    let by = wait_for(Duration::from_secs(30), || async {
+        let st = queues.get("capped").await.ok()?.status?;
+        (!st.pending_by_reason.is_empty()).then_some(st.pending_by_reason)
+    })
+    .await
+    .expect("queue capped shows its pending pods by reason");
+    assert_eq!(by.get("QueueQuota"), Some(&1), "{by:?}");
+    // the PodGroup says why it waits, and so do its events
+    let groups: kube::Api<gpusched_k8s::crd::PodGroup> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    let scheduled = |g: gpusched_k8s::crd::PodGroup| {
+        g.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Scheduled")
+            .map(|c| (c.status, c.reason, c.message))
+    };
+    let waiting = wait_for(Duration::from_secs(30), || async {
+        scheduled(groups.get("trio").await.ok()?).filter(|c| c.0 == "False")
+    })
+    .await
+    .expect("the PodGroup has a Scheduled=False condition");
+    assert_eq!(waiting.1, "GangIncomplete", "{waiting:?}");
+    let ev = wait_event(&c, "ml", "trio", "GangIncomplete:", 20)
+        .await
+        .expect("a GangIncomplete event on the PodGroup");
+    assert!(ev.iter().any(|e| e.contains("trio")), "{ev:?}");
+    // the fillers go, the rest of the trio comes: placed, and said so
+    for i in 0..2 {
+        pods.delete(&format!("filler-{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
+    for i in 1..3 {
+        let mut p = gpu_pod(&format!("trio-{i}"), 1);
+        p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "trio"});
+        create(&pods, p).await;
+    }
+    let placed = wait_for(Duration::from_secs(60), || async {
+        scheduled(groups.get("trio").await.ok()?).filter(|c| c.0 == "True")
+    })
+    .await
+    .expect("the PodGroup turns Scheduled=True");
+    assert_eq!(placed.1, "Scheduled", "{placed:?}");
+    wait_event(&c, "ml", "trio", "Scheduled:", 20)
+        .await
+        .expect("a Scheduled event on the PodGroup");
     s.stop().await;
 }

@@ -298,7 +298,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
 
     // the queue: usage, limit, pending by reason
     let v = report_until(addr, &reader, "/debug/queues/capped", |v| {
-        v["pending_by_reason"]["Quota"] == 1
+        v["pending_by_reason"]["QueueQuota"] == 1
     })
     .await;
     assert_eq!(v["queue"]["limit"]["gpu_milli"], 2000);

@@ -5,9 +5,10 @@
 //! filters' refusals apart needs their names ([`FilterName`]).
 
 use crate::config::FilterName;
-use gpusched_core::{Explanation, NodeReason, PendingReason, Snapshot};
+use gpusched_core::{CycleOutput, Explanation, NodeReason, PendingReason, PodId, Snapshot};
 use gpusched_model::{GpuRequest, ResourceKind};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 /// Why a pending GPU pod waits, as doctor classifies the core's reasons.
@@ -103,6 +104,32 @@ impl PendingClass {
         PendingClass::WaitingForNode,
         PendingClass::FitsNow,
     ];
+
+    /// The class as a condition or event reason (CamelCase), as a
+    /// PodGroup's `Scheduled` condition shows why its members wait.
+    pub fn reason_name(self) -> &'static str {
+        match self {
+            PendingClass::Gated => "SchedulingGated",
+            PendingClass::InvalidSpec => "InvalidSpec",
+            PendingClass::MissingQueueOrGroup => "MissingQueueOrGroup",
+            PendingClass::Quota => "QueueQuota",
+            PendingClass::GangIncomplete => "GangIncomplete",
+            PendingClass::GangTimedOut => "GangTimedOut",
+            PendingClass::Topology => "NoTopologyDomain",
+            PendingClass::GpuModel => "NoGpuModel",
+            PendingClass::GpuMemory => "InsufficientGpuMemory",
+            PendingClass::Affinity => "NodeAffinity",
+            PendingClass::Taints => "Taints",
+            PendingClass::UnhealthyGpus => "UnhealthyGpus",
+            PendingClass::NodeUnavailable => "NodeUnavailable",
+            PendingClass::NeverFits => "NeverFits",
+            PendingClass::InsufficientGpus => "InsufficientGpus",
+            PendingClass::InsufficientResources => "InsufficientResources",
+            PendingClass::GangShort => "GangShort",
+            PendingClass::WaitingForNode => "WaitingForNode",
+            PendingClass::FitsNow => "FitsNow",
+        }
+    }
 
     /// Whether more (or other) nodes would let the pod run: what cluster
     /// autoscalers act on. False where gpusched itself holds the pod (its
@@ -263,6 +290,40 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
 /// A node reason's class. The GPU filter's refusals are told apart by the
 /// facts of the snapshot (is there any GPU of the model? with the memory?),
 /// not by the phrase.
+/// The classes of every pending pod a cycle explained, most specific
+/// first; computed once per cycle for the conditions, the PodGroup and
+/// Queue status, the metrics and `explain`.
+pub fn classify_cycle(out: &CycleOutput, snap: &Snapshot) -> BTreeMap<PodId, Vec<PendingClass>> {
+    out.explanations
+        .iter()
+        .filter_map(|e| {
+            let ps = snap.pods.get(e.pod as usize)?;
+            ps.is_pending().then(|| (e.pod, classify(e, &ps.pod, snap)))
+        })
+        .collect()
+}
+
+/// A queue's pending pods the cycle explained, by the reason name of
+/// their main class (what the Queue's status and `explain queue` show).
+pub fn queue_pending_by_reason(
+    classes: &BTreeMap<PodId, Vec<PendingClass>>,
+    snap: &Snapshot,
+    queue: &str,
+) -> BTreeMap<String, u32> {
+    let mut by: BTreeMap<String, u32> = BTreeMap::new();
+    for (p, cs) in classes {
+        if snap
+            .pods
+            .get(*p as usize)
+            .is_some_and(|ps| ps.pod.queue == queue)
+        {
+            let c = cs.first().copied().unwrap_or(PendingClass::FitsNow);
+            *by.entry(c.reason_name().to_string()).or_default() += 1;
+        }
+    }
+    by
+}
+
 /// The `PodScheduled=False` reason of an explanation: `Unschedulable`
 /// (kube-scheduler's, which cluster-autoscaler and Karpenter scale up for)
 /// only when more or other nodes would let the pod run; when gpusched holds
@@ -426,9 +487,16 @@ mod tests {
 
     #[test]
     fn every_class_says_whether_nodes_help_and_has_a_reason() {
+        let mut names = BTreeSet::new();
         for c in PendingClass::ALL {
             let r = c.condition_reason();
             assert_eq!(r == "Unschedulable", c.more_nodes_help(), "{c:?}");
+            assert!(
+                names.insert(c.reason_name()),
+                "{c:?}: reason name used twice"
+            );
         }
+        // ALL lists every class in declaration (Ord) order
+        assert!(PendingClass::ALL.windows(2).all(|w| w[0] < w[1]));
     }
 }

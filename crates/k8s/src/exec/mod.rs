@@ -18,6 +18,7 @@ use crate::watch::Shared;
 use crate::world::{Assumed, Built, ObservedStatus, Problem};
 use events::{Event, EventType, ProblemLog, Recorder};
 use gpusched_core::{CycleOutput, Decision, GroupPhase};
+use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
@@ -97,6 +98,10 @@ pub struct Executor {
     nominated: BTreeMap<String, String>,
     /// Groups the last cycle timed out.
     timed_out: BTreeSet<String>,
+    /// Why each group's pending members waited in the last cycle.
+    group_waiting: BTreeMap<String, (PendingClass, String)>,
+    /// The last cycle's explained pending pods, by queue and class.
+    queue_waiting: BTreeMap<String, BTreeMap<PendingClass, u32>>,
     problems: ProblemLog,
     group_status: StatusWriter<PodGroupStatus>,
     queue_status: StatusWriter<QueueStatus>,
@@ -153,6 +158,8 @@ impl Executor {
             evicting: BTreeSet::new(),
             nominated: BTreeMap::new(),
             timed_out: BTreeSet::new(),
+            group_waiting: BTreeMap::new(),
+            queue_waiting: BTreeMap::new(),
             problems: ProblemLog::default(),
             group_status: StatusWriter::default(),
             queue_status: StatusWriter::default(),
@@ -219,7 +226,13 @@ impl Executor {
     }
 
     /// Carries out one cycle's output. `built` is the snapshot it was made from.
-    pub fn apply(&mut self, out: &CycleOutput, built: &Built) {
+    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`].
+    pub fn apply(
+        &mut self,
+        out: &CycleOutput,
+        built: &Built,
+        classes: &BTreeMap<gpusched_core::PodId, Vec<PendingClass>>,
+    ) {
         let snap = &built.snapshot;
         let mut bound: BTreeSet<u32> = BTreeSet::new();
         // Last line of defence against double booking: what every pod in the
@@ -327,6 +340,8 @@ impl Executor {
         }
         self.timed_out = timed_out;
         let mut unschedulable = 0;
+        let mut group_waiting = BTreeMap::new();
+        let mut queue_waiting: BTreeMap<String, BTreeMap<PendingClass, u32>> = BTreeMap::new();
         for e in &out.explanations {
             if bound.contains(&e.pod) {
                 continue;
@@ -336,15 +351,27 @@ impl Executor {
             };
             unschedulable += 1;
             let message = e.message();
+            let classes = classes.get(&e.pod).map(Vec::as_slice).unwrap_or(&[]);
+            if let Some(ps) = snap.pods.get(e.pod as usize) {
+                *queue_waiting
+                    .entry(ps.pod.queue.clone())
+                    .or_default()
+                    .entry(classes.first().copied().unwrap_or(PendingClass::FitsNow))
+                    .or_default() += 1;
+            }
+            if let (Some(g), Some(&c)) = (
+                snap.pods
+                    .get(e.pod as usize)
+                    .and_then(|ps| ps.pod.group.as_ref()),
+                classes.first(),
+            ) && group_waiting.get(g).is_none_or(|(had, _)| c < *had)
+            {
+                group_waiting.insert(g.clone(), (c, message.clone()));
+            }
             if !self.should_explain(&pr.uid, &message) {
                 continue;
             }
-            let classes = snap
-                .pods
-                .get(e.pod as usize)
-                .map(|ps| gpusched_plugins::classify::classify(e, &ps.pod, snap))
-                .unwrap_or_default();
-            let reason = gpusched_plugins::classify::condition_reason(e, &classes);
+            let reason = gpusched_plugins::classify::condition_reason(e, classes);
             self.event(
                 pod_ref(&pr.namespace, &pr.name, &pr.uid),
                 EventType::Warning,
@@ -354,6 +381,8 @@ impl Executor {
             );
             self.pod_condition(&pr.namespace, &pr.name, reason, &message);
         }
+        self.group_waiting = group_waiting;
+        self.queue_waiting = queue_waiting;
         for _ in 0..unschedulable {
             self.metrics.attempt("unschedulable");
         }
@@ -485,7 +514,7 @@ impl Executor {
         let now = status::now_time();
         let at = Instant::now();
         // pod groups
-        let facts = status::group_facts(built, counts, &self.timed_out);
+        let facts = status::group_facts(built, counts, &self.timed_out, &self.group_waiting);
         let mut wanted = BTreeMap::new();
         for (k, f) in facts {
             let obs = observed.groups.get(&k).and_then(Option::as_ref);
@@ -507,11 +536,24 @@ impl Executor {
                 status::phase_text(from.and_then(|f| f.phase)),
                 status::phase_text(w.phase)
             );
+            self.group_event(ns, name, from, &w);
             let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             self.write_status(api, name.to_string(), from, &w, guard);
         }
         // queues
-        let (figures, mut invalid) = status::queue_figures(built);
+        let (mut figures, mut invalid) = status::queue_figures(built);
+        for (q, f) in figures.iter_mut() {
+            let mut by: BTreeMap<String, u32> = BTreeMap::new();
+            for m in [self.queue_waiting.get(q), built.unseen_by_queue.get(q)]
+                .into_iter()
+                .flatten()
+            {
+                for (c, n) in m {
+                    *by.entry(c.reason_name().to_string()).or_default() += n;
+                }
+            }
+            f.pending_by_reason = by;
+        }
         let mut wanted = BTreeMap::new();
         for (q, f) in &figures {
             let label = QueueLabel { queue: q.clone() };
@@ -546,6 +588,44 @@ impl Executor {
             let from = observed.queues.get(&q).and_then(Option::as_ref);
             self.write_status(api, q, from, &w, guard);
         }
+    }
+
+    /// An event on the PodGroup when its `Scheduled` condition changes
+    /// reason or message: `Normal Scheduled` once placed, else a warning
+    /// with the reason its members wait (what `kubectl describe podgroup`
+    /// shows).
+    fn group_event(
+        &self,
+        ns: &str,
+        name: &str,
+        from: Option<&PodGroupStatus>,
+        to: &PodGroupStatus,
+    ) {
+        let find = |st: &PodGroupStatus| {
+            st.conditions
+                .iter()
+                .find(|c| c.type_ == status::SCHEDULED_CONDITION)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let Some((st, reason, message)) = find(to) else {
+            return;
+        };
+        if from.and_then(find) == Some((st.clone(), reason.clone(), message.clone())) {
+            return;
+        }
+        let r = ObjectReference {
+            api_version: Some("gpusched.io/v1alpha1".into()),
+            kind: Some("PodGroup".into()),
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let type_ = if st == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        self.event(r, type_, &reason, "Scheduling", message);
     }
 
     /// One status write: a merge patch from the observed status to the

@@ -11,6 +11,7 @@ use crate::world::{Built, Problem};
 use gpusched_core::GroupPhase;
 use gpusched_core::fairshare::QueueTree;
 use gpusched_model::ResourceVec;
+use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,6 +51,9 @@ pub struct GroupFacts {
     pub timed_out: bool,
     /// Why the spec cannot be used.
     pub invalid: Option<String>,
+    /// Why its pending members wait: the most specific class among them
+    /// and that member's message (the last cycle's explanations).
+    pub waiting: Option<(PendingClass, String)>,
 }
 
 /// The phase a group should show. With members pending: `Running` once
@@ -91,13 +95,70 @@ pub fn valid_condition(error: Option<&str>) -> Condition {
     }
 }
 
+/// Type of the PodGroup condition that says whether the gang is placed
+/// and, while it is not, why (the reasons of [`PendingClass::reason_name`]).
+pub const SCHEDULED_CONDITION: &str = "Scheduled";
+
+/// The `Scheduled` condition for a group in `phase`, its time left at the
+/// epoch for [`settle_conditions`].
+pub fn scheduled_condition(f: &GroupFacts, phase: GroupPhase) -> Condition {
+    let (status, reason, message) = if f.invalid.is_some() {
+        (
+            "False",
+            "InvalidSpec",
+            "the PodGroup's spec is invalid (see the Valid condition)".to_string(),
+        )
+    } else if phase == GroupPhase::Running {
+        (
+            "True",
+            "Scheduled",
+            format!(
+                "{} of minMember {} members placed",
+                f.scheduled, f.min_member
+            ),
+        )
+    } else if phase == GroupPhase::TimedOut {
+        let msg = f
+            .waiting
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .unwrap_or_else(|| "the gang gave up after its schedule timeout".into());
+        ("False", PendingClass::GangTimedOut.reason_name(), msg)
+    } else {
+        match &f.waiting {
+            Some((c, m)) => ("False", c.reason_name(), m.clone()),
+            None => (
+                "False",
+                PendingClass::GangIncomplete.reason_name(),
+                format!(
+                    "{} of minMember {} members exist",
+                    f.scheduled + f.pending,
+                    f.min_member
+                ),
+            ),
+        }
+    };
+    Condition {
+        type_: SCHEDULED_CONDITION.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: crate::exec::clip(&message),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
 /// The status a PodGroup should have (conditions still to be settled).
 pub fn wanted_group(f: &GroupFacts, observed: Option<&PodGroupStatus>) -> PodGroupStatus {
+    let phase = wanted_phase(f, observed.and_then(|o| o.phase));
     PodGroupStatus {
-        phase: Some(wanted_phase(f, observed.and_then(|o| o.phase))),
+        phase: Some(phase),
         scheduled: f.scheduled,
         running: f.running,
-        conditions: vec![valid_condition(f.invalid.as_deref())],
+        conditions: vec![
+            valid_condition(f.invalid.as_deref()),
+            scheduled_condition(f, phase),
+        ],
     }
 }
 
@@ -231,6 +292,7 @@ pub fn group_facts(
     built: &Built,
     counts: &BTreeMap<String, (u32, u32)>,
     timed_out: &BTreeSet<String>,
+    waiting: &BTreeMap<String, (PendingClass, String)>,
 ) -> BTreeMap<String, GroupFacts> {
     let mut pending: BTreeMap<&str, u32> = BTreeMap::new();
     for p in &built.snapshot.pods {
@@ -262,6 +324,7 @@ pub fn group_facts(
                 pending: pending.get(k.as_str()).copied().unwrap_or(0),
                 timed_out: timed_out.contains(k),
                 invalid: invalid.get(k.as_str()).map(|e| e.to_string()),
+                waiting: waiting.get(k).cloned(),
             };
             (k.clone(), facts)
         })
@@ -277,6 +340,8 @@ pub struct QueueFigures {
     pub fair_share: ResourceVec,
     /// Pods waiting.
     pub pending: u32,
+    /// Those pods by why they wait ([`PendingClass::reason_name`]).
+    pub pending_by_reason: BTreeMap<String, u32>,
 }
 
 /// Figures of every valid queue, and the error of every invalid one.
@@ -311,6 +376,7 @@ pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap
                 allocated: a.usage.clone(),
                 fair_share: a.deserved.clone(),
                 pending: built.pending_by_queue.get(&q.name).copied().unwrap_or(0),
+                pending_by_reason: BTreeMap::new(),
             },
         );
     }
@@ -342,6 +408,7 @@ pub fn wanted_queue(figures: Option<&QueueFigures>, error: Option<&str>) -> Queu
         st.allocated_gpus = Some(gpus_text(f.allocated.gpu_milli));
         st.fair_share_gpus = Some(gpus_text(f.fair_share.gpu_milli));
         st.pending_pods = f.pending;
+        st.pending_by_reason = f.pending_by_reason.clone();
     }
     st
 }
@@ -414,7 +481,11 @@ mod tests {
             ("ml/bad".to_string(), (0, 0)),
         ]);
         let timed_out = BTreeSet::from(["ml/four".to_string()]);
-        let f = group_facts(&built, &counts, &timed_out);
+        let waiting = BTreeMap::from([(
+            "ml/four".to_string(),
+            (PendingClass::GangShort, "only 2 of the 4 fit".to_string()),
+        )]);
+        let f = group_facts(&built, &counts, &timed_out, &waiting);
         assert_eq!(
             f["ml/four"],
             GroupFacts {
@@ -424,6 +495,7 @@ mod tests {
                 pending: 3,
                 timed_out: true,
                 invalid: None,
+                waiting: Some((PendingClass::GangShort, "only 2 of the 4 fit".to_string())),
             }
         );
         assert_eq!(wanted_phase(&f["ml/four"], None), GroupPhase::TimedOut);
@@ -434,8 +506,54 @@ mod tests {
         let bad = wanted_group(&f["ml/bad"], None);
         assert_eq!(bad.phase, Some(GroupPhase::Pending));
         assert_eq!(bad.conditions[0].status, "False");
+        assert_eq!(bad.conditions[1].reason, "InvalidSpec");
         // a group the world does not count (scheduler-plugins') is not ours
         assert_eq!(f.len(), 2);
+    }
+
+    /// `kubectl get podgroup -o yaml` says why the gang waits.
+    #[test]
+    fn the_scheduled_condition_says_why_the_gang_waits() {
+        let cond = |f: &GroupFacts| {
+            let w = wanted_group(f, None);
+            let c = w.conditions[1].clone();
+            assert_eq!(c.type_, SCHEDULED_CONDITION);
+            (c.status, c.reason, c.message)
+        };
+        let mut f = facts(4, 1, 3);
+        f.waiting = Some((PendingClass::Quota, "queue \"a\"'s limit …".into()));
+        assert_eq!(
+            cond(&f),
+            (
+                "False".into(),
+                "QueueQuota".into(),
+                "queue \"a\"'s limit …".into()
+            )
+        );
+        f.waiting = Some((PendingClass::Topology, "no rack holds 4".into()));
+        assert_eq!(cond(&f).1, "NoTopologyDomain");
+        // members missing and nothing explained yet
+        let f = facts(4, 0, 2);
+        assert_eq!(
+            cond(&f),
+            (
+                "False".into(),
+                "GangIncomplete".into(),
+                "2 of minMember 4 members exist".into()
+            )
+        );
+        let mut f = facts(4, 0, 4);
+        f.timed_out = true;
+        assert_eq!(cond(&f).1, "GangTimedOut");
+        let f = facts(4, 4, 0);
+        assert_eq!(
+            cond(&f),
+            (
+                "True".into(),
+                "Scheduled".into(),
+                "4 of minMember 4 members placed".into()
+            )
+        );
     }
 
     #[test]
@@ -535,8 +653,13 @@ mod tests {
                 ..Default::default()
             },
             pending: 3,
+            pending_by_reason: BTreeMap::from([
+                ("QueueQuota".to_string(), 2),
+                ("SchedulingGated".to_string(), 1),
+            ]),
         };
         let st = wanted_queue(Some(&f), None);
+        assert_eq!(st.pending_by_reason, f.pending_by_reason);
         assert_eq!(st.allocated_gpus.as_deref(), Some("1.5"));
         assert_eq!(st.fair_share_gpus.as_deref(), Some("4"));
         assert_eq!(st.allocated["cpu"], "500m");
