@@ -19,15 +19,25 @@ use std::time::Instant;
 #[derive(Args, Debug, Clone, Default)]
 pub struct OpenbArgs {
     /// Run the FGD evaluation method on an openb trace: NODES.csv PODS.csv.
-    #[arg(long, num_args = 2, value_names = ["NODES_CSV", "PODS_CSV"])]
+    #[arg(long, help_heading = "FGD evaluation on an openb trace (--openb)", num_args = 2, value_names = ["NODES_CSV", "PODS_CSV"])]
     pub openb: Option<Vec<PathBuf>>,
     /// Policies to compare: `all` or a comma-separated list of
     /// spread, binpack, random, dot-prod, gpu-clustering, gpu-packing,
     /// best-fit, fgd, gpusched.
-    #[arg(long, default_value = "all", requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        default_value = "all",
+        requires = "openb"
+    )]
     pub policies: String,
     /// Seeds: a range `42-51` or a list `42,43`.
-    #[arg(long, default_value = "42-51", requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        default_value = "42-51",
+        requires = "openb"
+    )]
     pub seeds: String,
     /// Print the result as JSON on stdout (with --openb: per-seed curves
     /// included; without: the simulator's result).
@@ -35,31 +45,54 @@ pub struct OpenbArgs {
     pub json: bool,
     /// The FGD artifact's analysis_allo_discrete.csv (default: next to the
     /// trace directory, ../fgd-published-results/).
-    #[arg(long, requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        requires = "openb"
+    )]
     pub published: Option<PathBuf>,
     /// How equal scores are split: permuted (first in a seeded random node
     /// order, like the reference), random (per decision, upstream
     /// kube-scheduler) or lowest-id (the gpusched core).
-    #[arg(long, default_value = "permuted", value_parser = ["permuted", "random", "lowest-id"], requires = "openb")]
+    #[arg(long, help_heading = "FGD evaluation on an openb trace (--openb)", default_value = "permuted", value_parser = ["permuted", "random", "lowest-id"], requires = "openb")]
     pub tie_break: String,
     /// Target GPU request as a multiple of capacity.
-    #[arg(long, default_value_t = 1.3, requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        default_value_t = 1.3,
+        requires = "openb"
+    )]
     pub tune_ratio: f64,
     /// Worker threads (0: all cores).
-    #[arg(long, default_value_t = 0, requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        default_value_t = 0,
+        requires = "openb"
+    )]
     pub threads: usize,
     /// Consolidation moves allowed per 100 pods placed, one run per value
     /// (`0,1,2,5`): prints the move-budget table instead (every placed pod
     /// may be moved; see `gpusched_sim::consolidate_method`). 0: off.
-    #[arg(long, default_value = "0", requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        default_value = "0",
+        requires = "openb"
+    )]
     pub move_budget: String,
     /// Run trace variants built from PODS.csv instead of PODS.csv itself:
     /// `all` (the published family: cpu050…multigpu50) or a comma-separated
     /// list such as `gpushare40,gpuspec10` (gpusched_sim::variants).
-    #[arg(long, requires = "openb")]
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        requires = "openb"
+    )]
     pub variants: Option<String>,
     /// Seed of the variant construction.
-    #[arg(long, default_value_t = variants::DEFAULT_VARIANT_SEED, requires = "openb")]
+    #[arg(long, help_heading = "FGD evaluation on an openb trace (--openb)", default_value_t = variants::DEFAULT_VARIANT_SEED, requires = "openb")]
     pub variant_seed: u64,
 }
 

@@ -58,13 +58,18 @@ pub struct SimulateArgs {
     /// Replay a captured cluster state (`gpusched snapshot capture`) instead
     /// of a workload: the core's cycles from that moment, with the file's
     /// scheduler configuration unless --config / --policy say otherwise.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["cluster", "workload", "openb"])]
+    #[arg(long, help_heading = "Replaying a captured cluster (--snapshot)", value_name = "FILE", conflicts_with_all = ["cluster", "workload", "openb"])]
     pub snapshot: Option<PathBuf>,
 
     /// With --snapshot: run time (e.g. `2h`) of the pods the file gives
     /// none in `durationsMs` — running pods from their start, pending ones
     /// from their binding. Without it such pods run for ever.
-    #[arg(long, value_name = "DURATION", requires = "snapshot")]
+    #[arg(
+        long,
+        help_heading = "Replaying a captured cluster (--snapshot)",
+        value_name = "DURATION",
+        requires = "snapshot"
+    )]
     pub pod_duration: Option<String>,
 }
 

@@ -35,6 +35,7 @@ impl LoadError {
         if let Some(i) = message.rfind(" at line ") {
             message.truncate(i);
         }
+        let message = plain_type_error(&message);
         let named = between(&message, "field `", "`");
         let tree = serde_saphyr::from_str::<Spanned<Tree>>(text).ok();
         let mut line = line;
@@ -59,6 +60,25 @@ impl LoadError {
         };
         LoadError::at(file, text, line, column, field, message)
     }
+}
+
+/// The parser's type names in words a user reads (`invalid u32` →
+/// `must be a whole number from 0 to 4294967295`); other messages as they
+/// are.
+fn plain_type_error(message: &str) -> String {
+    let words = match message.trim() {
+        "invalid u8" => "must be a whole number from 0 to 255",
+        "invalid u16" => "must be a whole number from 0 to 65535",
+        "invalid u32" => "must be a whole number from 0 to 4294967295",
+        "invalid u64" | "invalid usize" => "must be a whole number ≥ 0",
+        "invalid i8" | "invalid i16" | "invalid i32" | "invalid i64" | "invalid isize" => {
+            "must be a whole number"
+        }
+        "invalid f32" | "invalid f64" => "must be a number",
+        "invalid bool" => "must be true or false",
+        _ => return message.to_string(),
+    };
+    words.to_string()
 }
 
 fn join(parent: &str, key: &str) -> String {

@@ -86,6 +86,10 @@ struct Sample {
     pending: u32,
     running: u32,
     per_node: Vec<f64>,
+    /// Milli-GPU held by each queue's pods.
+    queue_used: BTreeMap<String, u64>,
+    /// Each queue's demand-aware fair share now (milli-GPU).
+    queue_fair: BTreeMap<String, u64>,
 }
 
 fn sample(t: u64, snap: &Snapshot, engine: &gpusched_plugins::packing::fgd::FragEngine) -> Sample {
@@ -104,10 +108,36 @@ fn sample(t: u64, snap: &Snapshot, engine: &gpusched_plugins::packing::fgd::Frag
             }
         })
         .collect();
+    let mut queue_used: BTreeMap<String, u64> = BTreeMap::new();
+    for p in &snap.pods {
+        if let Some((_, g)) = p.holding() {
+            *queue_used.entry(p.pod.queue.clone()).or_default() += g.milli();
+        }
+    }
+    // the fair share the core computes from the same snapshot
+    let (mut tree, _) = gpusched_core::fairshare::QueueTree::build(&snap.queues);
+    tree.account(snap);
+    let mut schedulable = gpusched_model::ResourceVec::default();
+    for n in snap.nodes.iter().filter(|n| !n.unschedulable) {
+        schedulable.add(&n.allocatable);
+    }
+    tree.compute_deserved(&schedulable);
+    let queue_fair = snap
+        .queues
+        .iter()
+        .filter_map(|q| {
+            Some((
+                q.name.clone(),
+                tree.acct[tree.idx(&q.name)?].deserved.gpu_milli,
+            ))
+        })
+        .collect();
     Sample {
         t,
         used,
         capacity,
+        queue_used,
+        queue_fair,
         frag: fragmentation_milli(&cs, engine),
         pending: snap.pods.iter().filter(|p| p.is_pending()).count() as u32,
         running: snap
@@ -172,6 +202,10 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
     let mut cycle = 0u64;
     let mut last_pending: Vec<(String, String)> = Vec::new();
     let mut evicted: std::collections::BTreeSet<String> = Default::default();
+    let mut timed_out: std::collections::BTreeSet<String> = Default::default();
+    let mut gang_started: std::collections::BTreeSet<String> = Default::default();
+    let mut completed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut preempted: BTreeMap<String, u64> = BTreeMap::new();
     let ended_by = loop {
         if cycle >= input.max_cycles {
             break "until";
@@ -228,6 +262,9 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
                             reason: Some(reason.to_string()),
                         });
                         evicted.insert(snap.pods[i].pod.name.clone());
+                        if reason.kind() != gpusched_core::EvictionKind::Consolidate {
+                            *preempted.entry(snap.pods[i].pod.queue.clone()).or_default() += 1;
+                        }
                         snap.pods[i].phase = PodPhase::Terminating { node, gpus };
                     }
                     match reason.kind() {
@@ -265,7 +302,19 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
                         changed = true;
                     }
                 }
-                Decision::Group { .. } => {}
+                Decision::Group { group, phase } => match phase {
+                    gpusched_core::GroupPhase::TimedOut => {
+                        if timed_out.insert(group.clone()) {
+                            t.groups_timed_out += 1;
+                        }
+                    }
+                    gpusched_core::GroupPhase::Running => {
+                        if gang_started.insert(group.clone()) {
+                            t.gang_starts += 1;
+                        }
+                    }
+                    _ => {}
+                },
             }
         }
         t.backfilled += out.stats.backfilled as u64;
@@ -308,14 +357,25 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
         now = next.max(now + 1);
         let keep: Vec<bool> = ends.iter().map(|e| !e.is_some_and(|e| e <= now)).collect();
         let done = keep.iter().filter(|k| !**k).count() as u64;
+        for (p, k) in snap.pods.iter().zip(&keep) {
+            if !k {
+                *completed.entry(p.pod.queue.clone()).or_default() += 1;
+            }
+        }
         t.pods_succeeded += done;
         t.jobs_completed += done;
         retain(&mut snap, &mut ends, &mut durations, &keep);
         samples.push(sample(now - start, &snap, &engine));
     };
     let end = now - start + input.cycle_interval_ms.max(1);
+    let per_queue = PerQueue {
+        waits: &waits,
+        started: &started,
+        completed: &completed,
+        preempted: &preempted,
+    };
     let result = result(
-        input, scheduler, &samples, end, cycle, ended_by, t, &waits, &started,
+        input, scheduler, &samples, end, cycle, ended_by, t, &per_queue,
     );
     ReplayOutput {
         decisions,
@@ -339,6 +399,14 @@ fn retain(
     durations.retain(|_| *k.next().unwrap_or(&true));
 }
 
+/// What a replay counted per queue.
+struct PerQueue<'a> {
+    waits: &'a BTreeMap<String, Vec<u64>>,
+    started: &'a BTreeMap<String, u64>,
+    completed: &'a BTreeMap<String, u64>,
+    preempted: &'a BTreeMap<String, u64>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn result(
     input: &ReplayInput,
@@ -348,9 +416,9 @@ fn result(
     cycles: u64,
     ended_by: &str,
     mut t: Totals,
-    waits: &BTreeMap<String, Vec<u64>>,
-    started: &BTreeMap<String, u64>,
+    q: &PerQueue<'_>,
 ) -> SimResult {
+    let (waits, started) = (q.waits, q.started);
     let snap = &input.snapshot;
     let pct = |a: u64, b: u64| {
         if b == 0 {
@@ -399,6 +467,7 @@ fn result(
             .map(|k| b(&|s| s.per_node.get(k).copied().unwrap_or(0.0)))
             .collect(),
     };
+    let (done_by_queue, preempted_by_queue) = (q.completed, q.preempted);
     let mut per_queue: BTreeMap<&str, u64> = BTreeMap::new();
     for p in &snap.pods {
         *per_queue.entry(p.pod.queue.as_str()).or_default() += 1;
@@ -409,13 +478,31 @@ fn result(
         .map(|q| {
             let mut w8 = waits.get(&q.name).cloned().unwrap_or_default();
             w8.sort_unstable();
+            // time-weighted, like the cluster's allocation
+            let mean = |f: &dyn Fn(&Sample) -> f64| {
+                let v = b(f);
+                metrics::r4(v.iter().sum::<f64>() / v.len().max(1) as f64)
+            };
+            let avg_gpus =
+                mean(&|s| s.queue_used.get(&q.name).copied().unwrap_or(0) as f64 / 1000.0);
+            let fair_gpus =
+                mean(&|s| s.queue_fair.get(&q.name).copied().unwrap_or(0) as f64 / 1000.0);
             QueueReport {
                 name: q.name.clone(),
                 weight: q.weight,
                 guarantee_gpus: metrics::guarantee_milli(q) as f64 / 1000.0,
                 jobs: per_queue.get(q.name.as_str()).copied().unwrap_or(0),
+                jobs_completed: done_by_queue.get(&q.name).copied().unwrap_or(0),
                 pods: per_queue.get(q.name.as_str()).copied().unwrap_or(0),
                 pods_started: started.get(&q.name).copied().unwrap_or(0),
+                avg_gpus,
+                fair_gpus,
+                fairness_ratio: if fair_gpus > 0.0 {
+                    metrics::r4(avg_gpus / fair_gpus)
+                } else {
+                    0.0
+                },
+                preempted: preempted_by_queue.get(&q.name).copied().unwrap_or(0),
                 wait_p50_s: metrics::pct_s(&w8, 50.0),
                 wait_p95_s: metrics::pct_s(&w8, 95.0),
                 wait_p99_s: metrics::pct_s(&w8, 99.0),
@@ -553,6 +640,50 @@ mod tests {
             .find(|d| d.action == "bind" && d.pod == "ml/p2")
             .unwrap();
         assert_eq!(p2.at_ms, 15_000);
+    }
+
+    /// The per-queue columns of a replay are filled in (they once showed
+    /// 0.0 whatever happened), and a gang's timeout is counted.
+    #[test]
+    fn queues_show_what_they_held_finished_and_lost() {
+        let mut i = input(None);
+        i.default_duration_ms = Some(60_000);
+        let out = run(&i);
+        let q = &out.result.queues[0];
+        assert_eq!(q.name, "default");
+        assert_eq!(q.jobs_completed, 3);
+        assert_eq!(q.jobs_completed, out.result.totals.jobs_completed);
+        // 4 then 8 GPUs held, then 4: between the extremes, never zero
+        assert!(q.avg_gpus > 3.0 && q.avg_gpus < 8.0, "{q:?}");
+        // alone in the cluster, its fair share is its demand
+        assert!(q.fair_gpus >= q.avg_gpus, "{q:?}");
+        assert!(q.fairness_ratio > 0.0 && q.fairness_ratio <= 1.0, "{q:?}");
+
+        // a gang of 3 with 2 members, timing out after 5 s
+        let mut i = input(Some(60_000));
+        i.snapshot.groups.push(gpusched_model::PodGroup {
+            name: "ml/trio".into(),
+            queue: "default".into(),
+            min_member: 3,
+            priority: 0,
+            topology: None,
+            schedule_timeout_ms: Some(5_000),
+        });
+        for name in ["t0", "t1"] {
+            let mut p = pod(name, 1);
+            p.group = Some("ml/trio".into());
+            i.snapshot.pods.push(PodState::pending(p));
+            i.durations_ms.push(None);
+        }
+        let out = run(&i);
+        assert_eq!(out.result.totals.groups_timed_out, 1, "{:#?}", out.pending);
+        assert!(
+            out.pending
+                .iter()
+                .any(|(p, why)| p == "ml/t0" && why.contains("timed out")),
+            "{:?}",
+            out.pending
+        );
     }
 
     #[test]

@@ -87,7 +87,17 @@ fn workload_type_and_schema_errors() {
         "w.yaml",
         3,
         "queues[0].weight",
-        "u32",
+        "must be a whole number from 0 to 4294967295",
+    );
+    // in words a user reads, never the parser's type names
+    let e = bad_workload("weight: 2", "weight: -2");
+    assert!(!e.message.contains("u32"), "{e}");
+    check(
+        &e,
+        "w.yaml",
+        3,
+        "queues[0].weight",
+        "must be a whole number",
     );
     check(
         &bad_workload("    duration: 1h\n", ""),
