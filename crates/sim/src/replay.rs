@@ -303,15 +303,11 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
                     }
                 }
                 Decision::Group { group, phase } => match phase {
-                    gpusched_core::GroupPhase::TimedOut => {
-                        if timed_out.insert(group.clone()) {
-                            t.groups_timed_out += 1;
-                        }
+                    gpusched_core::GroupPhase::TimedOut if timed_out.insert(group.clone()) => {
+                        t.groups_timed_out += 1;
                     }
-                    gpusched_core::GroupPhase::Running => {
-                        if gang_started.insert(group.clone()) {
-                            t.gang_starts += 1;
-                        }
+                    gpusched_core::GroupPhase::Running if gang_started.insert(group.clone()) => {
+                        t.gang_starts += 1;
                     }
                     _ => {}
                 },
