@@ -227,14 +227,16 @@ pub fn node(n: &Node) -> NodeView {
             .collect();
     }
     // The kubelet's allocatable count is the truth of what it will hand out:
-    // mark healthy GPUs beyond it unhealthy, highest index first.
+    // mark healthy GPUs beyond it not allocatable, highest index first (for
+    // ~10 s after an agent starts its GPUs are published before the
+    // kubelet's allocatable: they are not "unhealthy").
     let mut healthy = gpus.iter().filter(|g| g.is_healthy()).count() as u64;
     for g in gpus.iter_mut().rev() {
         if healthy <= gpu_alloc {
             break;
         }
         if g.is_healthy() {
-            g.health = GpuHealth::Unhealthy;
+            g.health = GpuHealth::NotAllocatable;
             healthy -= 1;
         }
     }

@@ -152,14 +152,17 @@ fn nodes_not_ready_are_unschedulable_and_gpus_follow_allocatable() {
     raw["metadata"]["annotations"] =
         json!({"gpusched.io/gpus": serde_json::to_string(&gpus).unwrap()});
     let v = translate::node(&serde_json::from_value(raw).unwrap());
-    let unhealthy: Vec<u32> = v
-        .node
-        .gpus
-        .iter()
-        .filter(|g| g.health == GpuHealth::Unhealthy)
-        .map(|g| g.index)
-        .collect();
-    assert_eq!(unhealthy, vec![3, 7]);
+    let with = |h: GpuHealth| -> Vec<u32> {
+        v.node
+            .gpus
+            .iter()
+            .filter(|g| g.health == h)
+            .map(|g| g.index)
+            .collect()
+    };
+    // GPU 3 failed; GPU 7 is not offered by the kubelet (not "unhealthy")
+    assert_eq!(with(GpuHealth::Unhealthy), vec![3]);
+    assert_eq!(with(GpuHealth::NotAllocatable), vec![7]);
     assert_eq!(v.node.allocatable.gpu_milli, 6000);
     // a broken annotation is a warning, not a lost node
     let mut raw = node("n3", 4, true);

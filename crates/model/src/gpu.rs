@@ -10,6 +10,11 @@ pub enum GpuHealth {
     Healthy,
     /// Failed (XID, ECC, lost): never given to a pod.
     Unhealthy,
+    /// Healthy as far as the node agent knows, but the kubelet does not
+    /// offer it (its `nvidia.com/gpu` allocatable is below the GPUs the
+    /// agent reports: not yet registered, or being withdrawn). Never given
+    /// to a pod.
+    NotAllocatable,
 }
 
 /// One physical GPU of a node.

@@ -6,7 +6,7 @@
 
 use crate::config::FilterName;
 use gpusched_core::{CycleOutput, Explanation, NodeReason, PendingReason, PodId, Snapshot};
-use gpusched_model::{GpuRequest, ResourceKind};
+use gpusched_model::{GpuHealth, GpuRequest, ResourceKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -214,7 +214,7 @@ impl PendingClass {
                 "not every member fits at once: the gang waits for capacity (all-or-nothing)"
             }
             PendingClass::WaitingForNode => {
-                "victims are terminating or a node is reserved for it: it is placed when they go"
+                "victims are terminating, a node is reserved for it, or a node's GPUs are not offered by its kubelet yet: it is placed when they are"
             }
             PendingClass::FitsNow => {
                 "it fits now; the scheduler places it next cycle (is the scheduler running?)"
@@ -399,8 +399,20 @@ fn gpu_fit_class(pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
             return PendingClass::NeverFits;
         }
     }
-    if gpus().any(|g| pod.allows_model(&g.model) && g.memory_mib >= need_mem && !g.is_healthy()) {
+    let fits = |g: &&gpusched_model::Gpu| pod.allows_model(&g.model) && g.memory_mib >= need_mem;
+    if gpus()
+        .filter(fits)
+        .any(|g| g.health == GpuHealth::Unhealthy)
+    {
         return PendingClass::UnhealthyGpus;
+    }
+    // GPUs the kubelet does not offer yet (an agent that just started): the
+    // node is coming, not missing
+    if gpus()
+        .filter(fits)
+        .any(|g| g.health == GpuHealth::NotAllocatable)
+    {
+        return PendingClass::WaitingForNode;
     }
     PendingClass::InsufficientGpus
 }

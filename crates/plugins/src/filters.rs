@@ -3,7 +3,7 @@
 
 use crate::config::FilterName;
 use gpusched_core::{Filter, FilterResult, SchedulingKey};
-use gpusched_model::{GpuRequest, Node, Pod};
+use gpusched_model::{GpuHealth, GpuRequest, Node, Pod};
 
 /// Cordoned or draining nodes take no new pods.
 #[derive(Debug, Default)]
@@ -117,6 +117,16 @@ impl Filter for GpuFit {
         let healthy = mem_ok.iter().filter(|g| g.is_healthy()).count();
         if healthy < want {
             if mem_ok.len() >= want {
+                let failed = mem_ok
+                    .iter()
+                    .filter(|g| g.health == GpuHealth::Unhealthy)
+                    .count();
+                if healthy + failed < want {
+                    // enough would be there once the kubelet offers them
+                    return FilterResult::Reject(
+                        "node(s) had GPUs the kubelet does not offer yet (nvidia.com/gpu allocatable below the GPUs the node agent reports)".into(),
+                    );
+                }
                 return FilterResult::Reject("node(s) had unhealthy GPUs".into());
             }
             return FilterResult::Reject("node(s) had too few GPUs of the requested kind".into());
@@ -270,6 +280,13 @@ mod tests {
             GpuFit.filter(&p, &n),
             FilterResult::Reject("node(s) had unhealthy GPUs".into())
         );
+        // GPUs the kubelet does not offer yet are not called unhealthy
+        n.gpus[1].health = GpuHealth::NotAllocatable;
+        match GpuFit.filter(&p, &n) {
+            FilterResult::Reject(r) => assert!(r.contains("does not offer yet"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+        n.gpus[1].health = GpuHealth::Unhealthy;
         p.gpu = GpuRequest::Whole(3);
         assert_eq!(
             GpuFit.filter(&p, &n),
