@@ -8,13 +8,13 @@ E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 
 # All components, in build order.
-E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler)
+E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager)
 
 # component_module <component>: the wrapper module directory name.
 component_module() {
   case "$1" in
     etcd) echo etcd ;;
-    kube-apiserver|kube-scheduler) echo kubernetes ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager) echo kubernetes ;;
     kwok) echo kwok ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -24,7 +24,7 @@ component_module() {
 component_upstream() {
   case "$1" in
     etcd) echo go.etcd.io/etcd/server/v3 ;;
-    kube-apiserver|kube-scheduler) echo k8s.io/kubernetes ;;
+    kube-apiserver|kube-scheduler|kube-controller-manager) echo k8s.io/kubernetes ;;
     kwok) echo sigs.k8s.io/kwok ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -36,6 +36,7 @@ component_package() {
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     kube-apiserver) echo k8s.io/kubernetes/cmd/kube-apiserver ;;
     kube-scheduler) echo k8s.io/kubernetes/cmd/kube-scheduler ;;
+    kube-controller-manager) echo k8s.io/kubernetes/cmd/kube-controller-manager ;;
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -67,6 +68,7 @@ component_env_key() {
     etcd) echo GPUSCHED_E2E_ETCD_BIN ;;
     kube-apiserver) echo GPUSCHED_E2E_KUBE_APISERVER_BIN ;;
     kube-scheduler) echo GPUSCHED_E2E_KUBE_SCHEDULER_BIN ;;
+    kube-controller-manager) echo GPUSCHED_E2E_KUBE_CONTROLLER_MANAGER_BIN ;;
     kwok) echo GPUSCHED_E2E_KWOK_BIN ;;
   esac
 }

@@ -19,4 +19,5 @@ pub mod snapshot;
 pub mod tls;
 pub mod translate;
 pub mod watch;
+pub mod workloads;
 pub mod world;

@@ -86,6 +86,18 @@ pub const CLUSTER: &[Permission] = &[
         "watch: scheduler-plugins pod groups",
     ),
     p(
+        "jobset.x-k8s.io",
+        "jobsets",
+        WATCH,
+        "watch: JobSets, whose pods are gangs (workloads)",
+    ),
+    p(
+        "leaderworkerset.x-k8s.io",
+        "leaderworkersets",
+        WATCH,
+        "watch: LeaderWorkerSets, each group a gang (workloads)",
+    ),
+    p(
         "authentication.k8s.io",
         "tokenreviews",
         &["create"],

@@ -6,6 +6,7 @@
 use crate::crd::{PodGroup, Queue, SpPodGroup};
 use crate::decision::{DecisionError, GpuDecision};
 use crate::translate::{self, DEFAULT_QUEUE, NodeView, PodKind, PodView};
+use crate::workloads::{self, Workload, WorkloadKind};
 use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{GpuAssignment, NodeId, PodPhase, PodState, Snapshot};
 use gpusched_model::{GpuRequest, PodGroup as MGroup, Queue as MQueue};
@@ -34,6 +35,11 @@ pub enum ObjectKind {
     /// `batch/v1` Jobs labelled as gangs (watched for their PodGroups;
     /// the world keeps none).
     Job,
+    /// JobSets (by `namespace/name`), whose pods are gangs
+    /// ([`crate::workloads`]).
+    JobSet,
+    /// LeaderWorkerSets (by `namespace/name`), each group a gang.
+    LeaderWorkerSet,
 }
 
 /// A placement the scheduler made and is binding.
@@ -146,6 +152,8 @@ pub struct World {
     queues: BTreeMap<String, Result<MQueue, String>>,
     groups: BTreeMap<String, GroupEntry>,
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
+    /// JobSets and LeaderWorkerSets, by kind and `namespace/name`.
+    workloads: BTreeMap<(WorkloadKind, String), Result<Workload, String>>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
     /// When each assumption was made (Unix ms): the pod's bind time until
@@ -284,6 +292,14 @@ impl World {
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
             ObjectKind::Job => Vec::new(),
+            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet => {
+                let k = workload_kind(kind);
+                self.workloads
+                    .keys()
+                    .filter(|(wk, _)| Some(*wk) == k)
+                    .map(|(_, key)| key.clone())
+                    .collect()
+            }
         }
     }
 
@@ -311,6 +327,12 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::Job => {}
+            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet => {
+                if let Some(k) = workload_kind(kind) {
+                    self.workloads.remove(&(k, key.to_string()));
+                    self.generation += 1;
+                }
+            }
         }
     }
 
@@ -397,6 +419,19 @@ impl World {
     /// A scheduler-plugins PodGroup is gone.
     pub fn delete_sp_group(&mut self, key: &str) {
         self.sp_groups.remove(key);
+        self.generation += 1;
+    }
+
+    /// A JobSet or LeaderWorkerSet was added or changed (`key`:
+    /// `namespace/name`; an `Err` names what is wrong with it: its pods
+    /// wait, and the problem is reported).
+    pub fn upsert_workload(
+        &mut self,
+        kind: WorkloadKind,
+        key: &str,
+        w: Result<Workload, String>,
+    ) {
+        self.workloads.insert((kind, key.to_string()), w);
         self.generation += 1;
     }
 
@@ -542,13 +577,45 @@ impl World {
         out
     }
 
-    /// The group of a pod: its label's, else the PodGroup made for its Job.
+    /// The group of a pod: its label's, else the PodGroup made for its
+    /// Job, else its JobSet's or LeaderWorkerSet's gang.
     fn group_of(&self, v: &PodView) -> Option<String> {
         if v.group.is_some() {
             return v.group.clone();
         }
-        let k = format!("{}/{}", v.namespace, v.job.as_ref()?);
-        self.groups.get(&k).filter(|e| e.for_job).map(|_| k)
+        if let Some(job) = &v.job {
+            let k = format!("{}/{job}", v.namespace);
+            if self.groups.get(&k).is_some_and(|e| e.for_job) {
+                return Some(k);
+            }
+        }
+        self.workload_group(v).map(|g| g.0)
+    }
+
+    /// The JobSet or LeaderWorkerSet gang of a pod: its name, its size and
+    /// the workload's queue label (`None` size: the workload is not known,
+    /// or cannot be used; the pod waits for its group).
+    fn workload_group(&self, v: &PodView) -> Option<(String, Option<u32>, Option<&str>)> {
+        let m = workloads::member(&v.labels)?;
+        let w = self
+            .workloads
+            .get(&(m.kind, format!("{}/{}", v.namespace, m.workload)))
+            .and_then(|w| w.as_ref().ok());
+        let (name, min) = workloads::group_of(&v.namespace, &m, w)?;
+        Some((name, min, w.and_then(|w| w.queue.as_deref())))
+    }
+
+    /// The queue label that applies to a pod: its own, else its JobSet's or
+    /// LeaderWorkerSet's.
+    fn queue_label<'a>(&'a self, v: &'a PodView) -> Option<&'a str> {
+        v.queue_label
+            .as_deref()
+            .or_else(|| self.workload_group(v).and_then(|g| g.2))
+    }
+
+    /// The queue a pod is counted in while pending.
+    fn queue_name(&self, v: &PodView) -> String {
+        self.queue_label(v).unwrap_or(DEFAULT_QUEUE).to_string()
     }
 
     /// The GPUs the node's agent reports it served to pod `uid`, as
@@ -615,8 +682,8 @@ impl World {
         // the queue of a group defaults to its first member's label
         let mut member_queue: BTreeMap<String, &str> = BTreeMap::new();
         for v in self.pods.values() {
-            if let (Some(g), Some(q)) = (self.group_of(v), &v.queue_label) {
-                member_queue.entry(g).or_insert(q.as_str());
+            if let (Some(g), Some(q)) = (self.group_of(v), self.queue_label(v)) {
+                member_queue.entry(g).or_insert(q);
             }
         }
         let mut group_names: BTreeSet<&str> = BTreeSet::new();
@@ -659,6 +726,7 @@ impl World {
                 }),
             }
         }
+        self.workload_groups(&mut out, &member_queue, &group_names);
         out.snapshot.groups.sort_by(|a, b| a.name.cmp(&b.name));
 
         // pods, in creation order (then name) for determinism
@@ -680,9 +748,9 @@ impl World {
             match &v.kind {
                 PodKind::Ignored => {}
                 PodKind::Gated { gates } => {
-                    *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
                     *out.unseen_by_queue
-                        .entry(queue_of(v))
+                        .entry(self.queue_name(v))
                         .or_default()
                         .entry(PendingClass::Gated)
                         .or_default() += 1;
@@ -692,9 +760,9 @@ impl World {
                     });
                 }
                 PodKind::Invalid { error } => {
-                    *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                    *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
                     *out.unseen_by_queue
-                        .entry(queue_of(v))
+                        .entry(self.queue_name(v))
                         .or_default()
                         .entry(PendingClass::InvalidSpec)
                         .or_default() += 1;
@@ -721,7 +789,7 @@ impl World {
                     if !self.assumed.contains_key(&v.uid)
                         && let Some(Err(why)) = self.queues.get(queue)
                     {
-                        *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                        *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
                         out.problems.push(Problem::InvalidPod {
                             pod: pref(v),
                             error: format!(
@@ -747,7 +815,7 @@ impl World {
                             None => continue,
                         },
                         None => {
-                            *out.pending_by_queue.entry(queue_of(v)).or_default() += 1;
+                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
                             PodPhase::Pending {
                                 nominated: nominated
                                     .as_ref()
@@ -759,6 +827,7 @@ impl World {
                     out.pods.push(pref(v));
                     let mut pod = pod.clone();
                     pod.group = self.group_of(v);
+                    self.inherit_queue(v, &mut pod);
                     out.snapshot.pods.push(PodState { pod, phase });
                 }
                 PodKind::Bound {
@@ -851,6 +920,7 @@ impl World {
                     let mut pod = pod.clone();
                     pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
                     pod.group = self.group_of(v);
+                    self.inherit_queue(v, &mut pod);
                     out.snapshot.pods.push(PodState { pod, phase });
                 }
             }
@@ -897,10 +967,70 @@ impl World {
     }
 }
 
-fn queue_of(v: &PodView) -> String {
-    v.queue_label
-        .clone()
-        .unwrap_or_else(|| DEFAULT_QUEUE.to_string())
+fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
+    match k {
+        ObjectKind::JobSet => Some(WorkloadKind::JobSet),
+        ObjectKind::LeaderWorkerSet => Some(WorkloadKind::LeaderWorkerSet),
+        _ => None,
+    }
+}
+
+impl World {
+    /// A pod without a queue label is charged to its workload's queue.
+    fn inherit_queue(&self, v: &PodView, pod: &mut gpusched_model::Pod) {
+        if v.queue_label.is_none()
+            && let Some(q) = self.queue_label(v)
+        {
+            pod.queue = q.to_string();
+        }
+    }
+
+    /// The gangs of JobSets and LeaderWorkerSets that have pods: sized from
+    /// the workload, in its queue (else its first member's), at its
+    /// members' highest priority (the controllers copy the template's
+    /// priority class onto each pod). A workload that cannot be used is
+    /// reported; its pods wait for a group that is not there.
+    fn workload_groups(
+        &self,
+        out: &mut Built,
+        member_queue: &BTreeMap<String, &str>,
+        taken: &BTreeSet<&str>,
+    ) {
+        let mut made: BTreeMap<String, MGroup> = BTreeMap::new();
+        for v in self.pods.values() {
+            let priority = match &v.kind {
+                PodKind::Pending { pod, .. } | PodKind::Bound { pod, .. } => pod.priority,
+                _ => continue,
+            };
+            let Some((name, Some(min), queue)) = self.workload_group(v) else {
+                continue;
+            };
+            if taken.contains(name.as_str()) || self.group_of(v).as_ref() != Some(&name) {
+                continue;
+            }
+            let g = made.entry(name.clone()).or_insert_with(|| MGroup {
+                name: name.clone(),
+                queue: queue
+                    .or_else(|| member_queue.get(&name).copied())
+                    .unwrap_or(DEFAULT_QUEUE)
+                    .to_string(),
+                min_member: min,
+                priority,
+                topology: None,
+                schedule_timeout_ms: None,
+            });
+            g.priority = g.priority.max(priority);
+        }
+        out.snapshot.groups.extend(made.into_values());
+        for ((kind, key), w) in &self.workloads {
+            if let Err(e) = w {
+                out.problems.push(Problem::InvalidGroup {
+                    group: format!("{} {key}", kind.api_kind()),
+                    error: e.clone(),
+                });
+            }
+        }
+    }
 }
 
 fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {

@@ -1,0 +1,708 @@
+//! Gangs for the workload controllers people run, derived without a
+//! PodGroup: JobSet (`jobset.x-k8s.io/v1alpha2`) and LeaderWorkerSet
+//! (`leaderworkerset.x-k8s.io/v1`).
+//!
+//! Each controller labels the pods it makes with the workload's name and
+//! the part of it they belong to (JobSet: the restart attempt and the
+//! replicated job; LeaderWorkerSet: the group index). The gang of a pod is
+//! named from those labels and sized from the workload object, which the
+//! scheduler watches (list/watch only). The groups live in memory, rebuilt
+//! on every snapshot, rather than as PodGroup objects the scheduler would
+//! create and own, because:
+//! - the pods arrive before any object the scheduler could write, so a
+//!   created PodGroup would race them; a group derived from the pods' own
+//!   labels exists from the first pod on;
+//! - the controllers' restart semantics become group identity for free: a
+//!   JobSet restart makes pods with a new `restart-attempt` label (a fresh
+//!   gang), a recreated LeaderWorkerSet group reuses its index;
+//! - no writes, no leader-only task, nothing left behind to garbage-collect,
+//!   and no RBAC beyond reading the two kinds.
+//!
+//! Pure functions only: the world calls them when it builds a snapshot.
+
+use gpusched_model::labels::parse_flag;
+use kube::CustomResource;
+use kube::core::ObjectMeta;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Annotation on a JobSet or LeaderWorkerSet: `"false"` opts the workload
+/// out of gang scheduling (its pods are placed one by one).
+pub const ANNOTATION_GANG: &str = "gpusched.io/gang";
+
+/// Label the JobSet controller puts on its pods: the JobSet's name.
+pub const LABEL_JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+/// Label the JobSet controller puts on its pods: the replicated job.
+pub const LABEL_JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+/// Label the JobSet controller puts on its pods: the JobSet's restart
+/// attempt (`status.restarts` when the Job was made).
+pub const LABEL_JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
+/// Label the LeaderWorkerSet controller puts on its pods: the set's name.
+pub const LABEL_LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+/// Label the LeaderWorkerSet controller puts on its pods: the group index.
+pub const LABEL_LWS_GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+
+/// The JobSet fields gpusched reads (`jobset.x-k8s.io/v1alpha2`).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "jobset.x-k8s.io",
+    version = "v1alpha2",
+    kind = "JobSet",
+    plural = "jobsets",
+    namespaced,
+    status = "JobSetStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSetSpec {
+    /// The replicated jobs.
+    #[serde(default)]
+    pub replicated_jobs: Vec<ReplicatedJob>,
+    /// `startupPolicy.startupPolicyOrder`.
+    #[serde(default)]
+    pub startup_policy: Option<StartupPolicy>,
+}
+
+/// One replicated job of a JobSet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicatedJob {
+    /// Its name.
+    pub name: String,
+    /// How many Jobs (the API's default is 1).
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// The Job template.
+    #[serde(default)]
+    pub template: JobTemplate,
+    /// Replicated jobs this one waits for.
+    #[serde(default)]
+    pub depends_on: Option<Vec<serde_json::Value>>,
+}
+
+/// A Job template: only the sizes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobTemplate {
+    /// The Job's spec.
+    #[serde(default)]
+    pub spec: Option<JobSizes>,
+}
+
+/// `parallelism` and `completions` of a Job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobSizes {
+    /// Pods running at once (default 1).
+    #[serde(default)]
+    pub parallelism: Option<i64>,
+    /// Pods to complete (unset: any one success).
+    #[serde(default)]
+    pub completions: Option<i64>,
+}
+
+/// `spec.startupPolicy` of a JobSet.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartupPolicy {
+    /// `AnyOrder` or `InOrder`.
+    #[serde(default)]
+    pub startup_policy_order: Option<String>,
+}
+
+/// The JobSet status fields gpusched reads.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobSetStatus {
+    /// Restarts so far.
+    #[serde(default)]
+    pub restarts: Option<i64>,
+}
+
+/// The LeaderWorkerSet fields gpusched reads (`leaderworkerset.x-k8s.io/v1`).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "leaderworkerset.x-k8s.io",
+    version = "v1",
+    kind = "LeaderWorkerSet",
+    plural = "leaderworkersets",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderWorkerSetSpec {
+    /// The group template.
+    #[serde(default)]
+    pub leader_worker_template: LeaderWorkerTemplate,
+    /// `LeaderCreated` (default) or `LeaderReady`.
+    #[serde(default)]
+    pub startup_policy: Option<String>,
+}
+
+/// `spec.leaderWorkerTemplate`: only the size.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LeaderWorkerTemplate {
+    /// Pods per group, leader included (default 1).
+    #[serde(default)]
+    pub size: Option<i64>,
+}
+
+/// Which controller a workload belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkloadKind {
+    /// `jobset.x-k8s.io` JobSet.
+    JobSet,
+    /// `leaderworkerset.x-k8s.io` LeaderWorkerSet.
+    LeaderWorkerSet,
+}
+
+impl WorkloadKind {
+    /// The prefix of its groups' names.
+    fn prefix(self) -> &'static str {
+        match self {
+            WorkloadKind::JobSet => "jobset",
+            WorkloadKind::LeaderWorkerSet => "leaderworkerset",
+        }
+    }
+
+    /// Its kind as the API names it.
+    pub fn api_kind(self) -> &'static str {
+        match self {
+            WorkloadKind::JobSet => "JobSet",
+            WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
+        }
+    }
+}
+
+/// How a workload's pods are grouped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gang {
+    /// Not ganged: its pods are placed one by one (why, for the docs and
+    /// the logs).
+    Off(&'static str),
+    /// One gang of this many pods per attempt (JobSet) or per group
+    /// (LeaderWorkerSet).
+    Whole {
+        /// Pods that must start together.
+        min_member: u32,
+    },
+    /// One gang per replicated job (a JobSet whose replicated jobs start
+    /// one after another): the size of each.
+    PerReplicatedJob {
+        /// Pods per replicated job, by name.
+        min_member: BTreeMap<String, u32>,
+    },
+}
+
+/// What gpusched keeps of a JobSet or LeaderWorkerSet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Which controller.
+    pub kind: WorkloadKind,
+    /// Its `gpusched.io/queue` label.
+    pub queue: Option<String>,
+    /// How its pods are grouped.
+    pub gang: Gang,
+}
+
+/// A pod's place in a workload, read from the labels its controller put on
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Which controller.
+    pub kind: WorkloadKind,
+    /// The workload's name (same namespace as the pod).
+    pub workload: String,
+    /// JobSet: the restart attempt; LeaderWorkerSet: the group index.
+    pub instance: String,
+    /// JobSet: the replicated job (empty for a LeaderWorkerSet).
+    pub part: String,
+}
+
+/// The workload a pod belongs to, from its labels (`None`: none of the
+/// kinds known here; such a pod is placed on its own).
+pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
+    if let Some(name) = labels.get(LABEL_JOBSET_NAME).filter(|n| !n.is_empty()) {
+        return Some(Member {
+            kind: WorkloadKind::JobSet,
+            workload: name.clone(),
+            instance: labels
+                .get(LABEL_JOBSET_RESTART)
+                .cloned()
+                .unwrap_or_else(|| "0".into()),
+            part: labels
+                .get(LABEL_JOBSET_REPLICATED_JOB)
+                .cloned()
+                .unwrap_or_default(),
+        });
+    }
+    let name = labels.get(LABEL_LWS_NAME).filter(|n| !n.is_empty())?;
+    let index = labels.get(LABEL_LWS_GROUP_INDEX).filter(|i| !i.is_empty())?;
+    Some(Member {
+        kind: WorkloadKind::LeaderWorkerSet,
+        workload: name.clone(),
+        instance: index.clone(),
+        part: String::new(),
+    })
+}
+
+/// The gang a member belongs to: its name (`namespace/<kind>:<workload>…`,
+/// never a valid object name, so never a PodGroup's) and its size.
+/// `workload`: what is known of the workload (`None`: not seen yet; the
+/// name is still given, so the pod waits for its group instead of starting
+/// alone). `None`: the workload is not ganged.
+pub fn group_of(
+    namespace: &str,
+    m: &Member,
+    workload: Option<&Workload>,
+) -> Option<(String, Option<u32>)> {
+    let mut name = format!("{namespace}/{}:{}", m.kind.prefix(), m.workload);
+    match m.kind {
+        WorkloadKind::JobSet => {
+            if m.instance != "0" {
+                name.push_str(&format!(":restart-{}", m.instance));
+            }
+        }
+        WorkloadKind::LeaderWorkerSet => name.push_str(&format!(":{}", m.instance)),
+    }
+    match workload.map(|w| &w.gang) {
+        None => Some((name, None)),
+        Some(Gang::Off(_)) => None,
+        Some(Gang::Whole { min_member }) => Some((name, Some(*min_member))),
+        Some(Gang::PerReplicatedJob { min_member }) => {
+            let min = min_member.get(&m.part).copied();
+            name.push_str(&format!(":{}", m.part));
+            Some((name, min))
+        }
+    }
+}
+
+fn meta_queue(meta: &ObjectMeta) -> Option<String> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(gpusched_model::labels::LABEL_QUEUE))
+        .filter(|q| !q.is_empty())
+        .cloned()
+}
+
+/// The opt-out annotation: `Ok(false)` when the workload says
+/// `gpusched.io/gang: "false"`.
+fn gang_wanted(meta: &ObjectMeta, object: &str) -> Result<bool, String> {
+    match meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_GANG)) {
+        None => Ok(true),
+        Some(v) => parse_flag(v)
+            .map_err(|e| format!("{object}: metadata.annotations[{ANNOTATION_GANG}]: {e}")),
+    }
+}
+
+fn object_name(kind: &str, meta: &ObjectMeta) -> String {
+    format!(
+        "{kind} {}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A JobSet's gang. All its replicated jobs' pods form one gang of
+/// Σ replicas × pods per Job (pods per Job: `parallelism`, default 1, at
+/// most `completions`), one per restart attempt. When the replicated jobs
+/// start one after another (`startupPolicyOrder: InOrder`, or `dependsOn`),
+/// a later one's pods do not exist until an earlier one runs, so each
+/// replicated job is its own gang.
+pub fn jobset(js: &JobSet) -> Result<Workload, String> {
+    let obj = object_name("jobset", &js.metadata);
+    let queue = meta_queue(&js.metadata);
+    if !gang_wanted(&js.metadata, &obj)? {
+        return Ok(Workload {
+            kind: WorkloadKind::JobSet,
+            queue,
+            gang: Gang::Off("opted out (gpusched.io/gang: \"false\")"),
+        });
+    }
+    let mut per: BTreeMap<String, u32> = BTreeMap::new();
+    let mut total: u32 = 0;
+    for (i, r) in js.spec.replicated_jobs.iter().enumerate() {
+        let field = format!("spec.replicatedJobs[{i}]");
+        let replicas = r.replicas.unwrap_or(1);
+        let sizes = r.template.spec.clone().unwrap_or_default();
+        let parallelism = sizes.parallelism.unwrap_or(1);
+        let per_job = match sizes.completions {
+            Some(c) => parallelism.min(c),
+            None => parallelism,
+        };
+        for (what, v) in [
+            ("replicas", replicas),
+            ("template.spec.parallelism", parallelism),
+            ("template.spec.completions", sizes.completions.unwrap_or(0)),
+        ] {
+            if v < 0 {
+                return Err(format!("{obj}: {field}.{what}: must not be negative, is {v}"));
+            }
+        }
+        let n = u32::try_from(replicas.saturating_mul(per_job))
+            .ok()
+            .filter(|n| total.checked_add(*n).is_some())
+            .ok_or_else(|| {
+                format!("{obj}: {field}: {replicas} replicas × {per_job} pods is more pods than one gang can hold")
+            })?;
+        total += n;
+        per.insert(r.name.clone(), n);
+    }
+    let staged = js
+        .spec
+        .startup_policy
+        .as_ref()
+        .and_then(|s| s.startup_policy_order.as_deref())
+        == Some("InOrder")
+        || js
+            .spec
+            .replicated_jobs
+            .iter()
+            .any(|r| r.depends_on.as_ref().is_some_and(|d| !d.is_empty()));
+    let gang = if total == 0 {
+        Gang::Off("no pods")
+    } else if staged {
+        Gang::PerReplicatedJob { min_member: per }
+    } else {
+        Gang::Whole { min_member: total }
+    };
+    Ok(Workload {
+        kind: WorkloadKind::JobSet,
+        queue,
+        gang,
+    })
+}
+
+/// A LeaderWorkerSet's gangs: each group (leader + workers, `size` pods)
+/// is one gang; replicas are independent gangs. With `startupPolicy:
+/// LeaderReady` the workers are made only once the leader runs, so a gang
+/// could never complete: such a set is placed pod by pod.
+pub fn leader_worker_set(l: &LeaderWorkerSet) -> Result<Workload, String> {
+    let obj = object_name("leaderworkerset", &l.metadata);
+    let queue = meta_queue(&l.metadata);
+    let off = |why| {
+        Ok(Workload {
+            kind: WorkloadKind::LeaderWorkerSet,
+            queue: queue.clone(),
+            gang: Gang::Off(why),
+        })
+    };
+    if !gang_wanted(&l.metadata, &obj)? {
+        return off("opted out (gpusched.io/gang: \"false\")");
+    }
+    if l.spec.startup_policy.as_deref() == Some("LeaderReady") {
+        return off("startupPolicy LeaderReady: workers are made after the leader runs");
+    }
+    let size = l.spec.leader_worker_template.size.unwrap_or(1);
+    let size = u32::try_from(size)
+        .ok()
+        .filter(|s| *s >= 1)
+        .ok_or_else(|| format!("{obj}: spec.leaderWorkerTemplate.size: must be 1 or more, is {size}"))?;
+    Ok(Workload {
+        kind: WorkloadKind::LeaderWorkerSet,
+        queue,
+        gang: Gang::Whole { min_member: size },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn js(v: serde_json::Value) -> JobSet {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn labels(v: &[(&str, &str)]) -> BTreeMap<String, String> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_jobset_is_one_gang_of_every_replicated_jobs_pods() {
+        let j = js(json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train", "namespace": "ml", "labels": {"gpusched.io/queue": "research"}},
+            "spec": {"replicatedJobs": [
+                {"name": "leader", "template": {"spec": {"template": {"spec": {"containers": []}}}}},
+                {"name": "workers", "replicas": 3,
+                 "template": {"spec": {"parallelism": 4, "completions": 4, "template": {}}}},
+                {"name": "short", "replicas": 2,
+                 "template": {"spec": {"parallelism": 4, "completions": 1}}}
+            ]},
+            "status": {"restarts": 0}
+        }));
+        let w = jobset(&j).unwrap();
+        assert_eq!(w.queue.as_deref(), Some("research"));
+        assert_eq!(w.gang, Gang::Whole { min_member: 1 + 12 + 2 });
+        let m = member(&labels(&[
+            (LABEL_JOBSET_NAME, "train"),
+            (LABEL_JOBSET_REPLICATED_JOB, "workers"),
+            (LABEL_JOBSET_RESTART, "0"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            group_of("ml", &m, Some(&w)),
+            Some(("ml/jobset:train".into(), Some(15)))
+        );
+        // a restart is a fresh gang
+        let m = member(&labels(&[
+            (LABEL_JOBSET_NAME, "train"),
+            (LABEL_JOBSET_RESTART, "2"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            group_of("ml", &m, Some(&w)).unwrap().0,
+            "ml/jobset:train:restart-2"
+        );
+    }
+
+    #[test]
+    fn replicated_jobs_that_start_in_turn_are_a_gang_each() {
+        for spec in [
+            json!({"startupPolicy": {"startupPolicyOrder": "InOrder"}, "replicatedJobs": [
+                {"name": "a", "replicas": 2}, {"name": "b", "template": {"spec": {"parallelism": 3}}}]}),
+            json!({"replicatedJobs": [
+                {"name": "a", "replicas": 2},
+                {"name": "b", "template": {"spec": {"parallelism": 3}},
+                 "dependsOn": [{"name": "a", "status": "Ready"}]}]}),
+        ] {
+            let w = jobset(&js(json!({"metadata": {"name": "s", "namespace": "ml"},
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": spec})))
+            .unwrap();
+            let m = member(&labels(&[
+                (LABEL_JOBSET_NAME, "s"),
+                (LABEL_JOBSET_REPLICATED_JOB, "b"),
+            ]))
+            .unwrap();
+            assert_eq!(
+                group_of("ml", &m, Some(&w)),
+                Some(("ml/jobset:s:b".into(), Some(3)))
+            );
+        }
+    }
+
+    #[test]
+    fn opting_out_and_bad_sizes() {
+        let base = |ann: serde_json::Value, rjobs: serde_json::Value| {
+            js(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "s", "namespace": "ml", "annotations": ann},
+                "spec": {"replicatedJobs": rjobs}}))
+        };
+        let w = jobset(&base(json!({"gpusched.io/gang": "false"}), json!([{"name": "a"}]))).unwrap();
+        assert!(matches!(w.gang, Gang::Off(_)));
+        let m = member(&labels(&[(LABEL_JOBSET_NAME, "s")])).unwrap();
+        assert_eq!(group_of("ml", &m, Some(&w)), None);
+        let e = jobset(&base(json!({"gpusched.io/gang": "maybe"}), json!([]))).unwrap_err();
+        assert!(
+            e.starts_with("jobset ml/s: metadata.annotations[gpusched.io/gang]"),
+            "{e}"
+        );
+        let e = jobset(&base(json!({}), json!([{"name": "a", "replicas": -1}]))).unwrap_err();
+        assert!(e.contains("spec.replicatedJobs[0].replicas"), "{e}");
+        let e = jobset(&base(
+            json!({}),
+            json!([{"name": "a", "replicas": 70000, "template": {"spec": {"parallelism": 70000}}}]),
+        ))
+        .unwrap_err();
+        assert!(e.contains("more pods than one gang can hold"), "{e}");
+        let w = jobset(&base(json!({}), json!([{"name": "a", "replicas": 0}]))).unwrap();
+        assert_eq!(w.gang, Gang::Off("no pods"));
+    }
+
+    #[test]
+    fn each_leader_worker_group_is_a_gang() {
+        let l: LeaderWorkerSet = serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "serve", "namespace": "inf"},
+            "spec": {"replicas": 3, "startupPolicy": "LeaderCreated",
+                     "leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": {}}}}
+        }))
+        .unwrap();
+        let w = leader_worker_set(&l).unwrap();
+        let leader = member(&labels(&[
+            (LABEL_LWS_NAME, "serve"),
+            (LABEL_LWS_GROUP_INDEX, "2"),
+            ("leaderworkerset.sigs.k8s.io/worker-index", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            group_of("inf", &leader, Some(&w)),
+            Some(("inf/leaderworkerset:serve:2".into(), Some(4)))
+        );
+        // not seen yet: still named, so the pod waits for its group
+        assert_eq!(
+            group_of("inf", &leader, None),
+            Some(("inf/leaderworkerset:serve:2".into(), None))
+        );
+        let mut ready = l.clone();
+        ready.spec.startup_policy = Some("LeaderReady".into());
+        assert!(matches!(
+            leader_worker_set(&ready).unwrap().gang,
+            Gang::Off(_)
+        ));
+        let mut zero = l;
+        zero.spec.leader_worker_template.size = Some(0);
+        let e = leader_worker_set(&zero).unwrap_err();
+        assert_eq!(
+            e,
+            "leaderworkerset inf/serve: spec.leaderWorkerTemplate.size: must be 1 or more, is 0"
+        );
+    }
+
+    #[test]
+    fn pods_of_other_owners_are_nobodys_members() {
+        assert_eq!(member(&labels(&[("app", "x")])), None);
+        assert_eq!(member(&labels(&[(LABEL_LWS_NAME, "serve")])), None);
+        assert_eq!(member(&labels(&[(LABEL_JOBSET_NAME, "")])), None);
+    }
+}
+
+#[cfg(test)]
+mod world_tests {
+    use super::*;
+    use crate::world::World;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::{Value, json};
+
+    fn pod(name: &str, labels: Value, priority: i32) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                         "creationTimestamp": "2026-12-01T10:00:00Z", "labels": labels},
+            "spec": {"schedulerName": "gpusched", "priority": priority, "containers": [
+                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap()
+    }
+
+    fn train(annotations: Value) -> JobSet {
+        serde_json::from_value(json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train", "namespace": "ml", "annotations": annotations,
+                         "labels": {"gpusched.io/queue": "research"}},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 2,
+                     "template": {"spec": {"parallelism": 2}}}]}
+        }))
+        .unwrap()
+    }
+
+    fn jobset_pod(name: &str, priority: i32) -> Pod {
+        pod(
+            name,
+            json!({LABEL_JOBSET_NAME: "train", LABEL_JOBSET_REPLICATED_JOB: "w",
+                   LABEL_JOBSET_RESTART: "0", "batch.kubernetes.io/job-name": "train-w-0"}),
+            priority,
+        )
+    }
+
+    #[test]
+    fn a_jobsets_pods_are_one_gang_in_its_queue_at_their_priority() {
+        let mut w = World::default();
+        for (i, prio) in [(0, 5), (1, 7), (2, 5), (3, 5)] {
+            w.upsert_pod(&jobset_pod(&format!("train-w-{i}"), prio));
+        }
+        w.upsert_pod(&pod("loose", json!({"app": "x"}), 0));
+        // the JobSet not seen yet: its pods wait for their group
+        let b = w.build();
+        assert!(b.snapshot.groups.is_empty());
+        assert!(
+            b.snapshot
+                .pods
+                .iter()
+                .filter(|p| p.pod.name.starts_with("ml/train"))
+                .all(|p| p.pod.group.as_deref() == Some("ml/jobset:train"))
+        );
+        w.upsert_workload(WorkloadKind::JobSet, "ml/train", jobset(&train(json!({}))));
+        let b = w.build();
+        assert_eq!(b.snapshot.groups.len(), 1);
+        let g = &b.snapshot.groups[0];
+        assert_eq!(
+            (g.name.as_str(), g.min_member, g.queue.as_str(), g.priority),
+            ("ml/jobset:train", 4, "research", 7)
+        );
+        for p in &b.snapshot.pods {
+            if p.pod.name == "ml/loose" {
+                assert_eq!((p.pod.group.as_deref(), p.pod.queue.as_str()), (None, "default"));
+            } else {
+                // no queue label of their own: charged to the JobSet's queue
+                assert_eq!(p.pod.queue, "research");
+            }
+        }
+        assert_eq!(b.pending_by_queue.get("research"), Some(&4));
+        // opted out: each pod on its own
+        w.upsert_workload(
+            WorkloadKind::JobSet,
+            "ml/train",
+            jobset(&train(json!({ANNOTATION_GANG: "false"}))),
+        );
+        let b = w.build();
+        assert!(b.snapshot.groups.is_empty());
+        assert!(b.snapshot.pods.iter().all(|p| p.pod.group.is_none()));
+        // gone again (a relist without it): its pods wait once more
+        w.retain_only(
+            crate::world::ObjectKind::JobSet,
+            &std::collections::BTreeSet::new(),
+        );
+        assert!(w.build().snapshot.pods.iter().any(|p| p.pod.group.is_some()));
+    }
+
+    #[test]
+    fn an_unusable_workload_is_reported_and_its_pods_wait() {
+        let mut w = World::default();
+        w.upsert_pod(&jobset_pod("train-w-0", 0));
+        w.upsert_workload(
+            WorkloadKind::JobSet,
+            "ml/train",
+            jobset(&train(json!({ANNOTATION_GANG: "perhaps"}))),
+        );
+        let b = w.build();
+        assert!(b.snapshot.groups.is_empty());
+        assert_eq!(
+            b.snapshot.pods[0].pod.group.as_deref(),
+            Some("ml/jobset:train")
+        );
+        assert!(b.problems.iter().any(|p| matches!(p,
+            crate::world::Problem::InvalidGroup { group, error }
+                if group == "JobSet ml/train" && error.contains("gpusched.io/gang"))));
+    }
+
+    #[test]
+    fn leader_worker_groups_are_separate_gangs() {
+        let mut w = World::default();
+        for g in 0..2 {
+            for i in 0..3 {
+                w.upsert_pod(&pod(
+                    &format!("serve-{g}-{i}"),
+                    json!({LABEL_LWS_NAME: "serve", LABEL_LWS_GROUP_INDEX: g.to_string(),
+                           "gpusched.io/queue": "inference"}),
+                    0,
+                ));
+            }
+        }
+        let l: LeaderWorkerSet = serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "serve", "namespace": "ml"},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3}}
+        }))
+        .unwrap();
+        w.upsert_workload(
+            WorkloadKind::LeaderWorkerSet,
+            "ml/serve",
+            leader_worker_set(&l),
+        );
+        let b = w.build();
+        let gs: Vec<(&str, u32, &str)> = b
+            .snapshot
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.min_member, g.queue.as_str()))
+            .collect();
+        assert_eq!(
+            gs,
+            [
+                ("ml/leaderworkerset:serve:0", 3, "inference"),
+                ("ml/leaderworkerset:serve:1", 3, "inference")
+            ]
+        );
+    }
+}
