@@ -8,7 +8,7 @@ E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 
 # All components, in build order.
-E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager)
+E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws)
 
 # component_module <component>: the wrapper module directory name.
 component_module() {
@@ -16,6 +16,8 @@ component_module() {
     etcd) echo etcd ;;
     kube-apiserver|kube-scheduler|kube-controller-manager) echo kubernetes ;;
     kwok) echo kwok ;;
+    jobset) echo jobset ;;
+    lws) echo lws ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -26,6 +28,8 @@ component_upstream() {
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     kube-apiserver|kube-scheduler|kube-controller-manager) echo k8s.io/kubernetes ;;
     kwok) echo sigs.k8s.io/kwok ;;
+    jobset) echo sigs.k8s.io/jobset ;;
+    lws) echo sigs.k8s.io/lws ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -38,6 +42,8 @@ component_package() {
     kube-scheduler) echo k8s.io/kubernetes/cmd/kube-scheduler ;;
     kube-controller-manager) echo k8s.io/kubernetes/cmd/kube-controller-manager ;;
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
+    jobset) echo sigs.k8s.io/jobset ;;
+    lws) echo sigs.k8s.io/lws/cmd ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -70,6 +76,8 @@ component_env_key() {
     kube-scheduler) echo GPUSCHED_E2E_KUBE_SCHEDULER_BIN ;;
     kube-controller-manager) echo GPUSCHED_E2E_KUBE_CONTROLLER_MANAGER_BIN ;;
     kwok) echo GPUSCHED_E2E_KWOK_BIN ;;
+    jobset) echo GPUSCHED_E2E_JOBSET_BIN ;;
+    lws) echo GPUSCHED_E2E_LWS_BIN ;;
   esac
 }
 

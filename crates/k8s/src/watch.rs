@@ -471,24 +471,25 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
     use crate::workloads::{self, JobSet, LeaderWorkerSet, WorkloadKind};
     optional!(JobSet, ObjectKind::JobSet, |w, r| match r {
         Ok(j) => w.upsert_workload(WorkloadKind::JobSet, &ns_key(j), workloads::jobset(j)),
-        Err((key, e)) => w.upsert_workload(
-            WorkloadKind::JobSet,
-            key,
-            Err(format!("jobset {key}: {e}"))
-        ),
+        Err((key, e)) =>
+            w.upsert_workload(WorkloadKind::JobSet, key, Err(format!("jobset {key}: {e}"))),
     });
-    optional!(LeaderWorkerSet, ObjectKind::LeaderWorkerSet, |w, r| match r {
-        Ok(l) => w.upsert_workload(
-            WorkloadKind::LeaderWorkerSet,
-            &ns_key(l),
-            workloads::leader_worker_set(l)
-        ),
-        Err((key, e)) => w.upsert_workload(
-            WorkloadKind::LeaderWorkerSet,
-            key,
-            Err(format!("leaderworkerset {key}: {e}"))
-        ),
-    });
+    optional!(
+        LeaderWorkerSet,
+        ObjectKind::LeaderWorkerSet,
+        |w, r| match r {
+            Ok(l) => w.upsert_workload(
+                WorkloadKind::LeaderWorkerSet,
+                &ns_key(l),
+                workloads::leader_worker_set(l)
+            ),
+            Err((key, e)) => w.upsert_workload(
+                WorkloadKind::LeaderWorkerSet,
+                key,
+                Err(format!("leaderworkerset {key}: {e}"))
+            ),
+        }
+    );
     out
 }
 

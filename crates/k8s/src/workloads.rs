@@ -234,7 +234,9 @@ pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
         });
     }
     let name = labels.get(LABEL_LWS_NAME).filter(|n| !n.is_empty())?;
-    let index = labels.get(LABEL_LWS_GROUP_INDEX).filter(|i| !i.is_empty())?;
+    let index = labels
+        .get(LABEL_LWS_GROUP_INDEX)
+        .filter(|i| !i.is_empty())?;
     Some(Member {
         kind: WorkloadKind::LeaderWorkerSet,
         workload: name.clone(),
@@ -285,7 +287,11 @@ fn meta_queue(meta: &ObjectMeta) -> Option<String> {
 /// The opt-out annotation: `Ok(false)` when the workload says
 /// `gpusched.io/gang: "false"`.
 fn gang_wanted(meta: &ObjectMeta, object: &str) -> Result<bool, String> {
-    match meta.annotations.as_ref().and_then(|a| a.get(ANNOTATION_GANG)) {
+    match meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_GANG))
+    {
         None => Ok(true),
         Some(v) => parse_flag(v)
             .map_err(|e| format!("{object}: metadata.annotations[{ANNOTATION_GANG}]: {e}")),
@@ -333,7 +339,9 @@ pub fn jobset(js: &JobSet) -> Result<Workload, String> {
             ("template.spec.completions", sizes.completions.unwrap_or(0)),
         ] {
             if v < 0 {
-                return Err(format!("{obj}: {field}.{what}: must not be negative, is {v}"));
+                return Err(format!(
+                    "{obj}: {field}.{what}: must not be negative, is {v}"
+                ));
             }
         }
         let n = u32::try_from(replicas.saturating_mul(per_job))
@@ -394,7 +402,9 @@ pub fn leader_worker_set(l: &LeaderWorkerSet) -> Result<Workload, String> {
     let size = u32::try_from(size)
         .ok()
         .filter(|s| *s >= 1)
-        .ok_or_else(|| format!("{obj}: spec.leaderWorkerTemplate.size: must be 1 or more, is {size}"))?;
+        .ok_or_else(|| {
+            format!("{obj}: spec.leaderWorkerTemplate.size: must be 1 or more, is {size}")
+        })?;
     Ok(Workload {
         kind: WorkloadKind::LeaderWorkerSet,
         queue,
@@ -433,7 +443,12 @@ mod tests {
         }));
         let w = jobset(&j).unwrap();
         assert_eq!(w.queue.as_deref(), Some("research"));
-        assert_eq!(w.gang, Gang::Whole { min_member: 1 + 12 + 2 });
+        assert_eq!(
+            w.gang,
+            Gang::Whole {
+                min_member: 1 + 12 + 2
+            }
+        );
         let m = member(&labels(&[
             (LABEL_JOBSET_NAME, "train"),
             (LABEL_JOBSET_REPLICATED_JOB, "workers"),
@@ -484,11 +499,17 @@ mod tests {
     #[test]
     fn opting_out_and_bad_sizes() {
         let base = |ann: serde_json::Value, rjobs: serde_json::Value| {
-            js(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            js(
+                json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                 "metadata": {"name": "s", "namespace": "ml", "annotations": ann},
-                "spec": {"replicatedJobs": rjobs}}))
+                "spec": {"replicatedJobs": rjobs}}),
+            )
         };
-        let w = jobset(&base(json!({"gpusched.io/gang": "false"}), json!([{"name": "a"}]))).unwrap();
+        let w = jobset(&base(
+            json!({"gpusched.io/gang": "false"}),
+            json!([{"name": "a"}]),
+        ))
+        .unwrap();
         assert!(matches!(w.gang, Gang::Off(_)));
         let m = member(&labels(&[(LABEL_JOBSET_NAME, "s")])).unwrap();
         assert_eq!(group_of("ml", &m, Some(&w)), None);
@@ -622,7 +643,10 @@ mod world_tests {
         );
         for p in &b.snapshot.pods {
             if p.pod.name == "ml/loose" {
-                assert_eq!((p.pod.group.as_deref(), p.pod.queue.as_str()), (None, "default"));
+                assert_eq!(
+                    (p.pod.group.as_deref(), p.pod.queue.as_str()),
+                    (None, "default")
+                );
             } else {
                 // no queue label of their own: charged to the JobSet's queue
                 assert_eq!(p.pod.queue, "research");
@@ -643,7 +667,13 @@ mod world_tests {
             crate::world::ObjectKind::JobSet,
             &std::collections::BTreeSet::new(),
         );
-        assert!(w.build().snapshot.pods.iter().any(|p| p.pod.group.is_some()));
+        assert!(
+            w.build()
+                .snapshot
+                .pods
+                .iter()
+                .any(|p| p.pod.group.is_some())
+        );
     }
 
     #[test]

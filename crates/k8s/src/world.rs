@@ -425,12 +425,7 @@ impl World {
     /// A JobSet or LeaderWorkerSet was added or changed (`key`:
     /// `namespace/name`; an `Err` names what is wrong with it: its pods
     /// wait, and the problem is reported).
-    pub fn upsert_workload(
-        &mut self,
-        kind: WorkloadKind,
-        key: &str,
-        w: Result<Workload, String>,
-    ) {
+    pub fn upsert_workload(&mut self, kind: WorkloadKind, key: &str, w: Result<Workload, String>) {
         self.workloads.insert((kind, key.to_string()), w);
         self.generation += 1;
     }
