@@ -86,6 +86,12 @@ pub const CLUSTER: &[Permission] = &[
         "watch: scheduler-plugins pod groups",
     ),
     p(
+        "scheduling.k8s.io",
+        "podgroups",
+        WATCH,
+        "watch: upstream Workload API pod groups (workloads; when served)",
+    ),
+    p(
         "jobset.x-k8s.io",
         "jobsets",
         WATCH,

@@ -474,6 +474,23 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         Err((key, e)) =>
             w.upsert_workload(WorkloadKind::JobSet, key, Err(format!("jobset {key}: {e}"))),
     });
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup as UpstreamPodGroup;
+    optional!(
+        UpstreamPodGroup,
+        ObjectKind::UpstreamPodGroup,
+        |w, r| match r {
+            Ok(g) => w.upsert_workload(
+                WorkloadKind::PodGroup,
+                &ns_key(g),
+                workloads::upstream_pod_group(g)
+            ),
+            Err((key, e)) => w.upsert_workload(
+                WorkloadKind::PodGroup,
+                key,
+                Err(format!("podgroup.scheduling.k8s.io {key}: {e}"))
+            ),
+        }
+    );
     optional!(
         LeaderWorkerSet,
         ObjectKind::LeaderWorkerSet,

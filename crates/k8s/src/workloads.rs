@@ -1,6 +1,8 @@
 //! Gangs for the workload controllers people run, derived without a
 //! PodGroup: JobSet (`jobset.x-k8s.io/v1alpha2`) and LeaderWorkerSet
-//! (`leaderworkerset.x-k8s.io/v1`).
+//! (`leaderworkerset.x-k8s.io/v1`); and the upstream Workload API's
+//! PodGroup (`scheduling.k8s.io/v1beta1`, Kubernetes 1.37 behind the
+//! `GenericWorkload` gate), which pods name in `spec.schedulingGroup`.
 //!
 //! Each controller labels the pods it makes with the workload's name and
 //! the part of it they belong to (JobSet: the restart attempt and the
@@ -151,6 +153,8 @@ pub enum WorkloadKind {
     JobSet,
     /// `leaderworkerset.x-k8s.io` LeaderWorkerSet.
     LeaderWorkerSet,
+    /// The upstream `scheduling.k8s.io/v1beta1` PodGroup.
+    PodGroup,
 }
 
 impl WorkloadKind {
@@ -159,6 +163,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::JobSet => "jobset",
             WorkloadKind::LeaderWorkerSet => "leaderworkerset",
+            WorkloadKind::PodGroup => "scheduling.k8s.io",
         }
     }
 
@@ -167,6 +172,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::JobSet => "JobSet",
             WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
+            WorkloadKind::PodGroup => "PodGroup.scheduling.k8s.io",
         }
     }
 }
@@ -245,6 +251,25 @@ pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
     })
 }
 
+/// The member of the upstream PodGroup a pod names in
+/// `spec.schedulingGroup.podGroupName`.
+pub fn scheduling_group_member(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Member> {
+    let name = pod
+        .spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .clone()
+        .filter(|n| !n.is_empty())?;
+    Some(Member {
+        kind: WorkloadKind::PodGroup,
+        workload: name,
+        instance: String::new(),
+        part: String::new(),
+    })
+}
+
 /// The gang a member belongs to: its name (`namespace/<kind>:<workload>…`,
 /// never a valid object name, so never a PodGroup's) and its size.
 /// `workload`: what is known of the workload (`None`: not seen yet; the
@@ -263,6 +288,7 @@ pub fn group_of(
             }
         }
         WorkloadKind::LeaderWorkerSet => name.push_str(&format!(":{}", m.instance)),
+        WorkloadKind::PodGroup => {}
     }
     match workload.map(|w| &w.gang) {
         None => Some((name, None)),
@@ -409,6 +435,40 @@ pub fn leader_worker_set(l: &LeaderWorkerSet) -> Result<Workload, String> {
         kind: WorkloadKind::LeaderWorkerSet,
         queue,
         gang: Gang::Whole { min_member: size },
+    })
+}
+
+/// An upstream PodGroup (`scheduling.k8s.io/v1beta1`): a gang of
+/// `spec.schedulingPolicy.gang.minCount` pods; the `basic` policy places
+/// its pods one by one, as kube-scheduler does.
+pub fn upstream_pod_group(
+    g: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+) -> Result<Workload, String> {
+    let obj = object_name("podgroup.scheduling.k8s.io", &g.metadata);
+    let queue = meta_queue(&g.metadata);
+    let gang = match &g.spec.scheduling_policy.gang {
+        Some(gang) => {
+            let min = u32::try_from(gang.min_count)
+                .ok()
+                .filter(|m| *m >= 1)
+                .ok_or_else(|| {
+                    format!(
+                        "{obj}: spec.schedulingPolicy.gang.minCount: must be 1 or more, is {}",
+                        gang.min_count
+                    )
+                })?;
+            if gang_wanted(&g.metadata, &obj)? {
+                Gang::Whole { min_member: min }
+            } else {
+                Gang::Off("opted out (gpusched.io/gang: \"false\")")
+            }
+        }
+        None => Gang::Off("basic scheduling policy"),
+    };
+    Ok(Workload {
+        kind: WorkloadKind::PodGroup,
+        queue,
+        gang,
     })
 }
 
@@ -567,6 +627,40 @@ mod tests {
         assert_eq!(
             e,
             "leaderworkerset inf/serve: spec.leaderWorkerTemplate.size: must be 1 or more, is 0"
+        );
+    }
+
+    #[test]
+    fn an_upstream_pod_group_is_a_gang_of_min_count() {
+        let g: k8s_openapi::api::scheduling::v1beta1::PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "namespace": "ml"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}}
+        }))
+        .unwrap();
+        let w = upstream_pod_group(&g).unwrap();
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {"containers": [], "schedulingGroup": {"podGroupName": "g"}}
+        }))
+        .unwrap();
+        let m = scheduling_group_member(&pod).unwrap();
+        assert_eq!(
+            group_of("ml", &m, Some(&w)),
+            Some(("ml/scheduling.k8s.io:g".into(), Some(3)))
+        );
+        let mut basic = g.clone();
+        basic.spec.scheduling_policy.gang = None;
+        assert_eq!(
+            upstream_pod_group(&basic).unwrap().gang,
+            Gang::Off("basic scheduling policy")
+        );
+        let mut bad = g;
+        bad.spec.scheduling_policy.gang.as_mut().unwrap().min_count = 0;
+        assert!(
+            upstream_pod_group(&bad)
+                .unwrap_err()
+                .contains("spec.schedulingPolicy.gang.minCount: must be 1 or more, is 0")
         );
     }
 

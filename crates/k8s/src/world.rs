@@ -40,6 +40,9 @@ pub enum ObjectKind {
     JobSet,
     /// LeaderWorkerSets (by `namespace/name`), each group a gang.
     LeaderWorkerSet,
+    /// Upstream `scheduling.k8s.io/v1beta1` PodGroups (by
+    /// `namespace/name`), named by pods in `spec.schedulingGroup`.
+    UpstreamPodGroup,
 }
 
 /// A placement the scheduler made and is binding.
@@ -154,6 +157,8 @@ pub struct World {
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
     /// JobSets and LeaderWorkerSets, by kind and `namespace/name`.
     workloads: BTreeMap<(WorkloadKind, String), Result<Workload, String>>,
+    /// The upstream PodGroup each pod names (`spec.schedulingGroup`), by uid.
+    scheduling_groups: BTreeMap<String, workloads::Member>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
     /// When each assumption was made (Unix ms): the pod's bind time until
@@ -199,6 +204,10 @@ impl World {
     /// API shows it bound (or gone).
     pub fn upsert_pod(&mut self, p: &Pod) {
         let mut v = translate::pod(p);
+        match workloads::scheduling_group_member(p) {
+            Some(m) => self.scheduling_groups.insert(v.uid.clone(), m),
+            None => self.scheduling_groups.remove(&v.uid),
+        };
         self.keep_first_decision(&mut v);
         match &v.kind {
             PodKind::Pending { nominated, .. } => {
@@ -269,6 +278,7 @@ impl World {
 
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.scheduling_groups.remove(uid);
         self.decisions.remove(uid);
         self.tampered.remove(uid);
         self.pods.remove(uid);
@@ -292,7 +302,7 @@ impl World {
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
             ObjectKind::Job => Vec::new(),
-            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet => {
+            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet | ObjectKind::UpstreamPodGroup => {
                 let k = workload_kind(kind);
                 self.workloads
                     .keys()
@@ -327,7 +337,7 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::Job => {}
-            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet => {
+            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet | ObjectKind::UpstreamPodGroup => {
                 if let Some(k) = workload_kind(kind) {
                     self.workloads.remove(&(k, key.to_string()));
                     self.generation += 1;
@@ -591,7 +601,10 @@ impl World {
     /// the workload's queue label (`None` size: the workload is not known,
     /// or cannot be used; the pod waits for its group).
     fn workload_group(&self, v: &PodView) -> Option<(String, Option<u32>, Option<&str>)> {
-        let m = workloads::member(&v.labels)?;
+        let m = match self.scheduling_groups.get(&v.uid) {
+            Some(m) => m.clone(),
+            None => workloads::member(&v.labels)?,
+        };
         let w = self
             .workloads
             .get(&(m.kind, format!("{}/{}", v.namespace, m.workload)))
@@ -966,6 +979,7 @@ fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
     match k {
         ObjectKind::JobSet => Some(WorkloadKind::JobSet),
         ObjectKind::LeaderWorkerSet => Some(WorkloadKind::LeaderWorkerSet),
+        ObjectKind::UpstreamPodGroup => Some(WorkloadKind::PodGroup),
         _ => None,
     }
 }
