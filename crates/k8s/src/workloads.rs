@@ -756,6 +756,14 @@ mod world_tests {
         let b = w.build();
         assert!(b.snapshot.groups.is_empty());
         assert!(b.snapshot.pods.iter().all(|p| p.pod.group.is_none()));
+        // (still charged to the JobSet's queue)
+        assert!(
+            b.snapshot
+                .pods
+                .iter()
+                .filter(|p| p.pod.name.starts_with("ml/train"))
+                .all(|p| p.pod.queue == "research")
+        );
         // gone again (a relist without it): its pods wait once more
         w.retain_only(
             crate::world::ObjectKind::JobSet,

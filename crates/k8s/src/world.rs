@@ -597,10 +597,10 @@ impl World {
         self.workload_group(v).map(|g| g.0)
     }
 
-    /// The JobSet or LeaderWorkerSet gang of a pod: its name, its size and
-    /// the workload's queue label (`None` size: the workload is not known,
-    /// or cannot be used; the pod waits for its group).
-    fn workload_group(&self, v: &PodView) -> Option<(String, Option<u32>, Option<&str>)> {
+    /// The workload a pod belongs to (JobSet, LeaderWorkerSet, upstream
+    /// PodGroup) and what is known of it (`None`: not seen yet, or
+    /// unusable).
+    fn workload_of(&self, v: &PodView) -> Option<(workloads::Member, Option<&Workload>)> {
         let m = match self.scheduling_groups.get(&v.uid) {
             Some(m) => m.clone(),
             None => workloads::member(&v.labels)?,
@@ -609,16 +609,26 @@ impl World {
             .workloads
             .get(&(m.kind, format!("{}/{}", v.namespace, m.workload)))
             .and_then(|w| w.as_ref().ok());
+        Some((m, w))
+    }
+
+    /// The workload gang of a pod: its name, its size and the workload's
+    /// queue label (`None` size: the workload is not known, or cannot be
+    /// used; the pod waits for its group). `None`: no gang.
+    fn workload_group(&self, v: &PodView) -> Option<(String, Option<u32>, Option<&str>)> {
+        let (m, w) = self.workload_of(v)?;
         let (name, min) = workloads::group_of(&v.namespace, &m, w)?;
         Some((name, min, w.and_then(|w| w.queue.as_deref())))
     }
 
-    /// The queue label that applies to a pod: its own, else its JobSet's or
-    /// LeaderWorkerSet's.
+    /// The queue label that applies to a pod: its own, else its
+    /// workload's (ganged or not).
     fn queue_label<'a>(&'a self, v: &'a PodView) -> Option<&'a str> {
-        v.queue_label
-            .as_deref()
-            .or_else(|| self.workload_group(v).and_then(|g| g.2))
+        v.queue_label.as_deref().or_else(|| {
+            self.workload_of(v)
+                .and_then(|(_, w)| w)
+                .and_then(|w| w.queue.as_deref())
+        })
     }
 
     /// The queue a pod is counted in while pending.
