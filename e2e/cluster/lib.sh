@@ -7,7 +7,9 @@ E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 # any clone on the same machine reuses them.
 E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 
-# All components, in build order.
+# All components, in build order. kube-controller-manager, jobset and lws
+# are for the workload e2e tests (crates/k8s/tests/workloads_e2e.rs), which
+# start them; `cluster up` does not.
 E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws)
 
 # component_module <component>: the wrapper module directory name.
