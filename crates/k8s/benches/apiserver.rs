@@ -111,7 +111,7 @@ fn parse_args() -> Args {
             "--mode" => a.backlog = v == "backlog",
             "--create-concurrency" => a.create_concurrency = v.parse().expect("n"),
             "--bind-concurrency" => a.bind_concurrency = v.parse().expect("n"),
-            "--gpusched-bin" => a.gpusched_bin = Some(PathBuf::from(v)),
+            "--gpusched-bin" => a.gpusched_bin = Some(resolve_bin(&v)),
             "--timeout" => a.timeout = Duration::from_secs(v.parse().expect("s")),
             "--keep" => {
                 a.keep = true;
@@ -126,6 +126,38 @@ fn parse_args() -> Args {
         i += if took { 2 } else { 1 };
     }
     a
+}
+
+/// `--gpusched-bin`: a relative path is taken from where the command was
+/// typed if it exists there, else from the repository root (cargo runs a
+/// bench in its crate's directory, where `target/release/gpusched` is not);
+/// a path found nowhere stops the bench naming both places.
+fn resolve_bin(v: &str) -> PathBuf {
+    let p = PathBuf::from(v);
+    if p.is_absolute() {
+        return p;
+    }
+    let typed = std::env::var_os("PWD").map(PathBuf::from);
+    let candidates: Vec<PathBuf> = typed
+        .into_iter()
+        .map(|d| d.join(&p))
+        .chain([repo_root().join(&p)])
+        .collect();
+    candidates
+        .iter()
+        .find(|c| c.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            eprintln!(
+                "--gpusched-bin {v}: not found (looked at {}); build it with `cargo build --release -p gpusched`",
+                candidates
+                    .iter()
+                    .map(|c| c.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            std::process::exit(2)
+        })
 }
 
 fn repo_root() -> PathBuf {
