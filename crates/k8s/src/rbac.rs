@@ -92,6 +92,12 @@ pub const CLUSTER: &[Permission] = &[
         "watch: upstream Workload API pod groups (workloads; when served)",
     ),
     p(
+        "ray.io",
+        "rayclusters",
+        WATCH,
+        "watch: KubeRay RayClusters, each a gang (workloads)",
+    ),
+    p(
         "jobset.x-k8s.io",
         "jobsets",
         WATCH,

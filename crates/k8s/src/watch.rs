@@ -474,6 +474,22 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         Err((key, e)) =>
             w.upsert_workload(WorkloadKind::JobSet, key, Err(format!("jobset {key}: {e}"))),
     });
+    optional!(
+        workloads::RayCluster,
+        ObjectKind::RayCluster,
+        |w, r| match r {
+            Ok(c) => w.upsert_workload(
+                WorkloadKind::RayCluster,
+                &ns_key(c),
+                workloads::ray_cluster(c)
+            ),
+            Err((key, e)) => w.upsert_workload(
+                WorkloadKind::RayCluster,
+                key,
+                Err(format!("raycluster {key}: {e}"))
+            ),
+        }
+    );
     use k8s_openapi::api::scheduling::v1beta1::PodGroup as UpstreamPodGroup;
     optional!(
         UpstreamPodGroup,

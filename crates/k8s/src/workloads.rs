@@ -39,6 +39,8 @@ pub const LABEL_JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-
 /// Label the JobSet controller puts on its pods: the JobSet's restart
 /// attempt (`status.restarts` when the Job was made).
 pub const LABEL_JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
+/// Label KubeRay puts on a RayCluster's pods: the cluster's name.
+pub const LABEL_RAY_CLUSTER: &str = "ray.io/cluster";
 /// Label the LeaderWorkerSet controller puts on its pods: the set's name.
 pub const LABEL_LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 /// Label the LeaderWorkerSet controller puts on its pods: the group index.
@@ -146,6 +148,53 @@ pub struct LeaderWorkerTemplate {
     pub size: Option<i64>,
 }
 
+/// The RayCluster fields gpusched reads (`ray.io/v1`).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "ray.io",
+    version = "v1",
+    kind = "RayCluster",
+    plural = "rayclusters",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RayClusterSpec {
+    /// The Ray autoscaler runs and sizes the worker groups.
+    #[serde(default)]
+    pub enable_in_tree_autoscaling: Option<bool>,
+    /// The whole cluster is suspended (no pods).
+    #[serde(default)]
+    pub suspend: Option<bool>,
+    /// The worker groups.
+    #[serde(default)]
+    pub worker_group_specs: Vec<RayWorkerGroup>,
+}
+
+/// One worker group of a RayCluster: only the sizes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RayWorkerGroup {
+    /// Its name.
+    #[serde(default)]
+    pub group_name: String,
+    /// Desired replicas.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// At least this many (default 0).
+    #[serde(default)]
+    pub min_replicas: Option<i64>,
+    /// At most this many.
+    #[serde(default)]
+    pub max_replicas: Option<i64>,
+    /// Pods per replica (multi-host; default 1).
+    #[serde(default)]
+    pub num_of_hosts: Option<i64>,
+    /// The group is suspended (no pods).
+    #[serde(default)]
+    pub suspend: Option<bool>,
+}
+
 /// Which controller a workload belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkloadKind {
@@ -155,6 +204,8 @@ pub enum WorkloadKind {
     LeaderWorkerSet,
     /// The upstream `scheduling.k8s.io/v1beta1` PodGroup.
     PodGroup,
+    /// KubeRay's `ray.io` RayCluster (RayJob and RayService run one).
+    RayCluster,
 }
 
 impl WorkloadKind {
@@ -164,6 +215,7 @@ impl WorkloadKind {
             WorkloadKind::JobSet => "jobset",
             WorkloadKind::LeaderWorkerSet => "leaderworkerset",
             WorkloadKind::PodGroup => "scheduling.k8s.io",
+            WorkloadKind::RayCluster => "raycluster",
         }
     }
 
@@ -173,6 +225,7 @@ impl WorkloadKind {
             WorkloadKind::JobSet => "JobSet",
             WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
             WorkloadKind::PodGroup => "PodGroup.scheduling.k8s.io",
+            WorkloadKind::RayCluster => "RayCluster",
         }
     }
 }
@@ -239,6 +292,14 @@ pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
                 .unwrap_or_default(),
         });
     }
+    if let Some(name) = labels.get(LABEL_RAY_CLUSTER).filter(|n| !n.is_empty()) {
+        return Some(Member {
+            kind: WorkloadKind::RayCluster,
+            workload: name.clone(),
+            instance: String::new(),
+            part: String::new(),
+        });
+    }
     let name = labels.get(LABEL_LWS_NAME).filter(|n| !n.is_empty())?;
     let index = labels
         .get(LABEL_LWS_GROUP_INDEX)
@@ -288,7 +349,7 @@ pub fn group_of(
             }
         }
         WorkloadKind::LeaderWorkerSet => name.push_str(&format!(":{}", m.instance)),
-        WorkloadKind::PodGroup => {}
+        WorkloadKind::PodGroup | WorkloadKind::RayCluster => {}
     }
     match workload.map(|w| &w.gang) {
         None => Some((name, None)),
@@ -469,6 +530,67 @@ pub fn upstream_pod_group(
         kind: WorkloadKind::PodGroup,
         queue,
         gang,
+    })
+}
+
+/// A RayCluster's gang: the head and its workers, sized as KubeRay sizes
+/// the gang it asks batch schedulers for: 1 + Σ over worker groups of
+/// replicas × `numOfHosts`, replicas being `minReplicas` when the Ray
+/// autoscaler runs (it adds the rest later, one by one), else the desired
+/// `replicas` held within `minReplicas..maxReplicas`; suspended groups
+/// count 0. A RayJob's or RayService's pods belong to the RayCluster it
+/// makes (the submitter Job's pods to none).
+pub fn ray_cluster(r: &RayCluster) -> Result<Workload, String> {
+    let obj = object_name("raycluster", &r.metadata);
+    let queue = meta_queue(&r.metadata);
+    if !gang_wanted(&r.metadata, &obj)? {
+        return Ok(Workload {
+            kind: WorkloadKind::RayCluster,
+            queue,
+            gang: Gang::Off("opted out (gpusched.io/gang: \"false\")"),
+        });
+    }
+    if r.spec.suspend == Some(true) {
+        return Ok(Workload {
+            kind: WorkloadKind::RayCluster,
+            queue,
+            gang: Gang::Off("no pods"),
+        });
+    }
+    let autoscaling = r.spec.enable_in_tree_autoscaling == Some(true);
+    let mut total: i64 = 1;
+    for (i, g) in r.spec.worker_group_specs.iter().enumerate() {
+        let field = format!("spec.workerGroupSpecs[{i}]");
+        if g.suspend == Some(true) {
+            continue;
+        }
+        let min = g.min_replicas.unwrap_or(0);
+        let max = g.max_replicas.unwrap_or(i64::from(i32::MAX));
+        let hosts = g.num_of_hosts.unwrap_or(1);
+        for (what, v) in [
+            ("minReplicas", min),
+            ("maxReplicas", max),
+            ("numOfHosts", hosts),
+        ] {
+            if v < 0 {
+                return Err(format!(
+                    "{obj}: {field}.{what}: must not be negative, is {v}"
+                ));
+            }
+        }
+        let replicas = if autoscaling {
+            min
+        } else {
+            g.replicas.unwrap_or(min).max(min).min(max)
+        };
+        total = total.saturating_add(replicas.saturating_mul(hosts));
+    }
+    let min_member = u32::try_from(total)
+        .map_err(|_| format!("{obj}: {total} pods is more than one gang can hold"))?;
+    Ok(Workload {
+        kind: WorkloadKind::RayCluster,
+        queue,
+        gang: Gang::Whole { min_member },
     })
 }
 
@@ -661,6 +783,45 @@ mod tests {
             upstream_pod_group(&bad)
                 .unwrap_err()
                 .contains("spec.schedulingPolicy.gang.minCount: must be 1 or more, is 0")
+        );
+    }
+
+    #[test]
+    fn a_ray_cluster_is_its_head_and_workers() {
+        let r = |autoscaling: bool| -> RayCluster {
+            serde_json::from_value(json!({
+                "apiVersion": "ray.io/v1", "kind": "RayCluster",
+                "metadata": {"name": "rc", "namespace": "ml"},
+                "spec": {"enableInTreeAutoscaling": autoscaling,
+                    "headGroupSpec": {"template": {}},
+                    "workerGroupSpecs": [
+                        {"groupName": "gpu", "replicas": 3, "minReplicas": 1, "maxReplicas": 4,
+                         "numOfHosts": 2, "template": {}},
+                        {"groupName": "cpu", "replicas": 9, "maxReplicas": 2, "template": {}},
+                        {"groupName": "off", "replicas": 5, "suspend": true, "template": {}}
+                    ]}
+            }))
+            .unwrap()
+        };
+        // 1 head + 3 × 2 + min(9, 2)
+        assert_eq!(
+            ray_cluster(&r(false)).unwrap().gang,
+            Gang::Whole { min_member: 9 }
+        );
+        // with the autoscaler: 1 head + 1 × 2 + 0
+        assert_eq!(
+            ray_cluster(&r(true)).unwrap().gang,
+            Gang::Whole { min_member: 3 }
+        );
+        let m = member(&labels(&[
+            (LABEL_RAY_CLUSTER, "rc"),
+            ("ray.io/node-type", "worker"),
+            ("ray.io/group", "gpu"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            group_of("ml", &m, Some(&ray_cluster(&r(false)).unwrap())),
+            Some(("ml/raycluster:rc".into(), Some(9)))
         );
     }
 

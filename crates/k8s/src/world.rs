@@ -43,6 +43,8 @@ pub enum ObjectKind {
     /// Upstream `scheduling.k8s.io/v1beta1` PodGroups (by
     /// `namespace/name`), named by pods in `spec.schedulingGroup`.
     UpstreamPodGroup,
+    /// KubeRay RayClusters (by `namespace/name`).
+    RayCluster,
 }
 
 /// A placement the scheduler made and is binding.
@@ -302,7 +304,10 @@ impl World {
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
             ObjectKind::Job => Vec::new(),
-            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet | ObjectKind::UpstreamPodGroup => {
+            ObjectKind::JobSet
+            | ObjectKind::LeaderWorkerSet
+            | ObjectKind::UpstreamPodGroup
+            | ObjectKind::RayCluster => {
                 let k = workload_kind(kind);
                 self.workloads
                     .keys()
@@ -337,7 +342,10 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::Job => {}
-            ObjectKind::JobSet | ObjectKind::LeaderWorkerSet | ObjectKind::UpstreamPodGroup => {
+            ObjectKind::JobSet
+            | ObjectKind::LeaderWorkerSet
+            | ObjectKind::UpstreamPodGroup
+            | ObjectKind::RayCluster => {
                 if let Some(k) = workload_kind(kind) {
                     self.workloads.remove(&(k, key.to_string()));
                     self.generation += 1;
@@ -990,6 +998,7 @@ fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
         ObjectKind::JobSet => Some(WorkloadKind::JobSet),
         ObjectKind::LeaderWorkerSet => Some(WorkloadKind::LeaderWorkerSet),
         ObjectKind::UpstreamPodGroup => Some(WorkloadKind::PodGroup),
+        ObjectKind::RayCluster => Some(WorkloadKind::RayCluster),
         _ => None,
     }
 }
