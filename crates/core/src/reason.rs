@@ -382,6 +382,10 @@ pub enum CandidateRejection {
     /// Even with every candidate victim gone, the pod does not fit
     /// (CPU, memory, GPU placement).
     DoesNotFit,
+    /// Freeing the node would break a PodDisruptionBudget while other
+    /// nodes' victims are only younger than their minimum runtime: the pod
+    /// waits for those (at most that runtime) rather than break it.
+    WouldBreakBudget,
 }
 
 impl fmt::Display for CandidateRejection {
@@ -397,6 +401,9 @@ impl fmt::Display for CandidateRejection {
             }
             CandidateRejection::DoesNotFit => {
                 "Preemption is not helpful for scheduling (does not fit even with every candidate victim evicted)"
+            }
+            CandidateRejection::WouldBreakBudget => {
+                "node(s) would break a PodDisruptionBudget while other victims are still younger than their minimum runtime"
             }
         })
     }

@@ -270,6 +270,70 @@ fn a_victim_is_protected_for_its_minimum_runtime() {
     assert_eq!(evictions(&snap, &out), ["low"]);
 }
 
+/// A PodDisruptionBudget is broken only as a last resort: when another
+/// node's victims are merely younger than their minimum runtime, the
+/// preemptor waits for them instead of evicting the protected pod; once
+/// they are old enough they go, and the protected pod stays.
+#[test]
+fn a_budget_is_not_broken_while_younger_victims_will_do() {
+    let mut snap = snapshot(
+        vec![node("a").gpus(2).build(), node("b").gpus(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("guarded")
+                .gpus(2)
+                .priority(1)
+                .budget_exhausted()
+                .build(),
+            pod("fresh").gpus(2).priority(1).arrival(1).build(),
+        ],
+    );
+    // guarded runs from t=0 on a, fresh from t=50 s on b
+    let out = with_min_runtime(0).cycle(&snap, 0, 7);
+    apply(&mut snap, &out, 0);
+    let fresh = snap
+        .pods
+        .iter()
+        .position(|p| p.pod.name == "fresh")
+        .unwrap();
+    if let PodPhase::Running { since_ms, .. } = &mut snap.pods[fresh].phase {
+        *since_ms = 50_000;
+    }
+    snap.pods.push(PodState::pending(
+        pod("high").gpus(2).priority(10).arrival(60_000).build(),
+    ));
+    let mut s = with_min_runtime(30_000);
+    // at 60 s fresh has run 10 s: evicting guarded would fit now but break
+    // its budget; the preemptor waits and says so
+    let out = run(&mut s, &snap, 60_000);
+    assert!(
+        evictions(&snap, &out).is_empty(),
+        "{:?}",
+        evictions(&snap, &out)
+    );
+    let why: Vec<String> = out
+        .explanations
+        .iter()
+        .find(|e| snap.pods[e.pod as usize].pod.name == "high")
+        .map(|e| e.evictions.iter().map(|a| a.to_string()).collect())
+        .unwrap_or_default();
+    assert!(
+        why.iter()
+            .any(|w| w.contains("would break a PodDisruptionBudget")),
+        "{why:?}"
+    );
+    // at 80 s fresh has run its 30 s: it goes, guarded stays
+    let out = run(&mut s, &snap, 80_000);
+    assert_eq!(evictions(&snap, &out), ["fresh"]);
+    // with no younger candidate at all the budget is broken as before
+    // (kube-scheduler's last resort): fresh is not preemptible here
+    let mut only = snap.clone();
+    only.pods[fresh].pod.preemptible = false;
+    let out = run(&mut s, &only, 60_000);
+    assert_eq!(evictions(&only, &out), ["guarded"]);
+}
+
 /// A queue's own minimum runtime overrides the scheduler's, and a child
 /// queue without one inherits its parent's.
 #[test]

@@ -25,12 +25,13 @@ type VictimCost = (usize, i32, usize, NodeId);
 
 /// Why candidate nodes were not freed, in the order they are counted and
 /// rendered.
-const REJECTIONS: [CandidateRejection; 5] = [
+const REJECTIONS: [CandidateRejection; 6] = [
     CandidateRejection::ReservedForOtherJob,
     CandidateRejection::NoVictims,
     CandidateRejection::VictimsTooYoung,
     CandidateRejection::NotEnoughGpus,
     CandidateRejection::DoesNotFit,
+    CandidateRejection::WouldBreakBudget,
 ];
 
 /// The preempt or the reclaim action.
@@ -330,6 +331,17 @@ impl<'s> Cycle<'s> {
                     rejected[4] += 1;
                 }
                 self.rollback(&mut st, cp);
+            }
+            // a disruption budget is broken only as a last resort: while
+            // some node's victims are merely too young, wait for them (at
+            // most their minimum runtime) instead
+            if best
+                .as_ref()
+                .is_some_and(|((violations, ..), _)| *violations > 0)
+                && rejected[2] > 0
+            {
+                best = None;
+                rejected[5] += 1;
             }
             let Some(((_, _, _, n), kept)) = best else {
                 self.rollback(&mut st, 0);
