@@ -5,7 +5,10 @@ use anyhow::Context;
 use clap::Args;
 use gpusched_core::{CycleOutput, Decision, PodPhase, PodState, Snapshot};
 use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
-use gpusched_model::{GpuRequest, Pod, PodGroup, Queue, ResourceVec};
+use gpusched_model::{
+    GpuRequest, LabelSelector, Pod, PodAffinityTerm, PodGroup, Queue, ResourceVec,
+    SpreadConstraint, SpreadPolicy, WhenUnsatisfiable,
+};
 use gpusched_plugins::SchedulerConfig;
 use serde::Serialize;
 use std::time::Instant;
@@ -31,6 +34,15 @@ pub struct BenchArgs {
     /// and one free GPU, 1,000 pending 2-GPU pods (each needs a move).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub consolidation: bool,
+    /// Pending pods of the Pod API case (0: skip): 1-GPU pods in groups
+    /// of 100, each with required anti-affinity to its group on
+    /// `kubernetes.io/hostname` and a `DoNotSchedule` zone spread
+    /// (maxSkew 1) of its group, on `--nodes` nodes over `--zones` zones.
+    #[arg(long, default_value_t = 10_000)]
+    pub anti_affinity_pods: u32,
+    /// Zones of the Pod API case.
+    #[arg(long, default_value_t = 50)]
+    pub zones: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -69,6 +81,8 @@ struct Report {
     throughput: Run,
     gangs: Option<Run>,
     consolidation: Option<Run>,
+    /// The Pod API case (anti-affinity + zone spread per group).
+    anti_affinity: Option<Run>,
     /// Seconds of one status refresh (the gauges the scheduler recomputes
     /// every 2 s: pending by reason, GPUs by state, fragmentation) on the
     /// throughput cluster after its cycle.
@@ -296,6 +310,54 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         None
     };
 
+    let anti_affinity = if a.anti_affinity_pods > 0 {
+        let mut nodes = snap.nodes.clone();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.labels
+                .insert("kubernetes.io/hostname".into(), n.name.clone());
+            n.labels.insert(
+                "topology.kubernetes.io/zone".into(),
+                format!("zone-{}", i as u32 % a.zones.max(1)),
+            );
+        }
+        let pods = (0..a.anti_affinity_pods)
+            .map(|i| {
+                let group = format!("g{:03}", i / 100);
+                let mut p = Pod::new(format!("bench/a{i:06}"), "default");
+                p.requests = ResourceVec::new(2000, 8 << 30, 0);
+                p.gpu = GpuRequest::Whole(1);
+                p.arrival_ms = i as u64;
+                p.namespace = "bench".into();
+                p.labels.insert("app".into(), group.clone());
+                let c = p.constraints_mut();
+                c.required_anti_affinity.push(PodAffinityTerm::labelled(
+                    "app",
+                    &group,
+                    "kubernetes.io/hostname",
+                ));
+                c.spread.push(SpreadConstraint {
+                    max_skew: 1,
+                    topology_key: "topology.kubernetes.io/zone".into(),
+                    when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                    selector: Some(LabelSelector::equals([("app", group.as_str())])),
+                    min_domains: None,
+                    node_affinity_policy: SpreadPolicy::Honor,
+                    node_taints_policy: SpreadPolicy::Ignore,
+                });
+                PodState::pending(p)
+            })
+            .collect();
+        let asnap = Snapshot {
+            nodes,
+            queues: snap.queues.clone(),
+            groups: vec![],
+            pods,
+        };
+        Some(time_cycle(&cfg, &asnap, "anti-affinity")?)
+    } else {
+        None
+    };
+
     let mut curve = Vec::new();
     for &n in &a.curve.0 {
         let csnap = Snapshot {
@@ -312,6 +374,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         throughput,
         gangs,
         consolidation,
+        anti_affinity,
         status_refresh_seconds,
         curve,
         bytes_per_node: r1.saturating_sub(r0) / a.nodes.max(1) as u64,
@@ -329,6 +392,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let mut rows = vec![&report.throughput];
     rows.extend(report.gangs.iter());
     rows.extend(report.consolidation.iter());
+    rows.extend(report.anti_affinity.iter());
     rows.extend(report.curve.iter());
     for r in rows {
         println!(
@@ -340,6 +404,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         println!(
             "consolidation: {} nodes with 7 movable 1-GPU pods each, 1,000 pending 2-GPU pods; bound = pods moved in one cycle",
             report.consolidation.as_ref().map_or(0, |r| r.nodes)
+        );
+    }
+    if report.anti_affinity.is_some() {
+        println!(
+            "anti-affinity: 1-GPU pods in groups of 100, required hostname anti-affinity to the group and a DoNotSchedule zone spread (maxSkew 1) over {} zones",
+            a.zones
         );
     }
     println!(

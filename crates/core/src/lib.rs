@@ -23,7 +23,10 @@ pub mod statement;
 pub use decision::{
     CycleOutput, CycleStats, Decision, Explanation, GroupPhase, QueuePosition, Verdict,
 };
-pub use plugin::{Filter, FilterResult, PackEnv, Packer, Placement, SchedulingKey, Score};
+pub use plugin::{
+    ConstraintState, Filter, FilterResult, Needs, PackEnv, Packer, Placement, PodConstraint,
+    SchedulingKey, Score,
+};
 pub use reason::{
     CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,
     EvictionSkip, NearestNode, NodeReason, NodeSummary, PendingReason, QueueProblem, QuotaRule,

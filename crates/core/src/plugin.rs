@@ -4,7 +4,7 @@
 //! refusal is the node's reason); one packer scores and picks GPUs; scores
 //! are integers, higher is better, ties go to the lower node id.
 
-use crate::snapshot::{GpuAssignment, NodeId, Snapshot};
+use crate::snapshot::{GpuAssignment, NodeId, PodId, Snapshot};
 use crate::state::ClusterState;
 use gpusched_model::{Node, Pod};
 use std::borrow::Cow;
@@ -176,4 +176,84 @@ pub trait Packer: Send + Sync {
     fn generation(&self) -> Option<u64> {
         None
     }
+}
+
+/// What a pod needs from a [`ConstraintState`] (its pre-filter result).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// [`ConstraintState::filter`] must pass on the chosen node.
+    pub filter: bool,
+    /// [`ConstraintState::score`] ranks the nodes.
+    pub score: bool,
+}
+
+impl Needs {
+    /// Neither filter nor score: the pod takes the cached fast path.
+    pub const NONE: Needs = Needs {
+        filter: false,
+        score: false,
+    };
+
+    /// Whether nothing is needed.
+    pub fn is_none(&self) -> bool {
+        !self.filter && !self.score
+    }
+
+    /// Both needs together.
+    pub fn or(self, o: Needs) -> Needs {
+        Needs {
+            filter: self.filter || o.filter,
+            score: self.score || o.score,
+        }
+    }
+}
+
+/// Stateful constraint extension point: constraints that depend on what
+/// runs where (inter-pod affinity, topology spread, host ports) or that
+/// rank nodes (preferences). kube-scheduler's PreFilter state with its
+/// `AddPod`/`RemovePod` extensions, then Filter and Score on that state.
+///
+/// Contract:
+/// - [`PodConstraint::start`] is called once per cycle; the core then
+///   calls [`ConstraintState::add_pod`] for every pod of the snapshot that
+///   holds resources, and `add_pod`/`remove_pod` for every change a
+///   [`crate::Statement`] makes (placements, tentative evictions, their
+///   rollback), so the state always describes the cluster state the core
+///   is trying a pod against (gang members placed so far, victims removed
+///   in a preemption what-if, consolidation moves).
+/// - Before it evaluates a pod the core calls
+///   [`ConstraintState::pre_filter`] (the pod is pending); the state may
+///   keep per-pod data from it, which `add_pod`/`remove_pod` must keep
+///   current. A pod for which every state answers [`Needs::NONE`] keeps
+///   the core's cached fast path (filter verdicts per
+///   [`SchedulingKey`], lazy score heap), so the common pod pays nothing.
+/// - `filter` and `score` are deterministic functions of the state.
+pub trait PodConstraint: Send + Sync {
+    /// The plugin's name (in configuration and in typed reasons).
+    fn name(&self) -> &'static str;
+    /// The weight of its normalised score (0–100 per node) in the
+    /// preference sum.
+    fn weight(&self) -> i64 {
+        1
+    }
+    /// A fresh state for one cycle over `snapshot`.
+    fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's>;
+}
+
+/// The per-cycle state of a [`PodConstraint`] (see its contract).
+pub trait ConstraintState {
+    /// Pod `pod` now holds a place on `node`.
+    fn add_pod(&mut self, pod: PodId, node: NodeId);
+    /// Pod `pod` no longer holds its place on `node`.
+    fn remove_pod(&mut self, pod: PodId, node: NodeId);
+    /// Prepares the evaluation of pending pod `pod`; says what it needs.
+    fn pre_filter(&mut self, pod: PodId) -> Needs;
+    /// Whether `node` suits `pod` now (called only after `pre_filter`
+    /// asked for filtering). The reason is kube-scheduler's phrase.
+    fn filter(&self, pod: PodId, node: NodeId) -> FilterResult;
+    /// How much `pod` likes `node` now, higher is better (called only after
+    /// `pre_filter` asked for scoring); `None`: the node is the least
+    /// liked. The core normalises the scores over the candidate nodes to
+    /// 0–100 and weighs them with [`PodConstraint::weight`].
+    fn score(&self, pod: PodId, node: NodeId) -> Option<i64>;
 }

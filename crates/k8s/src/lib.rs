@@ -14,6 +14,7 @@ pub mod exec;
 pub mod kwok;
 pub mod limiter;
 pub mod metrics;
+pub mod podapi;
 pub mod rbac;
 pub mod snapshot;
 pub mod tls;

@@ -236,6 +236,14 @@ impl SnapshotFile {
                     r.values.iter().for_each(|v| values.see(v));
                 }
             }
+            p.pod.labels.values().for_each(|v| values.see(v));
+            if !p.pod.namespace.is_empty() {
+                nss.see(&p.pod.namespace);
+            }
+            if let Some(c) = &p.pod.constraints {
+                let mut c = (**c).clone();
+                constraint_values(&mut c, &mut |v| values.see(v), &mut |n| nss.see(n));
+            }
         }
         for p in &self.pods {
             nss.see(&p.namespace);
@@ -312,6 +320,15 @@ impl SnapshotFile {
                     }
                 }
             }
+            for v in p.pod.labels.values_mut() {
+                *v = m(&values, v);
+            }
+            if !p.pod.namespace.is_empty() {
+                p.pod.namespace = m(&nss, &p.pod.namespace);
+            }
+            if let Some(c) = &mut p.pod.constraints {
+                constraint_values(c, &mut |v| *v = m(&values, v), &mut |n| *n = m(&nss, n));
+            }
         }
         for (i, p) in self.pods.iter_mut().enumerate() {
             let full = s
@@ -387,6 +404,46 @@ pub fn load(path: &Path) -> Result<SnapshotFile, SnapshotError> {
         error,
     })?;
     SnapshotFile::parse(&file, &text)
+}
+
+/// Visits every label value and namespace the Pod API constraints name
+/// (selector values, preferred node term values; term namespaces), for
+/// redaction.
+fn constraint_values(
+    c: &mut gpusched_model::PodConstraints,
+    value: &mut dyn FnMut(&mut String),
+    namespace: &mut dyn FnMut(&mut String),
+) {
+    let terms = c
+        .required_affinity
+        .iter_mut()
+        .chain(c.required_anti_affinity.iter_mut())
+        .chain(c.preferred_affinity.iter_mut().map(|w| &mut w.term))
+        .chain(c.preferred_anti_affinity.iter_mut().map(|w| &mut w.term));
+    for t in terms {
+        for r in t
+            .selector
+            .iter_mut()
+            .flat_map(|s| s.requirements.iter_mut())
+        {
+            r.values.iter_mut().for_each(&mut *value);
+        }
+        t.namespaces.iter_mut().for_each(&mut *namespace);
+    }
+    for sp in &mut c.spread {
+        for r in sp
+            .selector
+            .iter_mut()
+            .flat_map(|s| s.requirements.iter_mut())
+        {
+            r.values.iter_mut().for_each(&mut *value);
+        }
+    }
+    for t in &mut c.preferred_node_affinity {
+        for r in &mut t.term.match_expressions {
+            r.values.iter_mut().for_each(&mut *value);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -538,54 +538,64 @@ fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
 /// Pod fields whose constraints gpusched does not check yet. A pending pod
 /// that uses one is refused (never placed as if the field were absent):
 /// kube-scheduler honours them, and binding without checking would break
-/// what the pod asks (replicas on one node despite anti-affinity, a local
-/// volume on another node, a claim that is never allocated). Returns the
-/// field path of the first one found.
+/// what the pod asks (a local volume on another node, a claim that is
+/// never allocated, affinity to namespaces chosen by labels gpusched does
+/// not watch). Returns the field path of the first one found. Inter-pod
+/// affinity, topology spread, host ports and preferred node affinity are
+/// honoured (see [`crate::podapi`]).
 pub fn unsupported_field(p: &Pod) -> Option<String> {
     let spec = p.spec.as_ref()?;
     fn some<T>(v: &Option<Vec<T>>) -> bool {
         v.as_ref().is_some_and(|v| !v.is_empty())
     }
     if let Some(a) = spec.affinity.as_ref() {
-        if a.pod_affinity.as_ref().is_some_and(|t| {
-            some(&t.required_during_scheduling_ignored_during_execution)
-                || some(&t.preferred_during_scheduling_ignored_during_execution)
-        }) {
-            return Some("spec.affinity.podAffinity".into());
-        }
-        if a.pod_anti_affinity.as_ref().is_some_and(|t| {
-            some(&t.required_during_scheduling_ignored_during_execution)
-                || some(&t.preferred_during_scheduling_ignored_during_execution)
-        }) {
-            return Some("spec.affinity.podAntiAffinity".into());
-        }
-        if a.node_affinity
-            .as_ref()
-            .is_some_and(|n| some(&n.preferred_during_scheduling_ignored_during_execution))
-        {
-            return Some(
-                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution".into(),
-            );
-        }
-    }
-    if some(&spec.topology_spread_constraints) {
-        return Some("spec.topologySpreadConstraints".into());
-    }
-    if some(&spec.resource_claims) {
-        return Some("spec.resourceClaims".into());
-    }
-    let containers = [
-        ("containers", Some(&spec.containers)),
-        ("initContainers", spec.init_containers.as_ref()),
-    ];
-    for (list, cs) in containers {
-        for (i, c) in cs.into_iter().flatten().enumerate() {
-            for (j, port) in c.ports.iter().flatten().enumerate() {
-                if port.host_port.is_some_and(|h| h != 0) {
-                    return Some(format!("spec.{list}[{i}].ports[{j}].hostPort"));
+        let sets = [
+            (
+                "podAffinity",
+                a.pod_affinity.as_ref().map(|t| {
+                    (
+                        &t.required_during_scheduling_ignored_during_execution,
+                        &t.preferred_during_scheduling_ignored_during_execution,
+                    )
+                }),
+            ),
+            (
+                "podAntiAffinity",
+                a.pod_anti_affinity.as_ref().map(|t| {
+                    (
+                        &t.required_during_scheduling_ignored_during_execution,
+                        &t.preferred_during_scheduling_ignored_during_execution,
+                    )
+                }),
+            ),
+        ];
+        for (which, terms) in sets {
+            let Some((req, pref)) = terms else { continue };
+            for (i, t) in req.iter().flatten().enumerate() {
+                if t.namespace_selector
+                    .as_ref()
+                    .is_some_and(crate::podapi::narrow_namespace_selector)
+                {
+                    return Some(format!(
+                        "spec.affinity.{which}.requiredDuringSchedulingIgnoredDuringExecution[{i}].namespaceSelector"
+                    ));
+                }
+            }
+            for (i, w) in pref.iter().flatten().enumerate() {
+                if w.pod_affinity_term
+                    .namespace_selector
+                    .as_ref()
+                    .is_some_and(crate::podapi::narrow_namespace_selector)
+                {
+                    return Some(format!(
+                        "spec.affinity.{which}.preferredDuringSchedulingIgnoredDuringExecution[{i}].podAffinityTerm.namespaceSelector"
+                    ));
                 }
             }
         }
+    }
+    if some(&spec.resource_claims) {
+        return Some("spec.resourceClaims".into());
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if v.persistent_volume_claim.is_some() {
@@ -656,6 +666,9 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
         .unwrap_or_default();
     pod.affinity = node_terms(p, &obj)?;
     pod.tolerations = tolerations(p, &obj)?;
+    pod.namespace = ns.clone();
+    pod.labels = labels.clone();
+    pod.constraints = crate::podapi::constraints(p, &obj)?;
     pod.arrival_ms = unix_ms(p.metadata.creation_timestamp.as_ref());
     if let Some(m) = annotations.get(ANNOTATION_GPU_MODELS) {
         pod.gpu_models = m
@@ -757,6 +770,9 @@ pub fn pod(p: &Pod) -> PodView {
                     // its native requests leniently, GPUs by nvidia.com/gpu.
                     let mut pod = MPod::new(format!("{}/{}", view.namespace, view.name), "");
                     pod.gpu = lenient_gpu(p);
+                    // other pods' affinity and spread still see it
+                    pod.namespace = view.namespace.clone();
+                    pod.labels = labels.clone();
                     pod
                 }
             };

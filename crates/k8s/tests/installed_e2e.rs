@@ -161,13 +161,15 @@ async fn a_tenants_bad_objects_stop_nobody() {
     stuck["metadata"]["labels"] = json!({"gpusched.io/queue": "huge"});
     create(&pods, stuck).await;
     // a pod asking only GPU memory, and one with a constraint not checked yet
+    // (affinity to namespaces chosen by label)
     let mut mem = gpu_pod("mem-only", 1);
     mem["spec"]["containers"][0]["resources"]["limits"] =
         json!({"gpusched.io/gpu-memory-mib": "1024"});
     create(&pods, mem).await;
     let mut anti = gpu_pod("anti", 1);
     anti["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "x"}}}]}});
     create(&pods, anti).await;
     let b = wait_for(Duration::from_secs(60), || async {
         let b = bound(&pods).await;
@@ -197,7 +199,7 @@ async fn a_tenants_bad_objects_stop_nobody() {
         .expect("anti told why");
     assert!(
         ev.iter()
-            .any(|e| e.contains("spec.affinity.podAntiAffinity: not supported by gpusched yet")),
+            .any(|e| e.contains("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector: not supported by gpusched yet")),
         "{ev:?}"
     );
     let p = pods.get("anti").await.unwrap();

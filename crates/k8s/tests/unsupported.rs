@@ -1,6 +1,8 @@
 //! Pod constraints gpusched does not check yet are refused, never ignored
 //! (issue #22, 7): a pending pod that uses one is `Invalid` with the field
-//! named; a bound pod that uses one still counts with what it holds.
+//! named; a bound pod that uses one still counts with what it holds. The
+//! Pod API constraints gpusched honours (issue #23) are translated: see
+//! `podapi.rs`.
 
 use gpusched_k8s::translate::{self, PodKind};
 use k8s_openapi::api::core::v1::Pod;
@@ -32,26 +34,16 @@ fn term() -> Value {
 fn each_unchecked_constraint_is_refused_naming_its_field() {
     let cases = [
         (
-            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}}}),
-            "spec.affinity.podAntiAffinity",
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}}),
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
         ),
         (
-            json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": term()}]}}}),
-            "spec.affinity.podAntiAffinity",
-        ),
-        (
-            json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term()]}}}),
-            "spec.affinity.podAffinity",
-        ),
-        (
-            json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}}),
-            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-        ),
-        (
-            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
-                   "labelSelector": {"matchLabels": {"app": "x"}}}]}),
-            "spec.topologySpreadConstraints",
+            json!({"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm":
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone",
+                 "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}}]}}}),
+            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector",
         ),
         (
             json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}),
@@ -64,10 +56,6 @@ fn each_unchecked_constraint_is_refused_naming_its_field() {
         (
             json!({"volumes": [{"name": "e", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}}]}),
             "spec.volumes[0].ephemeral",
-        ),
-        (
-            json!({"initContainers": [{"name": "init", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}),
-            "spec.initContainers[0].ports[0].hostPort",
         ),
     ];
     for (extra, field) in cases {
@@ -99,4 +87,107 @@ fn harmless_fields_are_accepted() {
         false,
     ));
     assert!(matches!(v.kind, PodKind::Pending { .. }), "{:?}", v.kind);
+}
+
+#[test]
+fn honoured_pod_api_constraints_are_translated_not_refused() {
+    let v = translate::pod(&pod(
+        json!({"affinity": {
+                  "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term()]},
+                  "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm":
+                      {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone", "namespaceSelector": {}}}]},
+                  "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                      {"weight": 100, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}},
+               "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                   "labelSelector": {"matchLabels": {"app": "x"}}, "minDomains": 3, "nodeTaintsPolicy": "Honor"}],
+               "initContainers": [{"name": "init", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080, "protocol": "UDP"}]}]}),
+        false,
+    ));
+    let PodKind::Pending { pod, .. } = &v.kind else {
+        panic!("refused: {:?}", v.kind)
+    };
+    let c = pod.constraints();
+    assert_eq!(pod.namespace, "ml");
+    assert_eq!(c.required_anti_affinity.len(), 1);
+    assert_eq!(
+        c.required_anti_affinity[0].topology_key,
+        "kubernetes.io/hostname"
+    );
+    assert!(c.preferred_affinity[0].term.all_namespaces);
+    assert_eq!(c.preferred_affinity[0].weight, 10);
+    assert_eq!(c.preferred_node_affinity[0].weight, 100);
+    assert_eq!(c.spread[0].min_domains, Some(3));
+    assert_eq!(
+        c.spread[0].node_taints_policy,
+        gpusched_model::SpreadPolicy::Honor
+    );
+    assert_eq!(
+        c.spread[0].node_affinity_policy,
+        gpusched_model::SpreadPolicy::Honor
+    );
+    assert_eq!(c.host_ports[0].port, 8080);
+    assert_eq!(c.host_ports[0].protocol, gpusched_model::Protocol::Udp);
+}
+
+#[test]
+fn bad_pod_api_values_are_refused_naming_the_field() {
+    let cases = [
+        (
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Sometimes"}]}),
+            "spec.topologySpreadConstraints[0].whenUnsatisfiable",
+        ),
+        (
+            json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "topologyKey": "zone"}]}}}),
+            "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].operator",
+        ),
+        (
+            json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 0, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}}]}}}),
+            "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+        ),
+    ];
+    for (extra, field) in cases {
+        let v = translate::pod(&pod(extra, false));
+        let PodKind::Invalid { error } = &v.kind else {
+            panic!("{field}: accepted: {:?}", v.kind)
+        };
+        assert!(error.contains(field), "{field}: {error}");
+    }
+}
+
+#[test]
+fn match_label_keys_merge_the_pods_own_values() {
+    let mut p = pod(
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+                 "matchLabelKeys": ["rev"], "mismatchLabelKeys": ["tenant"]}]}},
+               "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                   "labelSelector": {"matchLabels": {"app": "x"}}, "matchLabelKeys": ["rev"]}]}),
+        false,
+    );
+    p.metadata.labels = Some(
+        [("app", "x"), ("rev", "7"), ("tenant", "t1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    let v = translate::pod(&p);
+    let PodKind::Pending { pod, .. } = &v.kind else {
+        panic!("refused: {:?}", v.kind)
+    };
+    let c = pod.constraints();
+    let sel = c.required_anti_affinity[0].selector.as_ref().unwrap();
+    let l = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert!(sel.matches(&l(&[("app", "x"), ("rev", "7"), ("tenant", "t2")])));
+    assert!(!sel.matches(&l(&[("app", "x"), ("rev", "8"), ("tenant", "t2")])));
+    assert!(!sel.matches(&l(&[("app", "x"), ("rev", "7"), ("tenant", "t1")])));
+    let spread = c.spread[0].selector.as_ref().unwrap();
+    assert!(!spread.matches(&l(&[("app", "x"), ("rev", "6")])));
+    assert_eq!(pod.labels.get("rev").map(String::as_str), Some("7"));
 }

@@ -13,6 +13,11 @@ pub const LABEL_RACK: &str = "gpusched.io/rack";
 pub const LABEL_BLOCK: &str = "gpusched.io/block";
 /// Multi-node NVLink domain (for example one NVL72 rack) a node belongs to.
 pub const LABEL_NVLINK_DOMAIN: &str = "gpusched.io/nvlink-domain";
+/// The node's own name (set by every kubelet): the node domain of
+/// inter-pod affinity and topology spread.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// Zone of a node (well-known Kubernetes label).
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// Queue a pod is submitted to.
 pub const LABEL_QUEUE: &str = "gpusched.io/queue";
 /// Pod group (gang) a pod belongs to.

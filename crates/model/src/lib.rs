@@ -11,6 +11,7 @@ pub mod labels;
 pub mod mix;
 pub mod node;
 pub mod pod;
+pub mod podapi;
 pub mod protocol;
 pub mod quantity;
 pub mod queue;
@@ -24,6 +25,10 @@ pub use node::{Node, Taint, TaintEffect};
 pub use pod::{
     GpuRequest, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup,
     Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
+};
+pub use podapi::{
+    HostPort, LabelSelector, PodAffinityTerm, PodConstraints, PreferredNodeTerm, Protocol,
+    SpreadConstraint, SpreadPolicy, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 pub use quantity::{Quantity, QuantityError};
 pub use queue::Queue;

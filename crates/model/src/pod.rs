@@ -1,6 +1,7 @@
 //! Pods, pod groups (gangs) and their placement constraints.
 
 use crate::node::{Node, TaintEffect};
+use crate::podapi::PodConstraints;
 use crate::resources::{GPU_MILLI, ResourceVec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -48,7 +49,7 @@ impl GpuRequest {
 }
 
 /// Operator of a node selector requirement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum NodeSelectorOp {
     /// The label's value is one of `values`.
     In,
@@ -61,7 +62,7 @@ pub enum NodeSelectorOp {
 }
 
 /// One requirement of a node selector term (`matchExpressions` entry).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeSelectorRequirement {
     /// Label key.
     pub key: String,
@@ -86,7 +87,7 @@ impl NodeSelectorRequirement {
 }
 
 /// Requirements ANDed together.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeSelectorTerm {
     /// The requirements; all must hold.
     pub match_expressions: Vec<NodeSelectorRequirement>,
@@ -100,7 +101,9 @@ impl NodeSelectorTerm {
 }
 
 /// Operator of a toleration.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub enum TolerationOp {
     /// Key and value must equal the taint's.
     #[default]
@@ -110,7 +113,7 @@ pub enum TolerationOp {
 }
 
 /// A toleration; `key` empty with `Exists` tolerates everything.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Toleration {
     /// Taint key tolerated (empty with `Exists`: every key).
     #[serde(default)]
@@ -247,6 +250,19 @@ pub struct Pod {
     /// Its queue may opt in for all its pods ([`crate::Queue::movable`]).
     #[serde(default)]
     pub movable: bool,
+    /// Namespace (empty in the simulator unless a workload sets it): the
+    /// default namespace of its inter-pod terms, and what other pods'
+    /// terms match it by.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// Labels (what other pods' affinity, anti-affinity and spread
+    /// selectors match).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Inter-pod (anti-)affinity, topology spread, host ports, preferred
+    /// node affinity (`None`: none of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<Box<PodConstraints>>,
 }
 
 fn yes() -> bool {
@@ -273,7 +289,23 @@ impl Pod {
             may_evict: true,
             disruption_budget_exhausted: false,
             movable: false,
+            namespace: String::new(),
+            labels: BTreeMap::new(),
+            constraints: None,
         }
+    }
+
+    /// The pod's constraints (empty when it has none).
+    pub fn constraints(&self) -> &PodConstraints {
+        static NONE: std::sync::OnceLock<PodConstraints> = std::sync::OnceLock::new();
+        self.constraints
+            .as_deref()
+            .unwrap_or_else(|| NONE.get_or_init(PodConstraints::default))
+    }
+
+    /// Mutable constraints (created empty when absent).
+    pub fn constraints_mut(&mut self) -> &mut PodConstraints {
+        self.constraints.get_or_insert_with(Default::default)
     }
 
     /// Everything the pod asks, GPU included, in quota units.

@@ -8,17 +8,24 @@
 //!   preemption: true
 //!   reclaim: true
 //!   min_runtime_ms: 30000  # no preemption/reclaim victim younger than this
+//!   preferences: before-packing  # | after-packing | ignore (docs/scheduling.md)
 //! packing:
 //!   policy: gpusched       # spread | binpack | random | dot-prod | gpu-clustering
 //!                          # | gpu-packing | best-fit | fgd | gpusched
 //!   quantize_scale: 2500   # the policy's own arguments (gpusched only)
 //! filters: [node-unschedulable, node-affinity, taint-toleration, gpu-fit]
+//! constraints:             # what depends on other pods, and preferences
+//!   [inter-pod-affinity, pod-topology-spread, node-ports,
+//!    node-affinity-preference, taint-preference]
 //! ```
 
 use crate::filters::{GpuFit, NodeAffinity, NodeUnschedulable, TaintToleration};
 use crate::packing::{self, PackerOptions};
 pub use crate::packing::{PackingConfig, PolicyName, UnknownPolicy};
-use gpusched_core::{Filter, Scheduler, SchedulerOptions};
+use crate::podapi::{
+    InterPodAffinity, NodeAffinityPreference, NodePorts, PodTopologySpread, TaintPreference,
+};
+use gpusched_core::{Filter, PodConstraint, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
 /// The whole scheduler configuration.
@@ -37,6 +44,11 @@ pub struct SchedulerConfig {
     #[serde(default = "all_filters")]
     /// Filters, in the order they run (each at most once).
     pub filters: Vec<FilterName>,
+    #[serde(default = "all_constraints")]
+    /// Constraint plugins (inter-pod affinity, topology spread, host
+    /// ports, preferences), in the order they run (each at most once).
+    /// Leaving one out ignores that part of the Pod API.
+    pub constraints: Vec<ConstraintName>,
 }
 
 fn v1() -> String {
@@ -50,8 +62,49 @@ impl Default for SchedulerConfig {
             actions: SchedulerOptions::default(),
             packing: PackingConfig::default(),
             filters: all_filters(),
+            constraints: all_constraints(),
         }
     }
+}
+
+/// The constraint plugins that can be registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConstraintName {
+    /// Required and preferred pod affinity and anti-affinity.
+    InterPodAffinity,
+    /// Topology spread constraints.
+    PodTopologySpread,
+    /// Host port conflicts.
+    NodePorts,
+    /// Preferred node affinity weights.
+    NodeAffinityPreference,
+    /// `PreferNoSchedule` taints.
+    TaintPreference,
+}
+
+impl ConstraintName {
+    /// The name (the plugin's [`gpusched_core::PodConstraint::name`] and
+    /// its YAML form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConstraintName::InterPodAffinity => "inter-pod-affinity",
+            ConstraintName::PodTopologySpread => "pod-topology-spread",
+            ConstraintName::NodePorts => "node-ports",
+            ConstraintName::NodeAffinityPreference => "node-affinity-preference",
+            ConstraintName::TaintPreference => "taint-preference",
+        }
+    }
+}
+
+fn all_constraints() -> Vec<ConstraintName> {
+    vec![
+        ConstraintName::InterPodAffinity,
+        ConstraintName::PodTopologySpread,
+        ConstraintName::NodePorts,
+        ConstraintName::NodeAffinityPreference,
+        ConstraintName::TaintPreference,
+    ]
 }
 
 /// The filters that can be registered.
@@ -99,6 +152,9 @@ pub enum ConfigError {
     #[error("filters: {0:?} listed twice")]
     /// A filter listed twice.
     DuplicateFilter(FilterName),
+    #[error("constraints: {0:?} listed twice")]
+    /// A constraint plugin listed twice.
+    DuplicateConstraint(ConstraintName),
     #[error("packing.{0}")]
     /// A packing policy argument outside its domain.
     Packing(String),
@@ -130,8 +186,21 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
     if let packing::PackingConfig::Gpusched(g) = &cfg.packing {
         g.validate().map_err(ConfigError::Packing)?;
     }
+    let mut constraints: Vec<Box<dyn PodConstraint>> = Vec::new();
+    for (i, c) in cfg.constraints.iter().enumerate() {
+        if cfg.constraints[..i].contains(c) {
+            return Err(ConfigError::DuplicateConstraint(*c));
+        }
+        constraints.push(match c {
+            ConstraintName::InterPodAffinity => Box::new(InterPodAffinity),
+            ConstraintName::PodTopologySpread => Box::new(PodTopologySpread),
+            ConstraintName::NodePorts => Box::new(NodePorts),
+            ConstraintName::NodeAffinityPreference => Box::new(NodeAffinityPreference),
+            ConstraintName::TaintPreference => Box::new(TaintPreference),
+        });
+    }
     let packer = packing::build(&cfg.packing, popts);
-    Ok(Scheduler::new(cfg.actions.clone(), filters, packer))
+    Ok(Scheduler::new(cfg.actions.clone(), filters, packer).with_constraints(constraints))
 }
 
 #[cfg(test)]
@@ -201,6 +270,37 @@ mod tests {
                 "gpu-fit"
             ]
         );
+    }
+
+    #[test]
+    fn constraint_plugins_are_registered_by_default_and_once() {
+        let s = build(&SchedulerConfig::default()).unwrap();
+        assert_eq!(
+            s.constraint_names(),
+            vec![
+                "inter-pod-affinity",
+                "pod-topology-spread",
+                "node-ports",
+                "node-affinity-preference",
+                "taint-preference"
+            ]
+        );
+        for c in all_constraints() {
+            let yaml = serde_saphyr::to_string(&c).unwrap();
+            assert_eq!(yaml.trim(), c.as_str());
+        }
+        let cfg: SchedulerConfig = serde_saphyr::from_str(
+            "version: v1\nactions:\n  preferences: after-packing\nconstraints: [node-ports, node-ports]\n",
+        )
+        .unwrap();
+        let e = build(&cfg).err().unwrap().to_string();
+        assert!(e.contains("NodePorts") && e.contains("twice"), "{e}");
+        let e = serde_saphyr::from_str::<SchedulerConfig>(
+            "version: v1\nactions:\n  preferences: sometimes\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sometimes"), "{e}");
     }
 
     #[test]

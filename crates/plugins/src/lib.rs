@@ -6,6 +6,7 @@ pub mod classify;
 pub mod config;
 pub mod filters;
 pub mod packing;
+pub mod podapi;
 
 pub use config::{ConfigError, SchedulerConfig, build, build_with};
 pub use packing::{PackingConfig, PolicyName};

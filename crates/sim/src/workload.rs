@@ -11,8 +11,8 @@ use crate::error::LoadError;
 pub use gpusched_model::duration::{fmt_duration, parse_duration_ms};
 use gpusched_model::validate::{ContainerResources, pod_resources};
 use gpusched_model::{
-    Node, Pod, PodGroup, Queue, ResourceKind, ResourceLimit, ResourceVec, Toleration,
-    TopologyConstraint, TopologyLevel,
+    Node, Pod, PodConstraints, PodGroup, Queue, ResourceKind, ResourceLimit, ResourceVec,
+    Toleration, TopologyConstraint, TopologyLevel,
 };
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -134,6 +134,56 @@ pub struct JobSpec {
     /// Taints its pods tolerate.
     #[serde(default)]
     pub tolerations: Vec<Toleration>,
+    /// Labels of its pods (what other pods' affinity and spread select).
+    /// Every pod also carries `gpusched.io/sim-job: <instance name>`.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Inter-pod affinity and anti-affinity, topology spread, host ports,
+    /// preferred node affinity (the model's `PodConstraints`: keys
+    /// `required_affinity`, `required_anti_affinity`, `preferred_affinity`,
+    /// `preferred_anti_affinity`, `spread`, `host_ports`,
+    /// `preferred_node_affinity`). A selector value `$job` stands for the
+    /// instance's name, so `{key: gpusched.io/sim-job, operator: In,
+    /// values: [$job]}` selects the pods of the same instance (one trainer
+    /// per node: required anti-affinity to `$job` over
+    /// `kubernetes.io/hostname`).
+    #[serde(default)]
+    pub constraints: Option<PodConstraints>,
+}
+
+/// The label every simulated pod carries: its job instance's name.
+pub const LABEL_SIM_JOB: &str = "gpusched.io/sim-job";
+
+/// `constraints` with every selector value `$job` replaced by `job`.
+fn for_instance(c: &PodConstraints, job: &str) -> PodConstraints {
+    let mut c = c.clone();
+    let fix = |s: &mut Option<gpusched_model::LabelSelector>| {
+        for r in s.iter_mut().flat_map(|s| s.requirements.iter_mut()) {
+            for v in &mut r.values {
+                if v == "$job" {
+                    *v = job.to_string();
+                }
+            }
+        }
+    };
+    for t in c
+        .required_affinity
+        .iter_mut()
+        .chain(c.required_anti_affinity.iter_mut())
+    {
+        fix(&mut t.selector);
+    }
+    for w in c
+        .preferred_affinity
+        .iter_mut()
+        .chain(c.preferred_anti_affinity.iter_mut())
+    {
+        fix(&mut w.term.selector);
+    }
+    for s in &mut c.spread {
+        fix(&mut s.selector);
+    }
+    c
 }
 
 /// Gang settings of a job.
@@ -590,6 +640,13 @@ impl WorkloadFile {
                 };
                 let mut tp = template.clone();
                 tp.name = name.clone();
+                tp.labels = j.labels.clone();
+                tp.labels.insert(LABEL_SIM_JOB.into(), name.clone());
+                if let Some(c) = &j.constraints
+                    && !c.is_empty()
+                {
+                    tp.constraints = Some(Box::new(for_instance(c, &name)));
+                }
                 tp.arrival_ms = t;
                 let group = gang.map(|(min_member, topology, timeout)| {
                     tp.group = Some(name.clone());

@@ -235,10 +235,265 @@ impl PodBuilder {
         self.0.may_evict = false;
         self
     }
+    /// Namespace.
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.0.namespace = ns.into();
+        self
+    }
+    /// A label.
+    pub fn label(mut self, k: &str, v: &str) -> Self {
+        self.0.labels.insert(k.into(), v.into());
+        self
+    }
+    /// Required anti-affinity to pods labelled `k = v` over `topology`.
+    pub fn anti_affinity(mut self, k: &str, v: &str, topology: &str) -> Self {
+        self.0
+            .constraints_mut()
+            .required_anti_affinity
+            .push(PodAffinityTerm::labelled(k, v, topology));
+        self
+    }
+    /// Required affinity to pods labelled `k = v` over `topology`.
+    pub fn affinity(mut self, k: &str, v: &str, topology: &str) -> Self {
+        self.0
+            .constraints_mut()
+            .required_affinity
+            .push(PodAffinityTerm::labelled(k, v, topology));
+        self
+    }
+    /// Preferred affinity (`weight` > 0) or anti-affinity (`weight` < 0)
+    /// to pods labelled `k = v` over `topology`.
+    pub fn prefer_pods(mut self, weight: i32, k: &str, v: &str, topology: &str) -> Self {
+        let term = WeightedPodAffinityTerm {
+            weight: weight.abs(),
+            term: PodAffinityTerm::labelled(k, v, topology),
+        };
+        let c = self.0.constraints_mut();
+        if weight > 0 {
+            c.preferred_affinity.push(term);
+        } else {
+            c.preferred_anti_affinity.push(term);
+        }
+        self
+    }
+    /// A spread constraint over `topology` counting pods labelled `k = v`.
+    pub fn spread(mut self, max_skew: u32, topology: &str, k: &str, v: &str, hard: bool) -> Self {
+        self.0.constraints_mut().spread.push(SpreadConstraint {
+            max_skew,
+            topology_key: topology.into(),
+            when_unsatisfiable: if hard {
+                WhenUnsatisfiable::DoNotSchedule
+            } else {
+                WhenUnsatisfiable::ScheduleAnyway
+            },
+            selector: Some(LabelSelector::equals([(k, v)])),
+            min_domains: None,
+            node_affinity_policy: SpreadPolicy::Honor,
+            node_taints_policy: SpreadPolicy::Ignore,
+        });
+        self
+    }
+    /// A TCP host port on every address.
+    pub fn host_port(mut self, port: u16) -> Self {
+        self.0.constraints_mut().host_ports.push(HostPort {
+            protocol: Protocol::Tcp,
+            host_ip: String::new(),
+            port,
+        });
+        self
+    }
+    /// Preferred node affinity: `weight` for nodes labelled `k = v`.
+    pub fn prefer_node(mut self, weight: i32, k: &str, v: &str) -> Self {
+        self.0
+            .constraints_mut()
+            .preferred_node_affinity
+            .push(PreferredNodeTerm {
+                weight,
+                term: NodeSelectorTerm {
+                    match_expressions: vec![NodeSelectorRequirement {
+                        key: k.into(),
+                        operator: NodeSelectorOp::In,
+                        values: vec![v.into()],
+                    }],
+                },
+            });
+        self
+    }
+    /// A copy of the pod built so far.
+    pub fn clone_pod(&self) -> Pod {
+        self.0.clone()
+    }
     /// The pod.
     pub fn build(self) -> Pod {
         self.0
     }
+}
+
+/// Every required pod-to-pod constraint the placements of `snap` after
+/// `out` break (required affinity and anti-affinity both ways,
+/// `DoNotSchedule` spread, host ports), checked by brute force over the
+/// pods as placed, independently of the scheduler's counts. Only the pods
+/// `out` binds are checked (a running pod's constraints held when it was
+/// placed). Spread is checked against kube-scheduler's rule at the moment
+/// of each bind, replaying the binds in decision order.
+pub fn constraint_violations(snap: &Snapshot, out: &CycleOutput) -> Vec<String> {
+    let mut placed: Vec<(usize, NodeId)> = snap
+        .pods
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p.phase {
+            PodPhase::Running { node, .. } | PodPhase::Terminating { node, .. } => Some((i, node)),
+            _ => None,
+        })
+        .collect();
+    let mut bad = Vec::new();
+    // a node without the hostname label (the simulator's) is its own domain
+    let label = |n: &Node, key: &str| {
+        n.labels
+            .get(key)
+            .cloned()
+            .or_else(|| (key == gpusched_model::labels::LABEL_HOSTNAME).then(|| n.name.clone()))
+    };
+    let dom = |n: NodeId, key: &str| label(&snap.nodes[n as usize], key);
+    for d in &out.decisions {
+        let Decision::Bind { pod, node, .. } = d else {
+            continue;
+        };
+        let p = &snap.pods[*pod as usize].pod;
+        let here = |key: &str| dom(*node, key);
+        let c = p.constraints();
+        let others = || {
+            placed
+                .iter()
+                .map(|&(i, n)| (&snap.pods[i].pod, n))
+                .collect::<Vec<_>>()
+        };
+        for t in &c.required_anti_affinity {
+            if let Some(v) = here(&t.topology_key) {
+                for (q, n) in others() {
+                    if dom(n, &t.topology_key).as_ref() == Some(&v)
+                        && t.matches(&p.namespace, &q.namespace, &q.labels)
+                    {
+                        bad.push(format!(
+                            "{} on {}: anti-affinity to {}",
+                            p.name, node, q.name
+                        ));
+                    }
+                }
+            }
+        }
+        for (q, n) in others() {
+            for t in &q.constraints().required_anti_affinity {
+                if let Some(v) = dom(n, &t.topology_key)
+                    && here(&t.topology_key).as_ref() == Some(&v)
+                    && t.matches(&q.namespace, &p.namespace, &p.labels)
+                {
+                    bad.push(format!(
+                        "{} on {}: {}'s anti-affinity",
+                        p.name, node, q.name
+                    ));
+                }
+            }
+        }
+        if !c.required_affinity.is_empty() {
+            let all_ok = c.required_affinity.iter().all(|t| {
+                here(&t.topology_key).is_some_and(|v| {
+                    others().iter().any(|(q, n)| {
+                        dom(*n, &t.topology_key).as_ref() == Some(&v)
+                            && t.matches(&p.namespace, &q.namespace, &q.labels)
+                    })
+                })
+            });
+            let first = c.required_affinity.iter().all(|t| {
+                here(&t.topology_key).is_some()
+                    && t.matches(&p.namespace, &p.namespace, &p.labels)
+                    && !others().iter().any(|(q, n)| {
+                        dom(*n, &t.topology_key).is_some()
+                            && t.matches(&p.namespace, &q.namespace, &q.labels)
+                    })
+            });
+            if !all_ok && !first {
+                bad.push(format!("{} on {}: affinity unmet", p.name, node));
+            }
+        }
+        for s in c
+            .spread
+            .iter()
+            .filter(|s| s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+        {
+            let Some(v) = here(&s.topology_key) else {
+                bad.push(format!(
+                    "{} on {}: node lacks {}",
+                    p.name, node, s.topology_key
+                ));
+                continue;
+            };
+            let keys: Vec<&str> = c
+                .spread
+                .iter()
+                .filter(|x| x.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+                .map(|x| x.topology_key.as_str())
+                .collect();
+            let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+            for (i, n) in snap.nodes.iter().enumerate() {
+                let eligible = keys.iter().all(|k| label(n, k).is_some())
+                    && (s.node_affinity_policy == SpreadPolicy::Ignore
+                        || (p
+                            .node_selector
+                            .iter()
+                            .all(|(a, b)| n.labels.get(a) == Some(b))
+                            && (p.affinity.is_empty()
+                                || p.affinity.iter().any(|t| t.matches(&n.labels)))))
+                    && (s.node_taints_policy == SpreadPolicy::Ignore || p.tolerates_all(n));
+                if !eligible {
+                    continue;
+                }
+                let Some(d) = label(n, &s.topology_key) else {
+                    continue;
+                };
+                let k = placed
+                    .iter()
+                    .filter(|&&(q, qn)| {
+                        qn as usize == i
+                            && !matches!(snap.pods[q].phase, PodPhase::Terminating { .. })
+                            && snap.pods[q].pod.namespace == p.namespace
+                            && s.selector
+                                .as_ref()
+                                .is_some_and(|sel| sel.matches(&snap.pods[q].pod.labels))
+                    })
+                    .count() as i64;
+                *counts.entry(d).or_insert(0) += k;
+            }
+            let min = if (counts.len() as u32) < s.min_domains.unwrap_or(1) {
+                0
+            } else {
+                counts.values().copied().min().unwrap_or(0)
+            };
+            let me = s
+                .selector
+                .as_ref()
+                .is_some_and(|sel| sel.matches(&p.labels)) as i64;
+            let skew = counts.get(&v).copied().unwrap_or(0) + me - min;
+            if skew > s.max_skew as i64 {
+                bad.push(format!(
+                    "{} on {}: skew {skew} over {}",
+                    p.name, node, s.topology_key
+                ));
+            }
+        }
+        for h in &c.host_ports {
+            for (q, n) in others() {
+                if n == *node && q.constraints().host_ports.iter().any(|x| x.conflicts(h)) {
+                    bad.push(format!(
+                        "{} on {}: port {} taken by {}",
+                        p.name, node, h.port, q.name
+                    ));
+                }
+            }
+        }
+        placed.push((*pod as usize, *node));
+    }
+    bad
 }
 
 /// A queue with the model's defaults.

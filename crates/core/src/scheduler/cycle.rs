@@ -10,7 +10,9 @@ use super::candidates::SigCache;
 use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree};
-use crate::plugin::{Filter, PackEnv, Packer, SchedulingKey};
+use crate::plugin::{
+    ConstraintState, Filter, Needs, PackEnv, Packer, PodConstraint, SchedulingKey,
+};
 use crate::reason::{EvictionAttempt, PendingReason};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
 use crate::state::ClusterState;
@@ -23,6 +25,15 @@ pub(super) struct Cycle<'s> {
     pub snap: &'s Snapshot,
     pub filters: &'s [Box<dyn Filter>],
     pub packer: &'s dyn Packer,
+    /// The stateful constraint plugins and their states (kept in step with
+    /// `cs` by every statement change).
+    pub constraints: &'s [Box<dyn PodConstraint>],
+    pub cstates: Vec<Box<dyn ConstraintState + 's>>,
+    /// Whether any constraint plugin is registered (else every pod takes
+    /// the fast path without asking).
+    pub any_constraints: bool,
+    /// What each pod needed at its last pre-filter.
+    pub pod_needs: Vec<Needs>,
     pub opts: &'s SchedulerOptions,
     pub now_ms: u64,
     pub cs: ClusterState<'s>,
@@ -81,6 +92,7 @@ impl<'s> Cycle<'s> {
         snap: &'s Snapshot,
         filters: &'s [Box<dyn Filter>],
         packer: &'s mut dyn Packer,
+        constraints: &'s [Box<dyn PodConstraint>],
         opts: &'s SchedulerOptions,
         now_ms: u64,
         seed: u64,
@@ -162,10 +174,27 @@ impl<'s> Cycle<'s> {
                 leaving_gpu[*q] += p.pod.gpu.milli();
             }
         }
+        let mut cstates: Vec<Box<dyn ConstraintState + 's>> =
+            constraints.iter().map(|c| c.start(snap)).collect();
+        if !cstates.is_empty() {
+            for (i, p) in snap.pods.iter().enumerate() {
+                if let Some((n, _)) = p.holding()
+                    && (n as usize) < n_nodes
+                {
+                    for c in &mut cstates {
+                        c.add_pod(i as PodId, n);
+                    }
+                }
+            }
+        }
         let mut c = Cycle {
             snap,
             filters,
             packer,
+            constraints,
+            any_constraints: !cstates.is_empty(),
+            pod_needs: vec![Needs::NONE; n_pods],
+            cstates,
             opts,
             now_ms,
             cs,
@@ -245,6 +274,25 @@ impl<'s> Cycle<'s> {
             return false;
         }
         self.note_change(n);
+        for c in &mut self.cstates {
+            c.add_pod(p, n);
+        }
+        true
+    }
+
+    /// Puts a running pod that `st` removed back where it held (a
+    /// reprieve in a preemption what-if); false if it no longer fits.
+    pub fn st_restore(&mut self, st: &mut Statement, v: PodId) -> bool {
+        if let Some((n, g)) = self.snap.pods[v as usize].holding() {
+            let req = &self.snap.pods[v as usize].pod.requests;
+            if st.place(&mut self.cs, v, n, req, g.clone()).is_err() {
+                return false;
+            }
+            self.note_change(n);
+            for c in &mut self.cstates {
+                c.add_pod(v, n);
+            }
+        }
         true
     }
 
@@ -254,11 +302,25 @@ impl<'s> Cycle<'s> {
             let req = &self.snap.pods[v as usize].pod.requests;
             st.remove(&mut self.cs, v, n, req, g.clone());
             self.note_change(n);
+            for c in &mut self.cstates {
+                c.remove_pod(v, n);
+            }
         }
     }
 
     /// Undoes `st` back to checkpoint `to`.
     pub fn rollback(&mut self, st: &mut Statement, to: usize) {
+        if !self.cstates.is_empty() {
+            // newest first, as the statement undoes them
+            for op in st.ops_since(to).iter().rev() {
+                for c in &mut self.cstates {
+                    match *op {
+                        Op::Place { pod, node, .. } => c.remove_pod(pod, node),
+                        Op::Remove { pod, node, .. } => c.add_pod(pod, node),
+                    }
+                }
+            }
+        }
         let nodes: Vec<NodeId> = st.ops_since(to).iter().map(op_node).collect();
         st.rollback_to(&mut self.cs, to);
         for n in nodes {

@@ -50,7 +50,7 @@ mod jobs;
 pub mod moves;
 
 use crate::decision::CycleOutput;
-use crate::plugin::{Filter, Packer};
+use crate::plugin::{Filter, Packer, PodConstraint};
 use crate::snapshot::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +92,26 @@ pub struct SchedulerOptions {
     pub consolidation_max_nodes: u32,
     /// Sets of pods tried per pending pod.
     pub consolidation_max_trials: u32,
+    /// How preferences (the weighted, normalised scores of the
+    /// [`PodConstraint`] plugins: preferred node and pod affinity,
+    /// `PreferNoSchedule` taints, `ScheduleAnyway` spread) combine with the
+    /// packing score (docs/scheduling.md).
+    pub preferences: PreferenceOrder,
+}
+
+/// Where preferences rank against the packing score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PreferenceOrder {
+    /// Preferences first, packing breaks their ties (a weight-100
+    /// preference always wins; kube-scheduler's weights make preferences
+    /// dominate its resource scores in the same way).
+    #[default]
+    BeforePacking,
+    /// Packing first, preferences break its ties.
+    AfterPacking,
+    /// Preferences are not scored (required constraints still hold).
+    Ignore,
 }
 
 impl Default for SchedulerOptions {
@@ -110,6 +130,7 @@ impl Default for SchedulerOptions {
             max_moves_per_job: 2,
             consolidation_max_nodes: 64,
             consolidation_max_trials: 512,
+            preferences: PreferenceOrder::BeforePacking,
         }
     }
 }
@@ -120,6 +141,7 @@ pub struct Scheduler {
     pub opts: SchedulerOptions,
     filters: Vec<Box<dyn Filter>>,
     packer: Box<dyn Packer>,
+    constraints: Vec<Box<dyn PodConstraint>>,
 }
 
 impl Scheduler {
@@ -134,7 +156,20 @@ impl Scheduler {
             opts,
             filters,
             packer,
+            constraints: Vec::new(),
         }
+    }
+
+    /// Registers the stateful constraint plugins (evaluated in this order;
+    /// filters ANDed, scores summed with their weights).
+    pub fn with_constraints(mut self, constraints: Vec<Box<dyn PodConstraint>>) -> Self {
+        self.constraints = constraints;
+        self
+    }
+
+    /// The constraint plugins' names, in order.
+    pub fn constraint_names(&self) -> Vec<&'static str> {
+        self.constraints.iter().map(|c| c.name()).collect()
     }
 
     /// The packer's name.
@@ -153,6 +188,7 @@ impl Scheduler {
             snap,
             &self.filters,
             &mut *self.packer,
+            &self.constraints,
             &self.opts,
             now_ms,
             seed,

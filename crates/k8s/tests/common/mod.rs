@@ -75,6 +75,16 @@ pub async fn client_for(kubeconfig: &str) -> Client {
 impl Cluster {
     /// Starts a fresh control plane and installs our CRDs.
     pub async fn up() -> Cluster {
+        Cluster::up_with(&[]).await
+    }
+
+    /// [`Cluster::up`] with kube-scheduler v1.37.2 running beside
+    /// (default configuration; it schedules `default-scheduler` pods only).
+    pub async fn up_with_kube_scheduler() -> Cluster {
+        Cluster::up_with(&["--with-kube-scheduler".to_string()]).await
+    }
+
+    async fn up_with(extra: &[String]) -> Cluster {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -86,7 +96,7 @@ impl Cluster {
             .prefix("gpusched-e2e-")
             .tempdir()
             .unwrap();
-        let env = up_in(dir.path(), &[]);
+        let env = up_in(dir.path(), extra);
         let client = client_for(&env["GPUSCHED_E2E_KUBECONFIG"]).await;
         let c = Cluster { dir, env, client };
         c.install_crds().await;

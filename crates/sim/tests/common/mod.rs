@@ -66,4 +66,5 @@ pub const PAIRS: &[(&str, &str)] = &[
     ("dgx-h100.yaml", "preemption.yaml"),
     ("tiny.yaml", "retry-limit.yaml"),
     ("pcie-l40s.yaml", "notebooks.yaml"),
+    ("dgx-h100.yaml", "replicas.yaml"),
 ];

@@ -192,7 +192,8 @@ struct InCycle<'a, 's> {
 
 impl MoveWorld for InCycle<'_, '_> {
     fn fit(&mut self, pod: PodId, node: NodeId) -> Option<GpuAssignment> {
-        self.c.place_on(self.c.pod(pod), node).map(|pl| pl.gpus)
+        self.c.pre_filter(pod);
+        self.c.place_checked(pod, node).map(|pl| pl.gpus)
     }
 
     fn targets(&mut self, pod: PodId) -> Vec<NodeId> {

@@ -192,7 +192,10 @@ impl<'s> Cycle<'s> {
                 placements.push((p, n));
                 continue;
             }
-            // find the cheapest node to free
+            // find the cheapest node to free (the victims' removal updates
+            // the constraint states, so a node blocked by a victim's
+            // anti-affinity becomes a candidate)
+            self.pre_filter(p);
             let s = self.sig_of(p);
             let pod = self.pod(p);
             let mut best: Option<(VictimCost, Vec<PodId>)> = None;
@@ -252,7 +255,7 @@ impl<'s> Cycle<'s> {
                 });
                 let cp = st.checkpoint();
                 let mut removed: Vec<PodId> = Vec::new();
-                let mut fits = self.place_on(pod, n).is_some();
+                let mut fits = self.fits_on(p, n);
                 // reclaim: what this node's victims take from each queue's
                 // surplus (together they may not push it below its share)
                 let mut taken: BTreeMap<QueueIdx, u64> = BTreeMap::new();
@@ -279,7 +282,7 @@ impl<'s> Cycle<'s> {
                             removed.push(u);
                         }
                     }
-                    fits = self.place_on(pod, n).is_some();
+                    fits = self.fits_on(p, n);
                 }
                 if fits {
                     // reprieve: give back victims not needed, those a
@@ -298,15 +301,12 @@ impl<'s> Cycle<'s> {
                         let cp2 = st.checkpoint();
                         let mut ok = true;
                         for &u in &unit {
-                            if let Some((un, ug)) = self.snap.pods[u as usize].holding() {
-                                let req = &self.pod(u).requests;
-                                if st.place(&mut self.cs, u, un, req, ug.clone()).is_err() {
-                                    ok = false;
-                                    break;
-                                }
+                            if !self.st_restore(&mut st, u) {
+                                ok = false;
+                                break;
                             }
                         }
-                        if ok && self.place_on(pod, n).is_some() {
+                        if ok && self.fits_on(p, n) {
                             kept.retain(|k| !unit.contains(k));
                         } else {
                             self.rollback(&mut st, cp2);
@@ -371,7 +371,7 @@ impl<'s> Cycle<'s> {
                     victims.push(v);
                 }
             }
-            let placed = match self.place_on(pod, n) {
+            let placed = match self.place_checked(p, n) {
                 Some(pl) => self.st_place(&mut st, p, n, pl.gpus),
                 None => false,
             };

@@ -73,13 +73,34 @@ impl<'s> Cycle<'s> {
                 });
                 continue;
             }
-            let (verdict, diag) = if job_of.contains_key(&p) {
+            let constrained = job_of.contains_key(&p) && self.pre_filter(p).filter;
+            let (verdict, diag) = if constrained {
+                // its own: what runs where refuses nodes for this pod
+                let s = self.sig_of(p);
+                let pod = self.pod(p);
+                let refuse = |n: NodeId| self.constraint_refusal(p, n);
+                diagnose(
+                    &self.cs,
+                    &self.sigs[s],
+                    &self.reserved,
+                    self.packer,
+                    pod,
+                    &refuse,
+                )
+            } else if job_of.contains_key(&p) {
                 let s = self.sig_of(p);
                 diag_cache
                     .entry(s)
                     .or_insert_with(|| {
                         let pod = &self.snap.pods[self.sigs[s].rep as usize].pod;
-                        diagnose(&self.cs, &self.sigs[s], &self.reserved, self.packer, pod)
+                        diagnose(
+                            &self.cs,
+                            &self.sigs[s],
+                            &self.reserved,
+                            self.packer,
+                            pod,
+                            &|_| None,
+                        )
                     })
                     .clone()
             } else {
@@ -113,6 +134,7 @@ fn diagnose(
     reserved: &[Option<JobId>],
     packer: &dyn Packer,
     pod: &Pod,
+    refuse: &dyn Fn(NodeId) -> Option<NodeReason>,
 ) -> (Verdict, Option<NodeSummary>) {
     let mut reasons: BTreeMap<NodeReason, u32> = sig.rejects.clone();
     let mut ever_fits = false;
@@ -121,6 +143,13 @@ fn diagnose(
     let mut nearest: Option<(u32, u32, NodeId)> = None;
     for &n in &sig.ok_list {
         let node = cs.node(n);
+        if let Some(r) = refuse(n) {
+            // refused by what runs where (affinity, spread, ports): it may
+            // fit later, so the pod is not unresolvable for it
+            ever_fits = true;
+            *reasons.entry(r).or_insert(0) += 1;
+            continue;
+        }
         if !pod.gpu.is_none() {
             let st = cs.get(n);
             let allowed = (0..st.gpu_free_milli.len()).filter(|&g| cs.gpu_allowed(pod, n, g));

@@ -1,0 +1,530 @@
+//! Differential e2e against kube-scheduler v1.37.2 (issue #23): the same
+//! kwok nodes (4 × 8 H100, zones a/a/b/c) and the same pods, given once to
+//! kube-scheduler (`default-scheduler`) and once to gpusched. For every
+//! case: every placement of either scheduler satisfies every required
+//! constraint (a brute-force check over the final placements: the check is
+//! validated by kube-scheduler's own placements), gpusched leaves pending
+//! no more pods than kube-scheduler, and for the hand-picked preference
+//! cases gpusched picks what kube-scheduler picks. The randomized cases are
+//! seeded.
+//!
+//! Run with `e2e/run` (or `cargo test -p gpusched-k8s --test podapi_e2e --
+//! --ignored`).
+
+mod common;
+
+use common::*;
+use gpusched_model::{Node as MNode, Pod as MPod, WhenUnsatisfiable};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+const HOST: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+const NODES: &str = "nodes:
+  - {name: n1, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a},
+     gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
+  - {name: n2, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a},
+     gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
+  - {name: n3, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: b},
+     gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
+  - {name: n4, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: c},
+     gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
+";
+
+/// A pod of `gpus` GPUs labelled `labels`, with `spec` merged into its
+/// spec (no scheduler yet).
+fn spec_pod(name: &str, gpus: u32, labels: Value, spec: Value) -> Value {
+    let mut p = gpu_pod(name, gpus);
+    p["metadata"]["labels"] = labels;
+    for (k, v) in spec.as_object().unwrap() {
+        if k == "ports" {
+            p["spec"]["containers"][0]["ports"] = v.clone();
+        } else {
+            p["spec"][k] = v.clone();
+        }
+    }
+    p
+}
+
+fn term(key: &str, value: &str, topology: &str) -> Value {
+    json!({"labelSelector": {"matchLabels": {key: value}}, "topologyKey": topology})
+}
+
+/// Where each pod of a case went (`None`: pending).
+type Placement = BTreeMap<String, Option<String>>;
+
+/// Runs `pods` under `scheduler` in namespace `ml` until nothing changes
+/// for a while, returns where they went, and deletes them.
+async fn run_case(c: &Cluster, scheduler: &str, pods: &[Value]) -> Placement {
+    let api = c.pods("ml");
+    for p in pods {
+        let mut p = p.clone();
+        if p["spec"]["nodeName"].is_null() {
+            p["spec"]["schedulerName"] = json!(scheduler);
+        }
+        create(&api, p).await;
+    }
+    // settled: nothing bound for 6 s (kube-scheduler retries unschedulable
+    // pods with a backoff of up to 10 s, and on every change)
+    let names: BTreeSet<String> = pods
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let t0 = Instant::now();
+    let mut last = BTreeMap::new();
+    let mut since = Instant::now();
+    loop {
+        let now: BTreeMap<String, String> = bound(&api)
+            .await
+            .into_iter()
+            .filter_map(|(n, p)| Some((n, p.spec?.node_name?)))
+            .collect();
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+        if last.len() == names.len() && since.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        if since.elapsed() > Duration::from_secs(12) || t0.elapsed() > Duration::from_secs(90) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    api.delete_collection(
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+        &ListParams::default(),
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        api.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .expect("pods deleted");
+    names
+        .into_iter()
+        .map(|n| {
+            let node = last.get(&n).cloned();
+            (n, node)
+        })
+        .collect()
+}
+
+/// Every required constraint the final placement breaks (checked by
+/// brute force over the pods as placed): required pod affinity (with the
+/// first-of-a-self-affine-group exception) and anti-affinity both ways,
+/// `DoNotSchedule` spread (for pods that only get added, the final skew
+/// over eligible domains stays within maxSkew), host ports.
+fn violations(nodes: &[MNode], pods: &[MPod], at: &Placement) -> Vec<String> {
+    let node = |name: &str| nodes.iter().find(|n| n.name == name).unwrap();
+    let short = |p: &MPod| p.name.rsplit('/').next().unwrap().to_string();
+    let placed: Vec<(&MPod, &MNode)> = pods
+        .iter()
+        .filter_map(|p| Some((p, node(at.get(&short(p))?.as_deref()?))))
+        .collect();
+    let mut bad = Vec::new();
+    for &(p, n) in &placed {
+        let c = p.constraints();
+        let others = placed.iter().filter(|(q, _)| q.name != p.name);
+        for t in &c.required_anti_affinity {
+            if let Some(v) = n.label(&t.topology_key) {
+                for (q, m) in others.clone() {
+                    if m.label(&t.topology_key) == Some(v)
+                        && t.matches(&p.namespace, &q.namespace, &q.labels)
+                    {
+                        bad.push(format!("{}: anti-affinity to {}", p.name, q.name));
+                    }
+                }
+            }
+        }
+        for t in &c.required_affinity {
+            let Some(v) = n.label(&t.topology_key) else {
+                bad.push(format!("{}: node lacks {}", p.name, t.topology_key));
+                continue;
+            };
+            let near = others.clone().any(|(q, m)| {
+                m.label(&t.topology_key) == Some(v)
+                    && t.matches(&p.namespace, &q.namespace, &q.labels)
+            });
+            let anywhere = others.clone().any(|(q, m)| {
+                m.label(&t.topology_key).is_some()
+                    && t.matches(&p.namespace, &q.namespace, &q.labels)
+            });
+            let first = !anywhere && t.matches(&p.namespace, &p.namespace, &p.labels);
+            if !near && !first {
+                bad.push(format!("{}: affinity unmet on {}", p.name, n.name));
+            }
+        }
+        for s in c
+            .spread
+            .iter()
+            .filter(|s| s.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+        {
+            let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+            for m in nodes {
+                let eligible = m.label(&s.topology_key).is_some()
+                    && p.node_selector.iter().all(|(a, b)| m.label(a) == Some(b))
+                    && (p.affinity.is_empty() || p.affinity.iter().any(|t| t.matches(&m.labels)));
+                if eligible {
+                    let d = m.label(&s.topology_key).unwrap();
+                    let k = placed
+                        .iter()
+                        .filter(|(q, qm)| {
+                            qm.name == m.name
+                                && q.namespace == p.namespace
+                                && s.selector.as_ref().is_some_and(|x| x.matches(&q.labels))
+                        })
+                        .count() as i64;
+                    *counts.entry(d).or_insert(0) += k;
+                }
+            }
+            let (lo, hi) = (
+                counts.values().min().copied().unwrap_or(0),
+                counts.values().max().copied().unwrap_or(0),
+            );
+            if hi - lo > s.max_skew as i64 {
+                bad.push(format!("{}: {} skew {counts:?}", p.name, s.topology_key));
+            }
+        }
+        for h in &c.host_ports {
+            for (q, m) in others.clone() {
+                if m.name == n.name && q.constraints().host_ports.iter().any(|x| x.conflicts(h)) {
+                    bad.push(format!("{}: port {} with {}", p.name, h.port, q.name));
+                }
+            }
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    bad
+}
+
+struct Env {
+    c: Cluster,
+    nodes: Vec<MNode>,
+    sched: Option<RunningScheduler>,
+}
+
+async fn env() -> Env {
+    let c = Cluster::up_with_kube_scheduler().await;
+    c.nodes_from_yaml(NODES).await;
+    let api: Api<Node> = Api::all(c.client.clone());
+    let nodes = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| gpusched_k8s::translate::node(n).node)
+        .collect();
+    let sched = c.scheduler(opts()).await;
+    Env {
+        c,
+        nodes,
+        sched: Some(sched),
+    }
+}
+
+/// The outcome of one case under both schedulers.
+struct Outcome {
+    kube: Placement,
+    ours: Placement,
+}
+
+impl Outcome {
+    fn bound(p: &Placement) -> usize {
+        p.values().filter(|n| n.is_some()).count()
+    }
+}
+
+async fn compare(e: &Env, name: &str, pods: &[Value]) -> Outcome {
+    let model: Vec<MPod> = pods
+        .iter()
+        .map(|v| {
+            let mut v = v.clone();
+            v["metadata"]["namespace"] = json!("ml");
+            let p: Pod = serde_json::from_value(v).unwrap();
+            gpusched_k8s::translate::model_pod(&p).unwrap()
+        })
+        .collect();
+    let kube = run_case(&e.c, "default-scheduler", pods).await;
+    let ours = run_case(&e.c, "gpusched", pods).await;
+    let kv = violations(&e.nodes, &model, &kube);
+    assert!(
+        kv.is_empty(),
+        "{name}: the checker disagrees with kube-scheduler: {kv:?} ({kube:?})"
+    );
+    let ov = violations(&e.nodes, &model, &ours);
+    assert!(ov.is_empty(), "{name}: gpusched broke {ov:?}: {ours:?}");
+    assert!(
+        Outcome::bound(&ours) >= Outcome::bound(&kube),
+        "{name}: gpusched placed fewer: ours {ours:?}, kube-scheduler {kube:?}"
+    );
+    eprintln!("{name}: kube-scheduler {kube:?}\n{name}: gpusched       {ours:?}");
+    Outcome { kube, ours }
+}
+
+fn distinct(p: &Placement, prefix: &str) -> usize {
+    p.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(_, n)| n.clone())
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler (e2e/run)"]
+async fn the_issue_table_reads_honoured() {
+    let mut e = env().await;
+    let anchor = {
+        let mut a = spec_pod("anchor", 1, json!({"app": "db"}), json!({}));
+        a["spec"]["nodeName"] = json!("n3");
+        a
+    };
+
+    // required anti-affinity on hostname, 3 replicas: 3 nodes
+    let pods: Vec<Value> = (0..3)
+        .map(|i| {
+            spec_pod(
+                &format!("web-{i}"),
+                1,
+                json!({"app": "web"}),
+                json!({"affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [term("app", "web", HOST)]}}}),
+            )
+        })
+        .collect();
+    let o = compare(&e, "required anti-affinity", &pods).await;
+    assert_eq!((distinct(&o.kube, "web"), distinct(&o.ours, "web")), (3, 3));
+
+    // preferred anti-affinity: spread over nodes as kube-scheduler does
+    let pods: Vec<Value> = (0..3)
+        .map(|i| {
+            spec_pod(&format!("web-{i}"), 1, json!({"app": "web"}), json!({"affinity": {"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term("app", "web", HOST)}]}}}))
+        })
+        .collect();
+    let o = compare(&e, "preferred anti-affinity", &pods).await;
+    assert_eq!(distinct(&o.ours, "web"), distinct(&o.kube, "web"));
+    assert_eq!(distinct(&o.ours, "web"), 3);
+
+    // required / preferred affinity to an anchor: the anchor's node
+    for (kind, name) in [
+        ("requiredDuringSchedulingIgnoredDuringExecution", "required"),
+        (
+            "preferredDuringSchedulingIgnoredDuringExecution",
+            "preferred",
+        ),
+    ] {
+        let t = if name == "required" {
+            json!([term("app", "db", HOST)])
+        } else {
+            json!([{"weight": 100, "podAffinityTerm": term("app", "db", HOST)}])
+        };
+        let pods = vec![
+            anchor.clone(),
+            spec_pod(
+                "client",
+                1,
+                json!({}),
+                json!({"affinity": {"podAffinity": {kind: t}}}),
+            ),
+        ];
+        let o = compare(&e, &format!("{name} affinity"), &pods).await;
+        assert_eq!(o.kube["client"].as_deref(), Some("n3"));
+        assert_eq!(o.ours["client"].as_deref(), Some("n3"), "{name}");
+    }
+
+    // zone spread maxSkew 1, 6 pods: 2/2/2
+    let pods: Vec<Value> = (0..6)
+        .map(|i| {
+            spec_pod(
+                &format!("s-{i}"),
+                1,
+                json!({"app": "s"}),
+                json!({"topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "s"}}}]}),
+            )
+        })
+        .collect();
+    let o = compare(&e, "zone spread", &pods).await;
+    for p in [&o.kube, &o.ours] {
+        let mut per_zone: BTreeMap<&str, u32> = BTreeMap::new();
+        for n in p.values().flatten() {
+            let z = match n.as_str() {
+                "n1" | "n2" => "a",
+                "n3" => "b",
+                _ => "c",
+            };
+            *per_zone.entry(z).or_insert(0) += 1;
+        }
+        assert_eq!(
+            per_zone.values().copied().collect::<Vec<_>>(),
+            [2, 2, 2],
+            "{p:?}"
+        );
+    }
+
+    // preferred node affinity weight 100: the preferred node
+    let pods = vec![spec_pod(
+        "picky",
+        1,
+        json!({}),
+        json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n4"]}]}}]}}}),
+    )];
+    let o = compare(&e, "preferred node affinity", &pods).await;
+    assert_eq!(o.kube["picky"].as_deref(), Some("n4"));
+    assert_eq!(o.ours["picky"].as_deref(), Some("n4"));
+
+    // hostPort 8080, two pods pinned to one node: the second pending
+    let pods: Vec<Value> = (0..2)
+        .map(|i| {
+            spec_pod(
+                &format!("port-{i}"),
+                1,
+                json!({}),
+                json!({"nodeSelector": {HOST: "n2"}, "ports": [{"containerPort": 80, "hostPort": 8080}]}),
+            )
+        })
+        .collect();
+    let o = compare(&e, "host port", &pods).await;
+    assert_eq!((Outcome::bound(&o.kube), Outcome::bound(&o.ours)), (1, 1));
+    // and gpusched says why, as kube-scheduler does
+    let api = e.c.pods("ml");
+    for p in &pods {
+        let mut p = p.clone();
+        p["spec"]["schedulerName"] = json!("gpusched");
+        create(&api, p).await;
+    }
+    let pending = wait_for(Duration::from_secs(30), || async {
+        let b = bound(&api).await;
+        (b.len() == 1).then(|| {
+            if b.contains_key("port-0") {
+                "port-1"
+            } else {
+                "port-0"
+            }
+        })
+    })
+    .await
+    .expect("one bound");
+    let ev = wait_event(&e.c, "ml", pending, "FailedScheduling: ", 30)
+        .await
+        .expect("told why");
+    assert!(
+        ev.iter()
+            .any(|m| m.contains("didn't have free ports for the requested pod ports")),
+        "{ev:?}"
+    );
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}
+
+/// A tiny deterministic generator (the seed is the case's input).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// A random case: groups of 1–3 identical pods with a random constraint
+/// over random labels, zones and operators.
+fn random_case(seed: u64) -> Vec<Value> {
+    let mut r = Rng(seed.wrapping_mul(0x9e37_79b9) + 17);
+    let apps = ["a", "b", "c"];
+    let topo = |r: &mut Rng| if r.below(2) == 0 { HOST } else { ZONE };
+    let mut pods = Vec::new();
+    let groups = 3 + r.below(4);
+    for g in 0..groups {
+        let app = apps[r.below(3) as usize];
+        let other = apps[r.below(3) as usize];
+        let labels = json!({"app": app, "grp": format!("g{g}")});
+        let op = ["In", "NotIn"][r.below(2) as usize];
+        let spec = match r.below(7) {
+            0 => {
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    [term("app", other, topo(&mut r))]}}})
+            }
+            1 => {
+                json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    [term("app", other, topo(&mut r))]}}})
+            }
+            2 => {
+                json!({"topologySpreadConstraints": [{"maxSkew": 1 + r.below(2), "topologyKey": topo(&mut r),
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"grp": format!("g{g}")}}}]})
+            }
+            3 => json!({"ports": [{"containerPort": 80, "hostPort": 8080 + r.below(2)}]}),
+            4 => {
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [{"key": ZONE, "operator": op, "values": ["a"]}]}]}},
+                    "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    [term("grp", &format!("g{g}"), HOST)]}}})
+            }
+            5 => {
+                json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution":
+                    [{"weight": 50, "podAffinityTerm": term("app", other, topo(&mut r))}]}}})
+            }
+            _ => json!({}),
+        };
+        let members = 1 + r.below(3);
+        let gpus = 1 + r.below(2) as u32;
+        for m in 0..members {
+            pods.push(spec_pod(
+                &format!("g{g}-m{m}"),
+                gpus,
+                labels.clone(),
+                spec.clone(),
+            ));
+        }
+    }
+    pods
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler (e2e/run)"]
+async fn seeded_random_specs_agree_with_kube_scheduler() {
+    let mut e = env().await;
+    let seeds: u64 = std::env::var("GPUSCHED_E2E_PODAPI_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
+    let (mut pods_total, mut kube_bound, mut ours_bound) = (0, 0, 0);
+    for seed in 1..=seeds {
+        let pods = random_case(seed);
+        let o = compare(&e, &format!("seed {seed}"), &pods).await;
+        pods_total += pods.len();
+        kube_bound += Outcome::bound(&o.kube);
+        ours_bound += Outcome::bound(&o.ours);
+    }
+    eprintln!(
+        "{seeds} seeded cases, {pods_total} pods: kube-scheduler bound {kube_bound}, gpusched {ours_bound}"
+    );
+    assert!(kube_bound > pods_total / 2, "the cases place pods");
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}
