@@ -98,6 +98,24 @@ pub const CLUSTER: &[Permission] = &[
         "watch: KubeRay RayClusters, each a gang (workloads)",
     ),
     p(
+        "kubeflow.org",
+        "pytorchjobs",
+        WATCH,
+        "watch: Kubeflow PyTorchJobs, each a gang (workloads)",
+    ),
+    p(
+        "kubeflow.org",
+        "tfjobs",
+        WATCH,
+        "watch: Kubeflow TFJobs, each a gang (workloads)",
+    ),
+    p(
+        "kubeflow.org",
+        "mpijobs",
+        WATCH,
+        "watch: MPI Operator MPIJobs, each a gang (workloads)",
+    ),
+    p(
         "jobset.x-k8s.io",
         "jobsets",
         WATCH,

@@ -490,6 +490,37 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
             ),
         }
     );
+    macro_rules! kubeflow {
+        ($k:ty, $okind:expr, $wkind:expr, $what:literal) => {
+            optional!($k, $okind, |w, r| match r {
+                Ok(j) => w.upsert_workload(
+                    $wkind,
+                    &ns_key(j),
+                    workloads::kubeflow_job($wkind, &j.metadata, &j.spec)
+                ),
+                Err((key, e)) =>
+                    w.upsert_workload($wkind, key, Err(format!("{} {key}: {e}", $what))),
+            });
+        };
+    }
+    kubeflow!(
+        workloads::PyTorchJob,
+        ObjectKind::PyTorchJob,
+        WorkloadKind::PyTorchJob,
+        "pytorchjob"
+    );
+    kubeflow!(
+        workloads::TfJob,
+        ObjectKind::TfJob,
+        WorkloadKind::TfJob,
+        "tfjob"
+    );
+    kubeflow!(
+        workloads::MpiJob,
+        ObjectKind::MpiJob,
+        WorkloadKind::MpiJob,
+        "mpijob"
+    );
     use k8s_openapi::api::scheduling::v1beta1::PodGroup as UpstreamPodGroup;
     optional!(
         UpstreamPodGroup,

@@ -41,6 +41,14 @@ pub const LABEL_JOBSET_REPLICATED_JOB: &str = "jobset.sigs.k8s.io/replicatedjob-
 pub const LABEL_JOBSET_RESTART: &str = "jobset.sigs.k8s.io/restart-attempt";
 /// Label KubeRay puts on a RayCluster's pods: the cluster's name.
 pub const LABEL_RAY_CLUSTER: &str = "ray.io/cluster";
+/// Label the Kubeflow training-operator and the MPI Operator put on their
+/// pods: the job's name.
+pub const LABEL_KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
+/// Label the Kubeflow training-operator and the MPI Operator put on their
+/// pods: which controller (`pytorchjob-controller`, `tfjob-controller`,
+/// `mpi-operator`; the training-operator's own `mpijob-controller` is not
+/// mapped: when its launcher is made is not verified here).
+pub const LABEL_KUBEFLOW_OPERATOR: &str = "training.kubeflow.org/operator-name";
 /// Label the LeaderWorkerSet controller puts on its pods: the set's name.
 pub const LABEL_LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 /// Label the LeaderWorkerSet controller puts on its pods: the group index.
@@ -195,6 +203,81 @@ pub struct RayWorkerGroup {
     pub suspend: Option<bool>,
 }
 
+/// What gpusched reads of a Kubeflow job's spec: the run policy, the
+/// replica specs (`<kind>ReplicaSpecs`, by replica type) and the MPI
+/// Operator's launcher creation policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeflowJobSpec {
+    /// `runPolicy.schedulingPolicy.minAvailable`.
+    #[serde(default)]
+    pub run_policy: Option<KubeflowRunPolicy>,
+    /// MPI Operator: `AtStartup` (default) or `WaitForWorkersReady`.
+    #[serde(default)]
+    pub launcher_creation_policy: Option<String>,
+    /// Everything else, among it the `…ReplicaSpecs` maps.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_json::Value>,
+}
+
+/// `spec.runPolicy` of a Kubeflow job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeflowRunPolicy {
+    /// `schedulingPolicy`.
+    #[serde(default)]
+    pub scheduling_policy: Option<KubeflowSchedulingPolicy>,
+}
+
+/// `spec.runPolicy.schedulingPolicy` of a Kubeflow job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeflowSchedulingPolicy {
+    /// Pods that must start together.
+    #[serde(default)]
+    pub min_available: Option<i64>,
+}
+
+macro_rules! kubeflow_kind {
+    ($root:ident, $kind:literal, $version:literal, $plural:literal) => {
+        /// A Kubeflow job (only what gpusched reads).
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        pub struct $root {
+            /// Metadata.
+            pub metadata: ObjectMeta,
+            /// Spec.
+            #[serde(default)]
+            pub spec: KubeflowJobSpec,
+        }
+
+        impl kube::Resource for $root {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "kubeflow.org".into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+kubeflow_kind!(PyTorchJob, "PyTorchJob", "v1", "pytorchjobs");
+kubeflow_kind!(TfJob, "TFJob", "v1", "tfjobs");
+kubeflow_kind!(MpiJob, "MPIJob", "v2beta1", "mpijobs");
+
 /// Which controller a workload belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkloadKind {
@@ -206,6 +289,12 @@ pub enum WorkloadKind {
     PodGroup,
     /// KubeRay's `ray.io` RayCluster (RayJob and RayService run one).
     RayCluster,
+    /// Kubeflow training-operator `kubeflow.org/v1` PyTorchJob.
+    PyTorchJob,
+    /// Kubeflow training-operator `kubeflow.org/v1` TFJob.
+    TfJob,
+    /// MPI Operator `kubeflow.org/v2beta1` MPIJob.
+    MpiJob,
 }
 
 impl WorkloadKind {
@@ -216,6 +305,9 @@ impl WorkloadKind {
             WorkloadKind::LeaderWorkerSet => "leaderworkerset",
             WorkloadKind::PodGroup => "scheduling.k8s.io",
             WorkloadKind::RayCluster => "raycluster",
+            WorkloadKind::PyTorchJob => "pytorchjob",
+            WorkloadKind::TfJob => "tfjob",
+            WorkloadKind::MpiJob => "mpijob",
         }
     }
 
@@ -226,6 +318,9 @@ impl WorkloadKind {
             WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
             WorkloadKind::PodGroup => "PodGroup.scheduling.k8s.io",
             WorkloadKind::RayCluster => "RayCluster",
+            WorkloadKind::PyTorchJob => "PyTorchJob",
+            WorkloadKind::TfJob => "TFJob",
+            WorkloadKind::MpiJob => "MPIJob.v2beta1.kubeflow.org",
         }
     }
 }
@@ -292,6 +387,23 @@ pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
                 .unwrap_or_default(),
         });
     }
+    if let Some(name) = labels
+        .get(LABEL_KUBEFLOW_JOB_NAME)
+        .filter(|n| !n.is_empty())
+    {
+        let kind = match labels.get(LABEL_KUBEFLOW_OPERATOR).map(String::as_str) {
+            Some("pytorchjob-controller") => WorkloadKind::PyTorchJob,
+            Some("tfjob-controller") => WorkloadKind::TfJob,
+            Some("mpi-operator") => WorkloadKind::MpiJob,
+            _ => return None,
+        };
+        return Some(Member {
+            kind,
+            workload: name.clone(),
+            instance: String::new(),
+            part: String::new(),
+        });
+    }
     if let Some(name) = labels.get(LABEL_RAY_CLUSTER).filter(|n| !n.is_empty()) {
         return Some(Member {
             kind: WorkloadKind::RayCluster,
@@ -343,13 +455,11 @@ pub fn group_of(
 ) -> Option<(String, Option<u32>)> {
     let mut name = format!("{namespace}/{}:{}", m.kind.prefix(), m.workload);
     match m.kind {
-        WorkloadKind::JobSet => {
-            if m.instance != "0" {
-                name.push_str(&format!(":restart-{}", m.instance));
-            }
+        WorkloadKind::JobSet if m.instance != "0" => {
+            name.push_str(&format!(":restart-{}", m.instance))
         }
         WorkloadKind::LeaderWorkerSet => name.push_str(&format!(":{}", m.instance)),
-        WorkloadKind::PodGroup | WorkloadKind::RayCluster => {}
+        _ => {}
     }
     match workload.map(|w| &w.gang) {
         None => Some((name, None)),
@@ -594,6 +704,88 @@ pub fn ray_cluster(r: &RayCluster) -> Result<Workload, String> {
     })
 }
 
+/// A Kubeflow job's gang, as its operator sizes the gang it asks batch
+/// schedulers for: `runPolicy.schedulingPolicy.minAvailable` when set,
+/// else every replica of every replica type (training-operator: Σ
+/// `replicas`, default 1; MPI Operator: the workers plus the launcher).
+/// An MPI Operator job with `launcherCreationPolicy: WaitForWorkersReady`
+/// makes its launcher only once the workers run, so its gang is the
+/// workers alone.
+pub fn kubeflow_job(
+    kind: WorkloadKind,
+    meta: &ObjectMeta,
+    spec: &KubeflowJobSpec,
+) -> Result<Workload, String> {
+    let obj = object_name(&kind.api_kind().to_lowercase(), meta);
+    let queue = meta_queue(meta);
+    let done = |gang| {
+        Ok(Workload {
+            kind,
+            queue: queue.clone(),
+            gang,
+        })
+    };
+    if !gang_wanted(meta, &obj)? {
+        return done(Gang::Off("opted out (gpusched.io/gang: \"false\")"));
+    }
+    let wait_for_workers = spec.launcher_creation_policy.as_deref() == Some("WaitForWorkersReady");
+    let min_available = spec
+        .run_policy
+        .as_ref()
+        .and_then(|r| r.scheduling_policy.as_ref())
+        .and_then(|s| s.min_available);
+    let total: i64 = match min_available {
+        Some(m) if !(kind == WorkloadKind::MpiJob && wait_for_workers) => m,
+        _ => {
+            let mut total: i64 = 0;
+            for (field, v) in &spec.rest {
+                if !field.ends_with("ReplicaSpecs") {
+                    continue;
+                }
+                let Some(types) = v.as_object() else {
+                    return Err(format!("{obj}: spec.{field}: not a map of replica types"));
+                };
+                for (rtype, r) in types {
+                    let launcher = rtype.eq_ignore_ascii_case("launcher");
+                    if kind == WorkloadKind::MpiJob && launcher && wait_for_workers {
+                        continue;
+                    }
+                    let default = if kind == WorkloadKind::MpiJob && !launcher {
+                        0
+                    } else {
+                        1
+                    };
+                    let n = match r.get("replicas") {
+                        None | Some(serde_json::Value::Null) => default,
+                        Some(v) => v.as_i64().ok_or_else(|| {
+                            format!("{obj}: spec.{field}.{rtype}.replicas: not an integer")
+                        })?,
+                    };
+                    if n < 0 {
+                        return Err(format!(
+                            "{obj}: spec.{field}.{rtype}.replicas: must not be negative, is {n}"
+                        ));
+                    }
+                    total = total.saturating_add(n);
+                }
+            }
+            total
+        }
+    };
+    if total < 0 {
+        return Err(format!(
+            "{obj}: spec.runPolicy.schedulingPolicy.minAvailable: must not be negative, is {total}"
+        ));
+    }
+    match u32::try_from(total) {
+        Ok(0) => done(Gang::Off("no pods")),
+        Ok(min_member) => done(Gang::Whole { min_member }),
+        Err(_) => Err(format!(
+            "{obj}: {total} pods is more than one gang can hold"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -822,6 +1014,90 @@ mod tests {
         assert_eq!(
             group_of("ml", &m, Some(&ray_cluster(&r(false)).unwrap())),
             Some(("ml/raycluster:rc".into(), Some(9)))
+        );
+    }
+
+    #[test]
+    fn kubeflow_jobs_are_gangs_of_all_their_replicas() {
+        let pt: PyTorchJob = serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": "ml"},
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {}},
+                "Worker": {"replicas": 3, "template": {}}}}
+        }))
+        .unwrap();
+        let w = kubeflow_job(WorkloadKind::PyTorchJob, &pt.metadata, &pt.spec).unwrap();
+        assert_eq!(w.gang, Gang::Whole { min_member: 4 });
+        let m = member(&labels(&[
+            (LABEL_KUBEFLOW_JOB_NAME, "pt"),
+            (LABEL_KUBEFLOW_OPERATOR, "pytorchjob-controller"),
+            ("training.kubeflow.org/replica-type", "worker"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            group_of("ml", &m, Some(&w)),
+            Some(("ml/pytorchjob:pt".into(), Some(4)))
+        );
+        let mut min = pt.clone();
+        min.spec.run_policy =
+            serde_json::from_value(json!({"schedulingPolicy": {"minAvailable": 2}})).unwrap();
+        assert_eq!(
+            kubeflow_job(WorkloadKind::PyTorchJob, &min.metadata, &min.spec)
+                .unwrap()
+                .gang,
+            Gang::Whole { min_member: 2 }
+        );
+        // MPI Operator: workers + launcher, or the workers alone when the
+        // launcher waits for them
+        let mpi = |policy: &str| -> MpiJob {
+            serde_json::from_value(json!({
+                "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                "metadata": {"name": "m", "namespace": "ml"},
+                "spec": {"launcherCreationPolicy": policy, "mpiReplicaSpecs": {
+                    "Launcher": {"replicas": 1, "template": {}},
+                    "Worker": {"replicas": 4, "template": {}}}}
+            }))
+            .unwrap()
+        };
+        let j = mpi("AtStartup");
+        assert_eq!(
+            kubeflow_job(WorkloadKind::MpiJob, &j.metadata, &j.spec)
+                .unwrap()
+                .gang,
+            Gang::Whole { min_member: 5 }
+        );
+        let j = mpi("WaitForWorkersReady");
+        assert_eq!(
+            kubeflow_job(WorkloadKind::MpiJob, &j.metadata, &j.spec)
+                .unwrap()
+                .gang,
+            Gang::Whole { min_member: 4 }
+        );
+        let m = member(&labels(&[
+            (LABEL_KUBEFLOW_JOB_NAME, "m"),
+            (LABEL_KUBEFLOW_OPERATOR, "mpi-operator"),
+            ("training.kubeflow.org/job-role", "launcher"),
+        ]))
+        .unwrap();
+        assert_eq!(m.kind, WorkloadKind::MpiJob);
+        // an operator not known here: not a member of anything
+        assert_eq!(
+            member(&labels(&[
+                (LABEL_KUBEFLOW_JOB_NAME, "x"),
+                (LABEL_KUBEFLOW_OPERATOR, "xgboostjob-controller"),
+            ])),
+            None
+        );
+        let mut bad = pt;
+        bad.spec.rest.insert(
+            "pytorchReplicaSpecs".into(),
+            json!({"Worker": {"replicas": -2}}),
+        );
+        assert!(
+            kubeflow_job(WorkloadKind::PyTorchJob, &bad.metadata, &bad.spec)
+                .unwrap_err()
+                .contains("spec.pytorchReplicaSpecs.Worker.replicas: must not be negative")
         );
     }
 

@@ -45,6 +45,12 @@ pub enum ObjectKind {
     UpstreamPodGroup,
     /// KubeRay RayClusters (by `namespace/name`).
     RayCluster,
+    /// Kubeflow PyTorchJobs (by `namespace/name`).
+    PyTorchJob,
+    /// Kubeflow TFJobs.
+    TfJob,
+    /// MPI Operator MPIJobs (`kubeflow.org/v2beta1`).
+    MpiJob,
 }
 
 /// A placement the scheduler made and is binding.
@@ -307,7 +313,10 @@ impl World {
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
-            | ObjectKind::RayCluster => {
+            | ObjectKind::RayCluster
+            | ObjectKind::PyTorchJob
+            | ObjectKind::TfJob
+            | ObjectKind::MpiJob => {
                 let k = workload_kind(kind);
                 self.workloads
                     .keys()
@@ -345,7 +354,10 @@ impl World {
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
-            | ObjectKind::RayCluster => {
+            | ObjectKind::RayCluster
+            | ObjectKind::PyTorchJob
+            | ObjectKind::TfJob
+            | ObjectKind::MpiJob => {
                 if let Some(k) = workload_kind(kind) {
                     self.workloads.remove(&(k, key.to_string()));
                     self.generation += 1;
@@ -999,6 +1011,9 @@ fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
         ObjectKind::LeaderWorkerSet => Some(WorkloadKind::LeaderWorkerSet),
         ObjectKind::UpstreamPodGroup => Some(WorkloadKind::PodGroup),
         ObjectKind::RayCluster => Some(WorkloadKind::RayCluster),
+        ObjectKind::PyTorchJob => Some(WorkloadKind::PyTorchJob),
+        ObjectKind::TfJob => Some(WorkloadKind::TfJob),
+        ObjectKind::MpiJob => Some(WorkloadKind::MpiJob),
         _ => None,
     }
 }
