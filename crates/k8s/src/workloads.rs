@@ -1216,6 +1216,24 @@ mod world_tests {
     }
 
     #[test]
+    fn finished_members_count_as_started() {
+        let mut w = World::default();
+        w.upsert_workload(WorkloadKind::JobSet, "ml/train", jobset(&train(json!({}))));
+        for i in 0..4 {
+            w.upsert_pod(&jobset_pod(&format!("train-w-{i}"), 0));
+        }
+        assert_eq!(w.build().snapshot.groups[0].min_member, 4);
+        // two finished, one failed and was replaced (pending): the
+        // replacement needs only the one still running... and itself
+        for i in 0..2 {
+            let mut p = jobset_pod(&format!("train-w-{i}"), 0);
+            p.status.as_mut().unwrap().phase = Some("Succeeded".into());
+            w.upsert_pod(&p);
+        }
+        assert_eq!(w.build().snapshot.groups[0].min_member, 2);
+    }
+
+    #[test]
     fn an_unusable_workload_is_reported_and_its_pods_wait() {
         let mut w = World::default();
         w.upsert_pod(&jobset_pod("train-w-0", 0));

@@ -167,6 +167,9 @@ pub struct World {
     workloads: BTreeMap<(WorkloadKind, String), Result<Workload, String>>,
     /// The upstream PodGroup each pod names (`spec.schedulingGroup`), by uid.
     scheduling_groups: BTreeMap<String, workloads::Member>,
+    /// Pods whose phase is `Succeeded`, by uid (a workload gang's finished
+    /// members count as started).
+    succeeded: BTreeSet<String>,
     priority_classes: BTreeMap<String, i32>,
     assumed: BTreeMap<String, Assumed>,
     /// When each assumption was made (Unix ms): the pod's bind time until
@@ -216,6 +219,11 @@ impl World {
             Some(m) => self.scheduling_groups.insert(v.uid.clone(), m),
             None => self.scheduling_groups.remove(&v.uid),
         };
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded") {
+            self.succeeded.insert(v.uid.clone());
+        } else {
+            self.succeeded.remove(&v.uid);
+        }
         self.keep_first_decision(&mut v);
         match &v.kind {
             PodKind::Pending { nominated, .. } => {
@@ -287,6 +295,7 @@ impl World {
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
         self.scheduling_groups.remove(uid);
+        self.succeeded.remove(uid);
         self.decisions.remove(uid);
         self.tampered.remove(uid);
         self.pods.remove(uid);
@@ -1040,6 +1049,17 @@ impl World {
         taken: &BTreeSet<&str>,
     ) {
         let mut made: BTreeMap<String, MGroup> = BTreeMap::new();
+        // members that finished: they started, so the gang needs that
+        // many fewer (a failed member's replacement is not held for peers
+        // that are done)
+        let mut finished: BTreeMap<String, u32> = BTreeMap::new();
+        for v in self.pods.values() {
+            if self.succeeded.contains(&v.uid)
+                && let Some((name, _, _)) = self.workload_group(v)
+            {
+                *finished.entry(name).or_default() += 1;
+            }
+        }
         for v in self.pods.values() {
             let priority = match &v.kind {
                 PodKind::Pending { pod, .. } | PodKind::Bound { pod, .. } => pod.priority,
@@ -1057,7 +1077,9 @@ impl World {
                     .or_else(|| member_queue.get(&name).copied())
                     .unwrap_or(DEFAULT_QUEUE)
                     .to_string(),
-                min_member: min,
+                min_member: min
+                    .saturating_sub(finished.get(&name).copied().unwrap_or(0))
+                    .max(1),
                 priority,
                 topology: None,
                 schedule_timeout_ms: None,
