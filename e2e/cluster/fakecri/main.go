@@ -12,9 +12,11 @@
 //     containers and pods that run to completion;
 //   - images have a size and the image filesystem is a real directory, as
 //     the kubelet's image garbage collector and eviction manager expect;
+//   - containers report their log path (an empty file is created there,
+//     under --var-log when the kubelet's /var/log is elsewhere);
 //   - the runtime reports the cgroupfs driver.
 //
-// Usage: fakecri --listen /path/cri.sock --record-dir DIR
+// Usage: fakecri --listen /path/cri.sock --record-dir DIR [--var-log DIR]
 package main
 
 import (
@@ -27,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +46,8 @@ import (
 type runtime struct {
 	*fake.RemoteRuntime
 	recordDir string
+	// where the kubelet's /var/log is on this side ("" if the same)
+	varLog string
 
 	mu sync.Mutex
 	// env of each created container, for FAKECRI_EXIT_AFTER_MS at start.
@@ -74,6 +79,30 @@ func (r *runtime) CreateContainer(ctx context.Context, req *runtimeapi.CreateCon
 		return nil, err
 	}
 	id := resp.ContainerId
+	// The log path a real runtime reports. Without it the kubelet, when it
+	// removes a container, globs "<log path>*" = "*" in its working
+	// directory and deletes what it finds there.
+	logPath := ""
+	if dir, rel := req.GetSandboxConfig().GetLogDirectory(), req.GetConfig().GetLogPath(); dir != "" && rel != "" {
+		logPath = filepath.Join(dir, rel)
+	}
+	s := r.RuntimeService
+	s.Lock()
+	if c, ok := s.Containers[id]; ok {
+		c.LogPath = logPath
+	}
+	s.Unlock()
+	// An empty log file where the kubelet looks for it (it rotates and
+	// reads container logs), through --var-log when its /var/log is
+	// elsewhere on our side.
+	if logPath != "" && r.varLog != "" && strings.HasPrefix(logPath, "/var/log/") {
+		f := filepath.Join(r.varLog, strings.TrimPrefix(logPath, "/var/log/"))
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err == nil {
+			if fh, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY, 0o640); err == nil {
+				fh.Close()
+			}
+		}
+	}
 	env := map[string]string{}
 	for _, kv := range req.GetConfig().GetEnvs() {
 		env[kv.GetKey()] = string(kv.GetValue())
@@ -167,6 +196,7 @@ func (r *runtime) exitLater(id string, after time.Duration, code int32) {
 func main() {
 	listen := flag.String("listen", "", "unix socket path to serve CRI on")
 	recordDir := flag.String("record-dir", "", "directory for the created containers' configs (<id>.json)")
+	varLog := flag.String("var-log", "", "the kubelet's /var/log as seen from here (when it runs in another mount namespace)")
 	flag.Parse()
 	if *listen == "" || *recordDir == "" {
 		log.Fatal("fakecri: --listen and --record-dir are required")
@@ -181,7 +211,7 @@ func main() {
 	imageFs, _ = filepath.Abs(imageFs)
 
 	rr := fake.NewFakeRemoteRuntime()
-	rt := &runtime{RemoteRuntime: rr, recordDir: *recordDir, env: map[string]map[string]string{}}
+	rt := &runtime{RemoteRuntime: rr, recordDir: *recordDir, varLog: *varLog, env: map[string]map[string]string{}}
 	rr.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{
 		Conditions: []*runtimeapi.RuntimeCondition{
 			{Type: runtimeapi.RuntimeReady, Status: true},
