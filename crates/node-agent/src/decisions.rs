@@ -792,14 +792,33 @@ impl Ledger {
             )));
         }
         // New GPUs outside the target's unserved ones are exchanged with
-        // unserved GPUs of the target: each comes from another live
-        // decision's unserved GPUs, which takes the target's in return.
+        // unserved GPUs of the target. Each comes from another live
+        // decision's unserved GPUs, which takes the target's in return; or
+        // it is a GPU no decision names (live, or refused for a conflict
+        // and waiting; whole or shared), while no decision of the node is
+        // refused, which the target takes in place of one of its own: the
+        // kubelet counts that one as in use (a restarted kubelet keeps the
+        // devices of pods deleted before it stopped until its pod sources
+        // are ready) or ignored the preference. Sizes are kept and live
+        // decisions stay disjoint; the GPU given up is free, and a later
+        // decision naming the GPU taken gets it (`recheck`).
         let Ok(Grant::Whole { gpus, served, .. }) = &self.entries[&target].state else {
             return Err(self.no_whole(want));
         };
         let tfree = unserved(gpus, served);
         let mut spare = tfree.iter().rev().filter(|g| !new.contains(g));
-        let mut swaps: Vec<(usize, String, usize)> = Vec::new();
+        let claimed = |g: usize| {
+            self.entries.values().any(|e| match &e.state {
+                Ok(Grant::Whole { gpus, .. }) => gpus.contains(&g),
+                Ok(Grant::Share { gpu, .. }) => *gpu == g,
+                // refused for a conflict: it comes back when the holder ends
+                Err(m) => m.starts_with(CONFLICT) && e.decided.contains(&g),
+            })
+        };
+        // With a refused decision on the node its pod may be the caller
+        // (a forged or copied decision): fail closed, never hand it a GPU.
+        let any_refused = self.entries.values().any(|e| e.state.is_err());
+        let mut swaps: Vec<(usize, Option<String>, usize)> = Vec::new();
         for &g in new.iter().filter(|g| !tfree.contains(g)) {
             let from = self.entries.iter().find_map(|(uid, e)| match &e.state {
                 Ok(Grant::Whole { gpus, served, .. })
@@ -809,23 +828,32 @@ impl Ledger {
                 }
                 _ => None,
             });
-            let (Some(from), Some(&h)) = (from, spare.next()) else {
+            if from.is_none() && (any_refused || claimed(g)) {
+                return Err(self.no_whole(want));
+            }
+            let Some(&h) = spare.next() else {
                 return Err(self.no_whole(want));
             };
             swaps.push((g, from, h));
         }
         let mut note = Vec::new();
         for (g, from, h) in swaps {
-            if let Some(e) = self.entries.get_mut(&from)
-                && let Ok(Grant::Whole { gpus, .. }) = &mut e.state
-            {
-                gpus.iter_mut().filter(|x| **x == g).for_each(|x| *x = h);
-                note.push(format!(
-                    "GPU {} of pod {}'s decision taken, GPU {} given in exchange",
-                    self.gpus[g].index,
-                    e.pod.key(),
-                    self.gpus[h].index
-                ));
+            match from.and_then(|f| self.entries.get_mut(&f)) {
+                Some(e) => {
+                    if let Ok(Grant::Whole { gpus, .. }) = &mut e.state {
+                        gpus.iter_mut().filter(|x| **x == g).for_each(|x| *x = h);
+                        note.push(format!(
+                            "GPU {} of pod {}'s decision taken, GPU {} given in exchange",
+                            self.gpus[g].index,
+                            e.pod.key(),
+                            self.gpus[h].index
+                        ));
+                    }
+                }
+                None => note.push(format!(
+                    "GPU {} (no decision names it) served in place of decided GPU {}, which is left free",
+                    self.gpus[g].index, self.gpus[h].index
+                )),
             }
             if let Some(e) = self.entries.get_mut(&target)
                 && let Ok(Grant::Whole { gpus, .. }) = &mut e.state
@@ -1366,6 +1394,67 @@ mod tests {
             l.allocate_whole(&[1], &ok),
             Err(Miss::NoDecision(m)) if m.contains("holds GPUs [1 (GPU-1)]")
         ));
+    }
+
+    /// Issue 29, seen on a real kubelet: a kubelet restarted after pods
+    /// were deleted keeps their devices in use until its pod sources are
+    /// ready, so it cannot give pods admitted in its first batch the GPUs
+    /// the scheduler decided (free in fact) and picks GPUs no decision
+    /// names. Those are served in place of the decided ones (sizes kept,
+    /// one owner per GPU); a later decision onto the GPU taken, from a
+    /// scheduler that has not seen the allocations yet, gets the one left
+    /// free; a GPU with a share on it is never taken whole.
+    #[test]
+    fn a_free_gpu_the_kubelet_picks_replaces_a_decided_gpu_it_counts_as_busy() {
+        let mut l = Ledger::new("n", gpus(16));
+        l.observe(pod("a", "1", &[4], None));
+        l.observe(pod("b", "1", &[5], None));
+        l.observe(pod("s", "1", &[9], Some((300, 0))));
+        let ok = [true; 16];
+        // GPU 4 and 5 are busy for the kubelet: it picks 14 for a 1-GPU pod.
+        let m = l.allocate_whole(&[14], &ok).unwrap();
+        assert_eq!(m.decision, "ns/a");
+        assert!(
+            m.note
+                .as_deref()
+                .unwrap()
+                .contains("GPU 14 (no decision names it) served in place of decided GPU 4"),
+            "{m:?}"
+        );
+        // b still gets its own size; a GPU with a share is not free.
+        assert!(l.allocate_whole(&[9], &ok).is_err());
+        assert_eq!(l.allocate_whole(&[15], &ok).unwrap().decision, "ns/b");
+        assert_eq!(l.held()[14].0.as_deref(), Some("ns/a"));
+        assert_eq!(l.held()[15].0.as_deref(), Some("ns/b"));
+        assert_eq!(l.held()[4].0, None);
+        assert_eq!(l.held()[5].0, None);
+        // The scheduler, not having seen the allocations, decides GPU 14
+        // for c: c gets one of the GPUs left free instead of a refusal.
+        assert!(l.observe(pod("c", "2", &[14], None)).is_none());
+        let p = l.preferred_whole(
+            &(0..16).filter(|&g| g != 14 && g != 15).collect::<Vec<_>>(),
+            &[],
+            1,
+        );
+        assert!(matches!(p.as_deref(), Some([4]) | Some([5])), "{p:?}");
+        let g = p.unwrap()[0];
+        assert_eq!(l.allocate_whole(&[g], &ok).unwrap().decision, "ns/c");
+        // Nothing pending: a free GPU is nobody's.
+        assert!(matches!(
+            l.allocate_whole(&[0], &ok),
+            Err(Miss::NoDecision(_))
+        ));
+        // With a refused decision on the node (its pod may be the caller)
+        // a free GPU is refused.
+        l.observe(pod("d", "3", &[7], None));
+        let mut forged = pod("f", "3", &[1], None);
+        forged.uid = "someone-else".into();
+        assert!(l.observe(forged).is_some());
+        assert!(matches!(
+            l.allocate_whole(&[0], &ok),
+            Err(Miss::NoDecision(_))
+        ));
+        assert_eq!(l.allocate_whole(&[7], &ok).unwrap().decision, "ns/d");
     }
 
     fn held(v: &[(&str, &[usize], u32)]) -> BTreeMap<(String, String), HeldPod> {

@@ -330,7 +330,24 @@ impl DevicePlugin for PluginService {
         &self,
         req: Request<api::PreferredAllocationRequest>,
     ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
-        let r = self.preferred_now(req.into_inner());
+        let req = req.into_inner();
+        // A kubelet admits a pod as soon as its binding arrives, which can
+        // be before our pod watch has it: with no decision to steer to,
+        // take a fresh LIST once (as `Allocate` does on a miss) rather
+        // than answer the plain topology choice, which the decision's
+        // `Allocate` would then refuse (seen on a real kubelet: issue 29).
+        let plan = &self.agent.plans[self.res];
+        if (plan.is_whole_gpu() || plan.is_share())
+            && let Some(coord) = self.agent.coord.get()
+            && req
+                .container_requests
+                .iter()
+                .any(|c| self.preferred_decided(c).is_none())
+            && let Err(e) = coord.refresh().await
+        {
+            tracing::warn!("pod list on a preferred-allocation miss failed: {e}");
+        }
+        let r = self.preferred_now(req);
         self.count(
             "GetPreferredAllocation",
             r.as_ref()

@@ -397,6 +397,24 @@ async fn allocate_refreshes_on_miss() {
     );
 }
 
+/// Issue 29, seen on a real kubelet: it admitted a pod before the agent's
+/// watch had the pod; the preference, made without the decision, named a
+/// GPU the decision's `Allocate` then refused. A miss takes a fresh LIST.
+#[tokio::test]
+async fn preferred_allocation_refreshes_on_miss() {
+    let r = Rig::start(vec![], false, true).await;
+    r.t.pods.add(whole("late", "2026-01-01T00:00:01Z", &[4]));
+    let before = r.t.pods.lists.load(std::sync::atomic::Ordering::SeqCst);
+    let mut c = r.gpu().await;
+    let all = ids(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(preferred(&mut c, &all, 1).await, ids(&[4]));
+    assert_eq!(
+        r.t.pods.lists.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
+    assert!(allocate(&mut c, &ids(&[4])).await.is_ok());
+}
+
 #[tokio::test]
 async fn without_require_decision_unmatched_calls_are_served() {
     let r = Rig::start(vec![], true, false).await;

@@ -207,8 +207,8 @@ impl RealNode {
 
     /// The agent's log and the end of the kubelet's, for a failure message.
     fn logs(&self) -> String {
-        let k = std::fs::read_to_string(Path::new(self.kdir()).join("kubelet.log"))
-            .unwrap_or_default();
+        let k =
+            std::fs::read_to_string(Path::new(self.kdir()).join("kubelet.log")).unwrap_or_default();
         let tail: Vec<&str> = k.lines().rev().take(60).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
         format!(
@@ -513,7 +513,11 @@ fn visible(r: &Record) -> Vec<String> {
 
 /// Checks every live pod of `pods` (Running, with a decision) against the
 /// runtime's records and the agent's published allocations.
-fn audit(pods: &[Pod], records: &BTreeMap<(String, String), Record>, alloc: &NodeAllocations) -> Audit {
+fn audit(
+    pods: &[Pod],
+    records: &BTreeMap<(String, String), Record>,
+    alloc: &NodeAllocations,
+) -> Audit {
     let mut a = Audit::default();
     let published: BTreeMap<&str, &gpusched_model::protocol::PodAllocation> =
         alloc.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
@@ -585,7 +589,8 @@ fn audit(pods: &[Pod], records: &BTreeMap<(String, String), Record>, alloc: &Nod
             }
             if !want.contains(&g) {
                 // a same-milli share admitted in another order (docs/protocol.md, shares 4)
-                a.swaps.push(format!("{name}: share on {g}, decided {:?}", d.gpus));
+                a.swaps
+                    .push(format!("{name}: share on {g}, decided {:?}", d.gpus));
             }
             *a.shares.entry(g.clone()).or_default() += m;
             a.held.insert(name.clone(), vec![g]);
@@ -790,7 +795,13 @@ async fn pods_on_a_real_kubelet_get_their_decided_gpus() {
         .map(|p| (p.metadata.name.clone().unwrap(), p))
         .collect();
     // each pod's size, as the kubelet counts it
-    for (name, size) in [("one", 1), ("two", 2), ("four", 4), ("multi", 3), ("init", 2)] {
+    for (name, size) in [
+        ("one", 1),
+        ("two", 2),
+        ("four", 4),
+        ("multi", 3),
+        ("init", 2),
+    ] {
         assert_eq!(a.held[name].len(), size, "{name}: {:?}", a.held[name]);
         assert_eq!(decision(&by_name[name]).gpus.len(), size, "{name}");
     }
@@ -810,7 +821,9 @@ async fn pods_on_a_real_kubelet_get_their_decided_gpus() {
     // Deleting them gives every device back: a 16-GPU pod then fits.
     delete_and_reclaim(&c, &created).await;
     let all = create(&pods, pod_spec("all16", &[], &[("main", whole(16))], None)).await;
-    let got = wait_phase(&pods, &["all16".into()], "Running").await.unwrap();
+    let got = wait_phase(&pods, &["all16".into()], "Running")
+        .await
+        .unwrap();
     let rec = n.records();
     let mut v = visible(&rec[&(all.metadata.uid.clone().unwrap(), "main".into())]);
     v.sort();
@@ -834,8 +847,16 @@ async fn pods_on_a_real_kubelet_get_their_decided_gpus() {
     .await
     .expect("allocatable nvidia.com/gpu 16 -> 15");
     eprintln!("unhealthy GPU: allocatable 15 after {:?}", t1.elapsed());
-    create(&pods, pod_spec("too-big", &[], &[("main", whole(16))], None)).await;
-    let p15 = create(&pods, pod_spec("fifteen", &[], &[("main", whole(15))], None)).await;
+    create(
+        &pods,
+        pod_spec("too-big", &[], &[("main", whole(16))], None),
+    )
+    .await;
+    let p15 = create(
+        &pods,
+        pod_spec("fifteen", &[], &[("main", whole(15))], None),
+    )
+    .await;
     wait_phase(&pods, &["fifteen".into()], "Running")
         .await
         .unwrap();
@@ -874,9 +895,21 @@ fn burst(round: u64, seed: u64) -> Vec<Value> {
     let mut v: Vec<Value> = BURST_WHOLE
         .iter()
         .enumerate()
-        .map(|(i, &g)| pod_spec(&format!("r{round}-w{i}-{g}"), &[], &[("main", whole(g))], None))
+        .map(|(i, &g)| {
+            pod_spec(
+                &format!("r{round}-w{i}-{g}"),
+                &[],
+                &[("main", whole(g))],
+                None,
+            )
+        })
         .chain(BURST_MILLI.iter().enumerate().map(|(i, &m)| {
-            pod_spec(&format!("r{round}-s{i}-{m}"), &[], &[("main", milli(m))], None)
+            pod_spec(
+                &format!("r{round}-s{i}-{m}"),
+                &[],
+                &[("main", milli(m))],
+                None,
+            )
         }))
         .collect();
     for i in (1..v.len()).rev() {
@@ -979,7 +1012,11 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
     let after = audit_now(&c, &n).await;
     assert_clean(&after, "after a kubelet restart");
     assert_eq!(after.held, before.held, "the pods hold what they held");
-    assert_eq!(n.records().len(), containers, "no container was created again");
+    assert_eq!(
+        n.records().len(),
+        containers,
+        "no container was created again"
+    );
     // new pods after the restart land on the GPUs still free
     let more: Vec<String> = (0..2).map(|i| format!("after-{i}")).collect();
     for m in &more {
@@ -1046,11 +1083,18 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
     for m in &next {
         create(&pods, pod_spec(m, &[], &[("main", whole(1))], None)).await;
     }
-    let big = create(&pods, pod_spec("next-big", &[], &[("main", whole(4))], None)).await;
+    let big = create(
+        &pods,
+        pod_spec("next-big", &[], &[("main", whole(4))], None),
+    )
+    .await;
     let mut all_next = next.clone();
     all_next.push(big.metadata.name.unwrap());
     wait_phase(&pods, &all_next, "Running").await.unwrap();
-    assert_clean(&audit_now(&c, &n).await, "pods after the swapped pods ended");
+    assert_clean(
+        &audit_now(&c, &n).await,
+        "pods after the swapped pods ended",
+    );
     let mut rest: Vec<String> = swapped[4..].to_vec();
     rest.extend(all_next);
     delete_and_reclaim(&c, &rest).await;
