@@ -143,7 +143,7 @@ impl PluginService {
                         // tells which pod holds the GPUs).
                         tracing::info!(resource = %plan.name, decision_of = %m.decision, ids = ?c.devices_ids, "allocate: charged to the decision of pod {} (or another pending pod of the same size)", m.decision);
                         if let Some(n) = &m.note {
-                            tracing::warn!(resource = %plan.name, "allocate: the kubelet chose GPUs of other decisions: {n}");
+                            tracing::warn!(resource = %plan.name, "allocate: the kubelet did not take the charged decision's GPUs: {n}");
                         }
                         for &g in &gpus {
                             self.agent.mark_allocated(g);

@@ -929,6 +929,7 @@ async fn mixed_size_bursts_on_a_real_kubelet() {
     let t0 = Instant::now();
     let (mut failed, mut double, mut swaps, mut passed) = (Vec::new(), 0usize, 0usize, 0u64);
     let mut other: Vec<String> = Vec::new();
+    let (mut t_running, mut t_reclaim) = (Duration::ZERO, Duration::ZERO);
     for round in 0..rounds {
         let seed = mix_indexed(base, round);
         let specs = burst(round, seed);
@@ -936,6 +937,7 @@ async fn mixed_size_bursts_on_a_real_kubelet() {
             .iter()
             .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
+        let t_round = Instant::now();
         for p in specs {
             create(&pods, p).await;
         }
@@ -947,6 +949,7 @@ async fn mixed_size_bursts_on_a_real_kubelet() {
                 false
             }
         };
+        t_running += t_round.elapsed();
         let a = audit_now(&c, &n).await;
         double += a.double();
         swaps += a.swaps.len();
@@ -957,7 +960,9 @@ async fn mixed_size_bursts_on_a_real_kubelet() {
         if ok && a.errors.is_empty() {
             passed += 1;
         }
+        let t_del = Instant::now();
         delete_and_reclaim(&c, &names).await;
+        t_reclaim += t_del.elapsed();
         if (round + 1) % 10 == 0 {
             eprintln!(
                 "{} rounds in {:?}: {passed} passed",
@@ -971,6 +976,11 @@ async fn mixed_size_bursts_on_a_real_kubelet() {
         failed.len(),
         t0.elapsed().as_secs_f64(),
         t0.elapsed().as_secs_f64() / rounds.max(1) as f64
+    );
+    eprintln!(
+        "per round: create to all Running {:.2} s, delete to reclaimed {:.2} s",
+        t_running.as_secs_f64() / rounds.max(1) as f64,
+        t_reclaim.as_secs_f64() / rounds.max(1) as f64
     );
     assert!(failed.is_empty(), "failed rounds: {failed:#?}");
     assert_eq!(double, 0, "GPUs held twice: {other:#?}");
@@ -1028,13 +1038,19 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
     all.extend(more);
     delete_and_reclaim(&c, &all).await;
 
-    // Swaps: with the kubelet down, eight 1-GPU pods created within one
+    // Swaps: with the kubelet down, four 1-GPU pods created within one
     // second are all bound; the restarted kubelet admits them in its own
     // order (ties of creationTimestamp), which the agent cannot know, so
     // most get another pod's decided GPUs (docs/protocol.md allows a swap
-    // of same-size pods).
+    // of same-size pods). More: the kubelet still counts the 10 GPUs of
+    // the pods deleted above as in use (its checkpoint keeps them until
+    // its pod sources are ready, after this first batch), so it cannot
+    // give some of these pods their decided GPUs at all and picks free
+    // ones, which the agent serves in their place. (Eight pods would not
+    // fit in the 6 GPUs it sees free: "requested number of devices
+    // unavailable", the kubelet's own limit, docs/agent.md.)
     n.kubelet_stop();
-    let swapped: Vec<String> = (0..8).map(|i| format!("swap-{i}")).collect();
+    let swapped: Vec<String> = (0..4).map(|i| format!("swap-{i}")).collect();
     for m in &swapped {
         create(&pods, pod_spec(m, &[], &[("main", whole(1))], None)).await;
     }
@@ -1048,7 +1064,7 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
     wait_phase(&pods, &swapped, "Running").await.unwrap();
     let a = audit_now(&c, &n).await;
     assert_clean(&a, "swapped pods");
-    eprintln!("{} of 8 pods swapped: {:?}", a.swaps.len(), a.swaps);
+    eprintln!("{} of 4 pods swapped: {:?}", a.swaps.len(), a.swaps);
 
     // The agent crashes and comes back: it rebuilds from PodResources
     // exactly what each pod holds, swapped or not, and publishes it.
@@ -1077,7 +1093,7 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
     );
     // The GPUs a swapped pod really held come back when it ends, and the
     // next pods are placed on GPUs that are really free.
-    let gone: Vec<String> = swapped[..4].to_vec();
+    let gone: Vec<String> = swapped[..2].to_vec();
     delete_and_reclaim(&c, &gone).await;
     let next: Vec<String> = (0..4).map(|i| format!("next-{i}")).collect();
     for m in &next {
@@ -1095,7 +1111,7 @@ async fn kubelet_and_agent_restarts_keep_every_gpu_with_one_owner() {
         &audit_now(&c, &n).await,
         "pods after the swapped pods ended",
     );
-    let mut rest: Vec<String> = swapped[4..].to_vec();
+    let mut rest: Vec<String> = swapped[2..].to_vec();
     rest.extend(all_next);
     delete_and_reclaim(&c, &rest).await;
     doctor_clean(&c).await;
