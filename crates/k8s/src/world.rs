@@ -791,6 +791,8 @@ impl World {
         let mut taken: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); out.snapshot.nodes.len()];
         let mut shared: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); out.snapshot.nodes.len()];
         let mut undecided: Vec<(usize, NodeId)> = Vec::new();
+        // bound whole-GPU pods: (index, node, listed by the agent, decided GPUs)
+        let mut whole_bound: Vec<(usize, NodeId, bool, Vec<u32>)> = Vec::new();
         for v in views {
             match &v.kind {
                 PodKind::Ignored => {}
@@ -927,6 +929,14 @@ impl World {
                     // where the agent says the kubelet really put it wins
                     // over the decision (same size, other GPUs: the next
                     // decision must see the GPUs that are really free)
+                    let decided_whole = match &gpus {
+                        Some(GpuAssignment::Whole(d)) => Some(d.clone()),
+                        _ => None,
+                    };
+                    let listed = self
+                        .nodes
+                        .get(node.as_str())
+                        .is_some_and(|x| x.allocations.contains_key(&v.uid));
                     let gpus = match (gpus, self.served(node, &v.uid, nv)) {
                         (
                             Some(GpuAssignment::Share { memory_mib, .. }),
@@ -943,6 +953,9 @@ impl World {
                         }
                         (g, _) => g,
                     };
+                    if let Some(d) = decided_whole {
+                        whole_bound.push((out.snapshot.pods.len(), n, listed, d));
+                    }
                     let gpus = match gpus {
                         Some(a) => {
                             mark(&mut taken[n as usize], &mut shared[n as usize], &a);
@@ -972,6 +985,7 @@ impl World {
                 }
             }
         }
+        swaps_in_progress(&mut out.snapshot.pods, &whole_bound, &mut taken);
         // Pods placed by others hold GPUs the kubelet chose; we do not know
         // which, so they get the lowest free ones (healthy first): the count
         // per node is what matters for the next placement.
@@ -1093,6 +1107,79 @@ impl World {
                     group: format!("{} {key}", kind.api_kind()),
                     error: e.clone(),
                 });
+            }
+        }
+    }
+}
+
+/// A swap in progress (`docs/protocol.md`): pod B, listed by its agent on
+/// GPUs its decision did not name, holds a GPU pod A was decided onto, and
+/// A is not admitted yet (not listed). The agent will give A a GPU a listed
+/// pod was decided onto but does not hold; counting A on its decision would
+/// count one GPU twice and leave that one looking free, and the next
+/// decision would land on it (seen on a real kubelet, issue 29). A is
+/// counted there instead, as the agent will serve it (lowest such GPU no
+/// pod is counted on).
+fn swaps_in_progress(
+    pods: &mut [PodState],
+    bound: &[(usize, NodeId, bool, Vec<u32>)],
+    taken: &mut [BTreeSet<u32>],
+) {
+    let whole = |p: &PodState| match &p.phase {
+        PodPhase::Running {
+            gpus: GpuAssignment::Whole(v),
+            ..
+        }
+        | PodPhase::Terminating {
+            gpus: GpuAssignment::Whole(v),
+            ..
+        } => v.clone(),
+        _ => Vec::new(),
+    };
+    let nodes: BTreeSet<NodeId> = bound
+        .iter()
+        .filter(|(i, _, listed, d)| {
+            *listed
+                && whole(&pods[*i]).iter().collect::<BTreeSet<_>>()
+                    != d.iter().collect::<BTreeSet<_>>()
+        })
+        .map(|(_, n, _, _)| *n)
+        .collect();
+    for n in nodes {
+        let on: Vec<&(usize, NodeId, bool, Vec<u32>)> = bound.iter().filter(|b| b.1 == n).collect();
+        let held_listed: BTreeSet<u32> = on
+            .iter()
+            .filter(|b| b.2)
+            .flat_map(|b| whole(&pods[b.0]))
+            .collect();
+        let mut counted: BTreeSet<u32> = on.iter().flat_map(|b| whole(&pods[b.0])).collect();
+        let mut spare: BTreeSet<u32> = on
+            .iter()
+            .filter(|b| b.2)
+            .flat_map(|b| b.3.iter().copied())
+            .filter(|g| !counted.contains(g))
+            .collect();
+        for b in on.iter().filter(|b| !b.2) {
+            let mut gpus = whole(&pods[b.0]);
+            let mut changed = false;
+            for g in gpus.iter_mut() {
+                if held_listed.contains(g)
+                    && let Some(h) = spare.pop_first()
+                {
+                    *g = h;
+                    counted.insert(h);
+                    taken[n as usize].insert(h);
+                    changed = true;
+                }
+            }
+            if changed {
+                gpus.sort_unstable();
+                match &mut pods[b.0].phase {
+                    PodPhase::Running { gpus: a, .. } | PodPhase::Terminating { gpus: a, .. } => {
+                        *a = GpuAssignment::Whole(gpus)
+                    }
+                    PodPhase::Pending { .. } => {}
+                }
             }
         }
     }

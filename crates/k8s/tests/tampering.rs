@@ -135,6 +135,85 @@ fn the_agents_served_gpus_win_over_the_decision() {
     assert_eq!(held(&w), GpuAssignment::Whole(vec![5]));
 }
 
+/// A swap in progress (issue #29, seen on a real kubelet): b (decided GPU
+/// 3) was admitted onto GPU 2, a's decided GPU, before a; the agent lists b
+/// on GPU 2 and will give a GPU 3. Counting a on its decision would count
+/// GPU 2 twice and leave GPU 3 looking free for the next decision.
+#[test]
+fn a_swap_in_progress_counts_the_waiting_pod_on_the_gpu_it_will_get() {
+    use gpusched_model::protocol::{
+        ALLOCATIONS_VERSION, ANNOTATION_NODE_ALLOCATIONS, NodeAllocations, PodAllocation,
+    };
+    let mut w = World::default();
+    let mut n = node();
+    let gpus: Vec<serde_json::Value> = (0..8)
+        .map(|i| json!({"index": i, "uuid": format!("GPU-{i}"), "model": "H100", "memoryMiB": 81920}))
+        .collect();
+    let served = NodeAllocations {
+        v: ALLOCATIONS_VERSION,
+        agent: "test".into(),
+        pods: vec![PodAllocation {
+            uid: "ub".into(),
+            namespace: "ml".into(),
+            name: "b".into(),
+            gpus: vec!["GPU-2".into()],
+            milli: None,
+        }],
+    };
+    n.metadata.annotations = Some(
+        [
+            (
+                gpusched_k8s::translate::ANNOTATION_NODE_GPUS.to_string(),
+                json!(gpus).to_string(),
+            ),
+            (
+                ANNOTATION_NODE_ALLOCATIONS.to_string(),
+                served.to_annotation(),
+            ),
+        ]
+        .into(),
+    );
+    w.upsert_node(&n);
+    for (name, uid, idx) in [("a", "ua", 2u32), ("b", "ub", 3)] {
+        let mut p = bound(idx);
+        p.metadata.name = Some(name.into());
+        p.metadata.uid = Some(uid.into());
+        let d = GpuDecision {
+            v: 1,
+            uid: uid.into(),
+            node: "n1".into(),
+            seq: 1,
+            indices: vec![idx],
+            gpus: vec![format!("GPU-{idx}")],
+            share: None,
+        };
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ANNOTATION_DECISION.into(), d.to_annotation());
+        w.upsert_pod(&p);
+    }
+    let b = w.build();
+    let mut counted: Vec<(String, GpuAssignment)> = b
+        .pods
+        .iter()
+        .zip(&b.snapshot.pods)
+        .map(|(r, p)| match &p.phase {
+            PodPhase::Running { gpus, .. } => (r.name.clone(), gpus.clone()),
+            x => panic!("{x:?}"),
+        })
+        .collect();
+    counted.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        counted,
+        vec![
+            ("a".to_string(), GpuAssignment::Whole(vec![3])),
+            ("b".to_string(), GpuAssignment::Whole(vec![2])),
+        ]
+    );
+}
+
 /// A victim's minimum runtime counts from when it was bound: the
 /// `PodScheduled=True` transition, else `status.startTime`, not its
 /// creation (a pod that waited an hour to be placed is not "old").
