@@ -124,8 +124,19 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Whole GPUs through the ledger, with one refresh on a miss.
+    /// Whole GPUs through the ledger, with one refresh on a miss. A call
+    /// no decision expects exactly (it would be charged to one with that
+    /// much left) takes the fresh LIST first: the decision of the pod
+    /// calling may not have reached the watch yet.
     pub async fn allocate_whole(&self, want: &[usize], healthy: &[bool]) -> Result<Matched, Miss> {
+        let unexpected = {
+            let l = self.ledger();
+            let n = l.new_gpus(want);
+            n > 0 && !l.expects_whole(n)
+        };
+        if unexpected && let Err(e) = self.refresh().await {
+            tracing::warn!("pod list on an unexpected allocate failed: {e}");
+        }
         let first = self.ledger().allocate_whole(want, healthy);
         match first {
             Err(Miss::NoDecision(_)) => {
@@ -145,6 +156,11 @@ impl Coordinator {
         hint: Option<usize>,
         healthy: &[bool],
     ) -> Result<ShareGrant, Miss> {
+        // (as for whole GPUs: no exact match, fresh LIST first)
+        let unexpected = !self.ledger().expects_share(n);
+        if unexpected && let Err(e) = self.refresh().await {
+            tracing::warn!("pod list on an unexpected allocate failed: {e}");
+        }
         let first = self.ledger().allocate_share(n, hint, healthy);
         match first {
             Err(Miss::NoDecision(_)) => {

@@ -633,6 +633,38 @@ impl Ledger {
         Vec::new()
     }
 
+    /// Whether a live decision expects a call of exactly `n` whole GPUs
+    /// (a container of that size). When none does, the call would be
+    /// charged to a decision with that much left whose layout says
+    /// otherwise: likely our pod watch has not seen the caller's pod yet.
+    pub fn expects_whole(&self, n: usize) -> bool {
+        self.entries.values().any(|e| {
+            e.state.as_ref().is_ok_and(|g| {
+                matches!(g, Grant::Whole { slots, .. } if slots.iter().any(|&s| s as usize == n))
+            })
+        })
+    }
+
+    /// Whether a live share decision expects a call of exactly `n` milli.
+    pub fn expects_share(&self, n: u32) -> bool {
+        self.entries.values().any(|e| {
+            e.state
+                .as_ref()
+                .is_ok_and(|g| matches!(g, Grant::Share { slots, .. } if slots.contains(&n)))
+        })
+    }
+
+    /// How many of `want` no decision was served yet (what a call adds).
+    pub fn new_gpus(&self, want: &[usize]) -> usize {
+        want.iter()
+            .filter(|g| {
+                !self.entries.values().any(
+                    |e| matches!(&e.state, Ok(Grant::Whole { served, .. }) if served.contains(g)),
+                )
+            })
+            .count()
+    }
+
     /// Whole GPUs to prefer for a container asking `size` (`docs/protocol.md`):
     /// with `must` (an init container's GPUs reused), more of the same
     /// decision; else the unserved GPUs of a decision expecting a call of

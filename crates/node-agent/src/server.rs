@@ -336,13 +336,24 @@ impl DevicePlugin for PluginService {
         // take a fresh LIST once (as `Allocate` does on a miss) rather
         // than answer the plain topology choice, which the decision's
         // `Allocate` would then refuse (seen on a real kubelet: issue 29).
+        // The same when no decision expects a call of exactly this size.
         let plan = &self.agent.plans[self.res];
+        let unexpected = |coord: &crate::coord::Coordinator,
+                          c: &api::ContainerPreferredAllocationRequest| {
+            let size = usize::try_from(c.allocation_size).unwrap_or(0);
+            let l = coord.ledger();
+            if plan.is_whole_gpu() {
+                c.must_include_device_i_ds.is_empty() && !l.expects_whole(size)
+            } else {
+                !l.expects_share(u32::try_from(size).unwrap_or(0))
+            }
+        };
         if (plan.is_whole_gpu() || plan.is_share())
             && let Some(coord) = self.agent.coord.get()
             && req
                 .container_requests
                 .iter()
-                .any(|c| self.preferred_decided(c).is_none())
+                .any(|c| self.preferred_decided(c).is_none() || unexpected(coord, c))
             && let Err(e) = coord.refresh().await
         {
             tracing::warn!("pod list on a preferred-allocation miss failed: {e}");

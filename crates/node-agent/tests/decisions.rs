@@ -415,6 +415,42 @@ async fn preferred_allocation_refreshes_on_miss() {
     assert!(allocate(&mut c, &ids(&[4])).await.is_ok());
 }
 
+/// Issue 29, seen on a real kubelet (bursts of mixed shares): a 500-milli
+/// call came before the watch had the 500-milli pod and was charged to the
+/// 600-milli decision (it had that much left); the 600 call then went to
+/// the 700 decision and the 700 call found nothing. A call no decision
+/// expects exactly takes a fresh LIST first.
+#[tokio::test]
+async fn a_call_no_decision_expects_exactly_lists_the_pods_first() {
+    let s6 = pod(
+        "s6",
+        "2026-01-01T00:00:01Z",
+        Some(decision("uid-s6", &[7], Some((600, 0)))),
+    );
+    let r = Rig::start(vec![s6], false, true).await;
+    r.t.pods.add(pod(
+        "s1",
+        "2026-01-01T00:00:01Z",
+        Some(decision("uid-s1", &[3], Some((500, 0)))),
+    ));
+    let mut c = r.share().await;
+    let resp = allocate(&mut c, &tokens(0, 0, 500)).await.unwrap();
+    assert_eq!(visible(&resp), uuids()[3], "the 500 call gets s1's GPU");
+    let resp = allocate(&mut c, &tokens(1, 0, 600)).await.unwrap();
+    assert_eq!(visible(&resp), uuids()[7], "the 600 call gets s6's GPU");
+    // whole GPUs likewise: a 1-GPU call is not charged to a 2-GPU decision
+    let r = Rig::start(
+        vec![whole("two", "2026-01-01T00:00:01Z", &[4, 5])],
+        false,
+        true,
+    )
+    .await;
+    r.t.pods.add(whole("one", "2026-01-01T00:00:02Z", &[6]));
+    let mut c = r.gpu().await;
+    allocate(&mut c, &ids(&[6])).await.unwrap();
+    allocate(&mut c, &ids(&[4, 5])).await.unwrap();
+}
+
 #[tokio::test]
 async fn without_require_decision_unmatched_calls_are_served() {
     let r = Rig::start(vec![], true, false).await;
