@@ -561,3 +561,72 @@ fn randomized_specs_never_break_a_required_constraint() {
     }
     assert!(placed_total > 200, "the specs place pods: {placed_total}");
 }
+
+#[test]
+fn preemption_frees_a_host_port_and_a_gang_spreads_over_zones() {
+    // the high-priority pod needs port 8080 on n0, held by a low one
+    let mut snap = snapshot(
+        nodes(2, &["a"]),
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("holder").gpus(1).host_port(8080).build(),
+            pod("other").gpus(1).host_port(9090).build(),
+            pod("needs-port")
+                .gpus(1)
+                .priority(100)
+                .host_port(8080)
+                .selector(HOST, "n0")
+                .build(),
+        ],
+    );
+    for i in 0..2 {
+        snap.pods[i].phase = PodPhase::Running {
+            node: 0,
+            gpus: GpuAssignment::Whole(vec![i as u32]),
+            since_ms: 0,
+        };
+    }
+    let out = run(&mut sched(), &snap);
+    assert_eq!(
+        evictions(&snap, &out),
+        vec!["holder".to_string()],
+        "only the pod holding the port goes"
+    );
+
+    // a gang of 6 with a hard zone spread over 3 zones: 2 per zone, all or
+    // nothing; with one zone full the gang waits
+    let members = |n: usize| -> Vec<Pod> {
+        (0..n)
+            .map(|i| {
+                pod(&format!("g-{i}"))
+                    .gpus(8)
+                    .group("g")
+                    .label("job", "g")
+                    .spread(1, ZONE, "job", "g", true)
+                    .build()
+            })
+            .collect()
+    };
+    let snap = snapshot(
+        nodes(6, &["a", "b", "c"]),
+        vec![queue("default")],
+        vec![gang("g", "default", 6)],
+        members(6),
+    );
+    let out = run(&mut sched(), &snap);
+    assert_eq!(node_of(&snap, &out).len(), 6);
+    let mut snap = snapshot(
+        nodes(6, &["a", "b", "c"]),
+        vec![queue("default")],
+        vec![gang("g", "default", 6)],
+        members(6),
+    );
+    // zone c's nodes (n2, n5) are cordoned: the spread still counts zone c
+    // (node affinity policy does not exclude cordoned nodes), so at most
+    // one per zone above the empty c: a and b take one each, not six
+    snap.nodes[2].unschedulable = true;
+    snap.nodes[5].unschedulable = true;
+    let out = run(&mut sched(), &snap);
+    assert!(node_of(&snap, &out).is_empty(), "all or nothing");
+}
