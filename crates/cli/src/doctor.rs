@@ -31,6 +31,21 @@ pub struct DoctorArgs {
     /// Seconds to wait for the probe pod.
     #[arg(long, default_value_t = 120)]
     probe_timeout: u64,
+    /// Namespace the chart installed the scheduler in (its Deployment,
+    /// Lease, Service and ServiceAccount are checked there).
+    #[arg(long, default_value = "gpusched-system")]
+    scheduler_namespace: String,
+    /// Name of the scheduler's Lease (`--lease-name`).
+    #[arg(long, default_value = "gpusched")]
+    lease_name: String,
+    /// The scheduler's HTTP address for /readyz (e.g.
+    /// `http://127.0.0.1:10259`); default: through the apiserver's proxy
+    /// to its Service.
+    #[arg(long, value_name = "URL")]
+    scheduler_endpoint: Option<String>,
+    /// Skip the checks of the scheduler itself.
+    #[arg(long)]
+    no_scheduler_checks: bool,
 }
 
 /// Exit code when the checks could not run.
@@ -47,6 +62,12 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
         }),
         namespace: a.namespace,
         config,
+        scheduler: (!a.no_scheduler_checks).then(|| doctor::scheduler::SchedulerTarget {
+            namespace: a.scheduler_namespace,
+            lease: a.lease_name,
+            endpoint: a.scheduler_endpoint,
+            ..Default::default()
+        }),
     };
     let report = match doctor::diagnose_blocking(&opts) {
         Ok(r) => r,

@@ -231,6 +231,9 @@ fn simulate(s: &Source, pod: Option<&str>) -> anyhow::Result<(Snapshot, CycleOut
     let mut scenario =
         gpusched_sim::load::scenario_files(s.cluster.as_deref(), s.workload.as_deref(), s.seed)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in &scenario.warnings {
+        eprintln!("warning: {w}");
+    }
     let at = match &s.at {
         Some(t) => Some(
             gpusched_sim::workload::parse_duration_ms(t)

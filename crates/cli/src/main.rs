@@ -27,7 +27,12 @@ enum Cmd {
     /// Run the scheduler against a Kubernetes API server.
     Scheduler(scheduler::SchedulerArgs),
     /// Print the CustomResourceDefinitions (Queue, PodGroup) as YAML.
-    Crds,
+    Crds(scheduler::CrdsArgs),
+    /// Print Node objects for kwok (fake nodes, no kubelet) from a cluster
+    /// file, with the GPU labels, capacity and the `gpusched.io/gpus`
+    /// annotation an agent would publish: `gpusched fake-nodes FILE |
+    /// kubectl create -f -` (used by scripts/tryout).
+    FakeNodes(scheduler::FakeNodesArgs),
     /// Check a cluster's GPU scheduling health (nodes, agents, pending pods, leaks); exit 0 when healthy.
     Doctor(doctor::DoctorArgs),
     /// Capture a live cluster's scheduling state into a file for `simulate --snapshot`.
@@ -80,7 +85,8 @@ fn run() -> anyhow::Result<()> {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Agent(a) => agent::run(a),
         Cmd::Scheduler(a) => scheduler::run(a),
-        Cmd::Crds => scheduler::crds(),
+        Cmd::Crds(a) => scheduler::crds(a),
+        Cmd::FakeNodes(a) => scheduler::fake_nodes(a),
         Cmd::Explain(c) => explain::run(c),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Snapshot(a) => snapshot::run(a),

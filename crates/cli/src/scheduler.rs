@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::Args;
 use gpusched_k8s::controller::{self, Options};
 use gpusched_k8s::exec::ExecOptions;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +39,11 @@ pub struct SchedulerArgs {
     /// Private key (PEM) of --tls-cert-file.
     #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
     tls_private_key_file: Option<PathBuf>,
+    /// Schedule the pods whose `spec.schedulerName` is this (repeat the
+    /// flag, or separate with commas, for several names, like
+    /// kube-scheduler's profiles).
+    #[arg(long, default_value = "gpusched", value_delimiter = ',')]
+    scheduler_name: Vec<String>,
     /// Elect a leader on a Lease before scheduling (for more than one replica).
     #[arg(long)]
     leader_elect: bool,
@@ -75,6 +81,11 @@ pub struct SchedulerArgs {
 /// Runs the scheduler until SIGTERM/SIGINT.
 pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
     let config = read_config(a.config.as_deref())?;
+    if let Some(bad) = a.scheduler_name.iter().find(|n| !valid_scheduler_name(n)) {
+        anyhow::bail!(
+            "--scheduler-name {bad:?}: a scheduler name is a non-empty DNS subdomain (lower-case letters, digits, '-' and '.', at most 253 characters), as spec.schedulerName"
+        );
+    }
     if !a.http_addr.ip().is_loopback() && a.http_auth == gpusched_k8s::debug::HttpAuth::None {
         eprintln!(
             "warning: --http-addr {} serves /metrics and /debug (pod names, queues, decisions) to anyone who can reach it; add --http-auth delegated",
@@ -118,6 +129,7 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
             instance: identity,
             ..Default::default()
         },
+        scheduler_names: a.scheduler_name,
         ..Default::default()
     };
     controller::run_blocking(opts, a.log_format == "json")
@@ -138,8 +150,74 @@ pub fn read_config(
     }
 }
 
+/// Flags of `gpusched crds`.
+#[derive(Args, Debug)]
+pub struct CrdsArgs {
+    /// Print the scheduler-plugins PodGroup CRD (`scheduling.x-k8s.io`)
+    /// instead, for clusters without scheduler-plugins whose manifests use
+    /// its PodGroups.
+    #[arg(long)]
+    scheduler_plugins: bool,
+}
+
 /// Prints the CRD manifests.
-pub fn crds() -> anyhow::Result<()> {
-    print!("{}", gpusched_k8s::crd::crds_yaml()?);
+pub fn crds(a: CrdsArgs) -> anyhow::Result<()> {
+    if a.scheduler_plugins {
+        print!("{}", gpusched_k8s::crd::sp_crd_yaml()?);
+    } else {
+        print!("{}", gpusched_k8s::crd::crds_yaml()?);
+    }
     Ok(())
+}
+
+/// Flags of `gpusched fake-nodes`.
+#[derive(Args, Debug)]
+pub struct FakeNodesArgs {
+    /// Cluster file (YAML, the simulator's cluster vocabulary, e.g.
+    /// fixtures/clusters/tiny.yaml).
+    file: PathBuf,
+}
+
+/// Prints a `v1` `List` of kwok Node objects (JSON) for a cluster file.
+pub fn fake_nodes(a: FakeNodesArgs) -> anyhow::Result<()> {
+    let name = a.file.display().to_string();
+    let text = gpusched_sim::load::read(&a.file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let nodes =
+        gpusched_sim::load::parse_cluster(&name, &text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let items: Vec<_> = nodes.iter().map(gpusched_k8s::kwok::node_object).collect();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let mut out = std::io::stdout().lock();
+    // a closed pipe (`| head`) ends the output quietly
+    match writeln!(out, "{}", serde_json::to_string_pretty(&list)?) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// What `spec.schedulerName` may hold (a DNS-1123 subdomain).
+fn valid_scheduler_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 253
+        && n.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_scheduler_name;
+
+    #[test]
+    fn scheduler_names_are_dns_subdomains() {
+        for ok in ["gpusched", "gpusched-batch", "team.gpusched", "a1"] {
+            assert!(valid_scheduler_name(ok), "{ok}");
+        }
+        for bad in ["", "GPUsched", "-x", "x-", "a..b", "a_b", &"a".repeat(254)] {
+            assert!(!valid_scheduler_name(bad), "{bad}");
+        }
+    }
 }

@@ -86,6 +86,9 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         args.seed,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for w in &scenario.warnings {
+        eprintln!("warning: {w}");
+    }
     if let Some(u) = &args.until {
         let ms = gpusched_sim::workload::parse_duration_ms(u)
             .map_err(|e| anyhow::anyhow!("--until: {e}"))?;

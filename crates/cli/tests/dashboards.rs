@@ -102,9 +102,24 @@ fn registered() -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Every series name a query may use.
+/// Every series name a query may use: ours, and the scheduler's standard
+/// `process_*` metrics (read from /proc at each scrape).
 fn queryable() -> BTreeSet<String> {
     let mut out = BTreeSet::new();
+    let exposition = gpusched_k8s::metrics::Metrics::new().render();
+    for (n, k) in families(&exposition) {
+        if n.starts_with("process_") {
+            out.insert(if k == "counter" {
+                format!("{n}_total")
+            } else {
+                n
+            });
+        }
+    }
+    assert!(
+        out.contains("process_cpu_seconds_total"),
+        "no process metrics: {exposition}"
+    );
     for (n, k) in registered() {
         if k == "histogram" {
             for s in ["_bucket", "_sum", "_count"] {
@@ -121,7 +136,11 @@ fn metric_names(expr: &str) -> Vec<String> {
     let mut out = Vec::new();
     let b = expr.as_bytes();
     let mut i = 0;
-    while let Some(p) = expr[i..].find("gpusched_") {
+    while let Some(p) = ["gpusched_", "process_"]
+        .iter()
+        .filter_map(|m| expr[i..].find(m))
+        .min()
+    {
         let s = i + p;
         let boundary = s == 0 || !(b[s - 1].is_ascii_alphanumeric() || b[s - 1] == b'_');
         let mut e = s;
@@ -237,8 +256,8 @@ fn metrics_reference_matches_the_registries() {
 fn metric_name_extraction() {
     assert_eq!(
         metric_names(
-            "histogram_quantile(0.99, sum by (le) (rate(gpusched_cycle_duration_seconds_bucket[5m]))) / xgpusched_no"
+            "histogram_quantile(0.99, sum by (le) (rate(gpusched_cycle_duration_seconds_bucket[5m]))) / xgpusched_no + process_open_fds"
         ),
-        vec!["gpusched_cycle_duration_seconds_bucket"]
+        vec!["gpusched_cycle_duration_seconds_bucket", "process_open_fds"]
     );
 }

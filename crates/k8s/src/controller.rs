@@ -44,6 +44,9 @@ pub struct Options {
     pub period: Duration,
     /// Executor tunables.
     pub exec: ExecOptions,
+    /// Pods naming one of these in `spec.schedulerName` are scheduled
+    /// (empty: `gpusched`).
+    pub scheduler_names: Vec<String>,
 }
 
 impl Default for Options {
@@ -61,6 +64,7 @@ impl Default for Options {
             debounce: Duration::from_millis(20),
             period: Duration::from_secs(1),
             exec: ExecOptions::default(),
+            scheduler_names: Vec::new(),
         }
     }
 }
@@ -105,7 +109,9 @@ pub async fn run_with_client(
         .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
     let metrics = Arc::new(Metrics::new());
     let shared = Shared {
-        world: Arc::new(Mutex::new(World::default())),
+        world: Arc::new(Mutex::new(World::for_scheduler_names(
+            opts.scheduler_names.clone(),
+        ))),
         changed: Arc::new(Notify::new()),
     };
     let health = Arc::new(crate::debug::Server::new(
@@ -173,6 +179,10 @@ pub async fn run_with_client(
     let mut last_cost = Duration::ZERO;
     let mut last_status = Instant::now() - STATUS_INTERVAL;
     let mut cycles: u64 = 0;
+    // the implicit queue "default" becomes a real object (status, `kubectl
+    // get`) once a leader sees none; a few tries, then it stays implicit
+    let mut default_queue: Option<tokio::task::JoinHandle<()>> = None;
+    let mut default_queue_tries = 0;
     tokio::pin!(shutdown);
     loop {
         let wait = opts.period.saturating_sub(last_cycle.elapsed());
@@ -194,6 +204,13 @@ pub async fn run_with_client(
         metrics.leader.set(i64::from(leading));
         if !synced || !leading {
             continue;
+        }
+        if default_queue.as_ref().is_none_or(|t| t.is_finished())
+            && !shared.with(|w| w.has_queue(crate::translate::DEFAULT_QUEUE))
+            && default_queue_tries < 5
+        {
+            default_queue_tries += 1;
+            default_queue = Some(tokio::spawn(create_default_queue(client.clone())));
         }
         let generation = shared.with(|w| w.generation);
         if generation == last_gen && last_cycle.elapsed() < opts.period {
@@ -392,6 +409,23 @@ async fn lead(
         Err(e) => tracing::warn!(lease = %what, "releasing the lease: {e}"),
     }
     let _ = tx.send(false);
+}
+
+/// Creates the Queue `default` (the queue of pods that name none) with the
+/// defaults the scheduler gives it while it is implicit; an existing one
+/// (409) is fine, another error is logged and retried on a later cycle.
+async fn create_default_queue(client: Client) {
+    let api: Api<crate::crd::Queue> = Api::all(client);
+    let q = crate::crd::Queue::new(crate::translate::DEFAULT_QUEUE, Default::default());
+    let mut q = q;
+    q.spec.weight = 1;
+    q.spec.borrow = true;
+    q.spec.reclaimable = true;
+    match api.create(&kube::api::PostParams::default(), &q).await {
+        Ok(_) => tracing::info!("created the queue \"default\" (pods naming no queue are in it)"),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => tracing::warn!("creating the queue \"default\": {e}"),
+    }
 }
 
 /// The scheduler's name, for tests and tools.

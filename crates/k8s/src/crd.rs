@@ -7,6 +7,7 @@
 //! a pod's `resources`, so users write what they already know.
 
 use gpusched_core::GroupPhase;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use kube::KubeSchema;
@@ -33,7 +34,9 @@ pub const VERSION: &str = "v1alpha1";
     printcolumn = r#"{"name":"GPUs","type":"string","description":"GPUs allocated (whole + shares)","jsonPath":".status.allocatedGpus"}"#,
     printcolumn = r#"{"name":"Fair share","type":"string","description":"GPUs deserved now","jsonPath":".status.fairShareGpus"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pendingPods"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Valid","type":"string","description":"False when the scheduler cannot use the spec (the condition's message says why)","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A queue of gpusched's queue tree (queues.gpusched.io; `kubectl get queues.gpusched.io` where Volcano's queues also exist): what share of the cluster its pods get. Pods join with the label gpusched.io/queue; pods naming none are in the queue `default`."
 )]
 #[x_kube(validation = "!has(self.parent) || self.parent != ''")]
 #[serde(rename_all = "camelCase")]
@@ -170,7 +173,9 @@ pub struct TopologySpec {
     printcolumn = r#"{"name":"Scheduled","type":"integer","jsonPath":".status.scheduled"}"#,
     printcolumn = r#"{"name":"Running","type":"integer","jsonPath":".status.running"}"#,
     printcolumn = r#"{"name":"Queue","type":"string","jsonPath":".spec.queue"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Valid","type":"string","description":"False when the scheduler cannot use the spec (the condition's message says why)","jsonPath":".status.conditions[?(@.type==\"Valid\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A gang of gpusched (podgroups.gpusched.io): pods labelled gpusched.io/pod-group with its name start together (at least minMember of them) or not at all."
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupSpec {
@@ -257,8 +262,11 @@ fn phase_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// The scheduler-plugins PodGroup (`scheduling.x-k8s.io/v1alpha1`), accepted
-/// so clusters can migrate without rewriting their manifests. Only the spec
-/// fields gpusched uses are read.
+/// so clusters can migrate without rewriting their manifests. gpusched reads
+/// `minMember` and `scheduleTimeoutSeconds`; the chart installs this CRD
+/// only on request (`schedulerPluginsPodGroupCrd: true`), for clusters
+/// without scheduler-plugins. The schema is ours, with the upstream field
+/// names, so existing manifests apply.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "scheduling.x-k8s.io",
@@ -266,23 +274,109 @@ fn phase_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     kind = "PodGroup",
     root = "SpPodGroup",
     plural = "podgroups",
-    namespaced
+    shortname = "pg",
+    namespaced,
+    status = "SpPodGroupStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"MinMember","type":"integer","jsonPath":".spec.minMember"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    doc = "A gang in the scheduler-plugins (coscheduling) vocabulary: pods labelled scheduling.x-k8s.io/pod-group with its name start together (at least minMember) or not at all. gpusched honours minMember and scheduleTimeoutSeconds."
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SpPodGroupSpec {
     /// Members that must be placed together.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub min_member: i32,
+    /// Resources the whole group needs before any member starts (read by
+    /// scheduler-plugins; gpusched does not use it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_resources:
+        Option<BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
     /// Give up after this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// Status fields of the scheduler-plugins PodGroup (written by its
+/// controller; gpusched writes none of them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SpPodGroupStatus {
+    /// Pending, PreScheduling, Scheduling, Scheduled, Running, Finished or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The owner of the group's pods (`namespace/name` of their controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occupied_by: Option<String>,
+    /// Members running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<i32>,
+    /// Members succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i32>,
+    /// Members failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<i32>,
+    /// When scheduling of the group began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_start_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+/// The optional scheduler-plugins PodGroup CRD as YAML (the chart's
+/// `schedulerPluginsPodGroupCrd` template carries exactly this).
+/// Helm keeps it on uninstall (deleting a CRD deletes every PodGroup).
+pub fn sp_crd_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    use kube::CustomResourceExt;
+    let mut crd = SpPodGroup::crd();
+    crd.metadata.annotations = Some(BTreeMap::from([(
+        "helm.sh/resource-policy".to_string(),
+        "keep".to_string(),
+    )]));
+    serde_saphyr::to_string(&crd)
+}
+
+/// The CRDs of gpusched's resources (Queue, PodGroup), as installed.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    use kube::CustomResourceExt;
+    vec![
+        openapi_formats(Queue::crd()),
+        openapi_formats(PodGroup::crd()),
+    ]
+}
+
+/// The schema generator writes `format: uint32`/`uint64` for unsigned
+/// integers; Kubernetes knows `int32`/`int64` only and warns about the
+/// others on every apply (`unrecognized format "uint64"`). Unsigned
+/// fields already carry `minimum: 0`, so the signed format of the next
+/// width up (int64) keeps their range.
+fn openapi_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn walk(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::String(f)) = m.get("format")
+                    && f.starts_with("uint")
+                {
+                    m.insert("format".into(), "int64".into());
+                }
+                m.values_mut().for_each(walk);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    let Ok(mut v) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    walk(&mut v);
+    serde_json::from_value(v).unwrap_or(crd)
 }
 
 /// The CRD manifests of gpusched's resources, as one YAML stream.
 pub fn crds_yaml() -> Result<String, serde_saphyr::ser::Error> {
-    use kube::CustomResourceExt;
     let mut out = String::new();
-    for crd in [Queue::crd(), PodGroup::crd()] {
+    for crd in crds() {
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&crd)?);
     }
@@ -303,8 +397,18 @@ mod tests {
         let pg = serde_json::to_string(&PodGroup::crd()).unwrap();
         assert!(pg.contains("\"scope\":\"Namespaced\""));
         assert!(pg.contains("\"minimum\":1"), "{pg}");
+        for crd in [&q, &pg] {
+            assert!(
+                crd.contains(r#"{"description":"False when the scheduler cannot use the spec (the condition's message says why)","jsonPath":".status.conditions[?(@.type==\"Valid\")].status","name":"Valid","type":"string"}"#),
+                "{crd}"
+            );
+            assert!(!crd.contains("Auto-generated"), "{crd}");
+        }
         let y = crds_yaml().unwrap();
         assert!(y.contains("name: queues.gpusched.io"), "{y}");
+        // only formats Kubernetes knows (no apply warnings)
+        assert!(!y.contains("format: uint"), "{y}");
+        assert!(y.contains("format: int64"), "{y}");
         assert!(y.contains("name: podgroups.gpusched.io"));
     }
 

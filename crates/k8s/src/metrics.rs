@@ -4,9 +4,13 @@ use crate::world::{Built, Problem};
 use gpusched_core::{ClusterState, CycleOutput};
 use gpusched_model::GPU_MILLI;
 use gpusched_plugins::classify::PendingClass;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -58,6 +62,8 @@ pub struct FreeLabel {
 /// All metrics of the scheduler.
 pub struct Metrics {
     registry: Registry,
+    /// The standard `process_*` metrics (no prefix).
+    process: Registry,
     /// Scheduling attempts by result.
     pub attempts: Family<ResultLabel, Counter>,
     /// Duration of one decision cycle (snapshot + core).
@@ -153,6 +159,11 @@ impl Metrics {
         }
         registry.register("evictions", "Pods evicted, by kind", evictions.clone());
         let bind_errors = Family::<KindLabel, Counter>::default();
+        // every kind from the start, at 0: a rate or increase over a series
+        // that appears only with the first error misses that error
+        for k in BIND_ERROR_KINDS {
+            let _ = bind_errors.get_or_create(&KindLabel { kind: k.into() });
+        }
         registry.register(
             "binding_errors",
             "Failed bindings, by kind",
@@ -167,12 +178,20 @@ impl Metrics {
         let nodes = Gauge::default();
         registry.register("nodes", "Nodes in the last snapshot", nodes.clone());
         let pending_by_reason = Family::<ReasonLabel, Gauge>::default();
+        for c in PendingClass::ALL {
+            let _ = pending_by_reason.get_or_create(&ReasonLabel {
+                reason: c.as_str().into(),
+            });
+        }
         registry.register(
             "pending_pods_by_reason",
             "Pending pods by why they wait (doctor's classes of the core's reasons)",
             pending_by_reason.clone(),
         );
         let gpus = Family::<StateLabel, Gauge<f64, AtomicU64>>::default();
+        for st in ["total", "unhealthy", "allocated", "free"] {
+            let _ = gpus.get_or_create(&StateLabel { state: st.into() });
+        }
         registry.register(
             "gpus",
             "GPUs by state: total, unhealthy, allocated (shares as fractions), free",
@@ -206,8 +225,11 @@ impl Metrics {
             "Problems of objects reported, each once while it lasts, by kind",
             object_problems_total.clone(),
         );
+        let mut process = Registry::default();
+        process.register_collector(Box::new(ProcessCollector));
         Metrics {
             registry,
+            process,
             attempts,
             cycle_seconds,
             binding_seconds,
@@ -305,9 +327,10 @@ impl Metrics {
         }
     }
 
-    /// OpenMetrics text.
+    /// OpenMetrics text: the standard `process_*` metrics, then ours.
     pub fn render(&self) -> String {
         let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode_registry(&mut s, &self.process);
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
     }
@@ -412,5 +435,164 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+}
+
+/// Every `kind` of `gpusched_binding_errors_total` (exec: bindings).
+pub const BIND_ERROR_KINDS: [&str; 7] = [
+    "conflict",
+    "not_found",
+    "rejected",
+    "throttled",
+    "server",
+    "transport",
+    "overbooked",
+];
+
+/// The standard process metrics under client_golang's names
+/// (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_virtual_memory_bytes`, `process_open_fds`,
+/// `process_start_time_seconds`), read from `/proc/self` at each scrape;
+/// none where `/proc` is unreadable.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// What `/proc/self` says of this process.
+#[derive(Debug, PartialEq)]
+struct ProcessStats {
+    cpu_seconds: f64,
+    rss_bytes: i64,
+    virtual_bytes: i64,
+    open_fds: i64,
+    start_time_seconds: f64,
+}
+
+/// Clock ticks per second of `/proc/*/stat` times: USER_HZ, 100 on every
+/// Linux architecture.
+const USER_HZ: f64 = 100.0;
+
+/// Parses `/proc/self/stat`, `/proc/self/status` (`VmRSS`) and
+/// `/proc/stat` (`btime`); `None` when a field is missing.
+fn parse_process(stat: &str, status: &str, proc_stat: &str, open_fds: i64) -> Option<ProcessStats> {
+    // the command name in parentheses may hold spaces: fields after it
+    let rest = stat.rsplit_once(") ")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // f[0] is field 3 (state): utime 14, stime 15, starttime 22, vsize 23
+    let num = |i: usize| f.get(i)?.parse::<u64>().ok();
+    let cpu_ticks = num(11)? + num(12)?;
+    let start_ticks = num(19)?;
+    let vsize = num(20)?;
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let btime: u64 = proc_stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(ProcessStats {
+        cpu_seconds: cpu_ticks as f64 / USER_HZ,
+        rss_bytes: (rss_kib * 1024) as i64,
+        virtual_bytes: vsize as i64,
+        open_fds,
+        start_time_seconds: btime as f64 + start_ticks as f64 / USER_HZ,
+    })
+}
+
+fn read_process() -> Option<ProcessStats> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let proc_stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as i64;
+    parse_process(&stat, &status, &proc_stat, fds)
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(p) = read_process() else {
+            return Ok(());
+        };
+        let cpu = ConstCounter::new(p.cpu_seconds);
+        cpu.encode(enc.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        for (name, help, v) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                p.rss_bytes,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                p.virtual_bytes,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                p.open_fds,
+            ),
+        ] {
+            let g = ConstGauge::new(v);
+            g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        let start = ConstGauge::new(p.start_time_seconds);
+        start.encode(enc.encode_descriptor(
+            "process_start_time_seconds",
+            "Start time of the process since the Unix epoch in seconds",
+            None,
+            start.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod process_tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_files() {
+        let stat = "4242 (gpu sched) S 1 4242 4242 0 -1 4194560 500 0 0 0 250 50 0 0 20 0 8 0 1200 1073741824 5000 18446744073709551615";
+        let status = "Name:\tgpusched\nVmPeak:\t  2000 kB\nVmRSS:\t   20480 kB\n";
+        let proc_stat = "cpu  1 2 3\nbtime 1764000000\nprocesses 9\n";
+        let p = parse_process(stat, status, proc_stat, 17).unwrap();
+        assert_eq!(
+            p,
+            ProcessStats {
+                cpu_seconds: 3.0,
+                rss_bytes: 20480 * 1024,
+                virtual_bytes: 1_073_741_824,
+                open_fds: 17,
+                start_time_seconds: 1_764_000_012.0,
+            }
+        );
+        assert_eq!(parse_process("garbage", status, proc_stat, 1), None);
+        assert_eq!(parse_process(stat, "Name: x\n", proc_stat, 1), None);
+    }
+
+    #[test]
+    fn exposition_has_process_metrics_and_zero_series_from_the_start() {
+        let text = Metrics::new().render();
+        for want in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_start_time_seconds ",
+            "gpusched_binding_errors_total{kind=\"overbooked\"} 0",
+            "gpusched_pending_pods_by_reason{reason=\"quota\"} 0",
+            "gpusched_gpus{state=\"total\"} 0",
+        ] {
+            assert!(text.contains(want), "no {want:?} in\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
     }
 }

@@ -72,6 +72,12 @@ pub const CLUSTER: &[Permission] = &[
         &["create"],
         "watch: a PodGroup for each gang Job",
     ),
+    p(
+        "gpusched.io",
+        "queues",
+        &["create"],
+        "controller: the queue \"default\" as an object when missing",
+    ),
     p("gpusched.io", "queues/status", &["patch"], "queue status"),
     p(
         "gpusched.io",

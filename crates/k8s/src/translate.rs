@@ -728,11 +728,20 @@ pub fn group_of(p: &Pod) -> Option<String> {
         .map(|g| format!("{ns}/{g}"))
 }
 
-/// Pod → where it stands for the scheduler.
+/// Pod → where it stands for the scheduler named [`SCHEDULER_NAME`].
 pub fn pod(p: &Pod) -> PodView {
+    pod_for(p, &[SCHEDULER_NAME])
+}
+
+/// Pod → where it stands for a scheduler answering to `scheduler_names`
+/// (`--scheduler-name`): a pod whose `spec.schedulerName` is one of them is
+/// ours.
+pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
     let meta = &p.metadata;
     let spec = p.spec.as_ref();
-    let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(SCHEDULER_NAME);
+    let ours = spec
+        .and_then(|s| s.scheduler_name.as_deref())
+        .is_some_and(|n| scheduler_names.iter().any(|s| s.as_ref() == n));
     let phase = p
         .status
         .as_ref()

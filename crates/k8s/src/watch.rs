@@ -12,7 +12,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -566,80 +566,119 @@ pub const OPTIONAL_RECHECK: std::time::Duration = std::time::Duration::from_secs
 /// gates the writes.
 pub async fn run_job_gangs(
     client: Client,
-    leading: tokio::sync::watch::Receiver<bool>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
     health: Arc<WatchHealth>,
 ) {
-    use crate::translate::{ANNOTATION_FOR_JOB, LABEL_GANG, LABEL_QUEUE};
+    use crate::translate::LABEL_GANG;
     use k8s_openapi::api::batch::v1::Job;
     let jobs: Api<Job> = Api::all(client.clone());
     let cfg = watcher::Config::default().labels(&format!("{LABEL_GANG}=true"));
     let mut stream = watcher::watcher(jobs, cfg).default_backoff().boxed();
     let mut done: BTreeSet<String> = BTreeSet::new();
+    // Jobs seen while a standby: made into gangs once this replica leads
+    // (else a Job created before the first election, or during a
+    // failover, would wait for its next change to get its PodGroup)
+    let mut waiting: BTreeMap<String, Job> = BTreeMap::new();
     let mut log = FailureLog::default();
-    while let Some(ev) = stream.next().await {
-        let job = match ev {
-            Ok(Event::Apply(j)) | Ok(Event::InitApply(j)) => j,
-            Ok(Event::InitDone) => {
-                health.listed();
-                continue;
-            }
-            Ok(_) => continue,
-            Err(e) => {
-                log.failed(&e, &health);
+    let mut leading_open = true;
+    loop {
+        let job = tokio::select! {
+            ev = stream.next() => match ev {
+                None => break,
+                Some(Ok(Event::Apply(j))) | Some(Ok(Event::InitApply(j))) => j,
+                Some(Ok(Event::InitDone)) => {
+                    health.listed();
+                    continue;
+                }
+                Some(Ok(Event::Delete(j))) => {
+                    if let Some(uid) = j.metadata.uid.as_ref() {
+                        waiting.remove(uid);
+                    }
+                    continue;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    log.failed(&e, &health);
+                    continue;
+                }
+            },
+            r = leading.changed(), if leading_open => {
+                leading_open = r.is_ok();
+                if *leading.borrow() {
+                    for (uid, job) in std::mem::take(&mut waiting) {
+                        if job_gang(&client, &job).await {
+                            done.insert(uid);
+                        }
+                    }
+                }
                 continue;
             }
         };
-        let (Some(ns), Some(name), Some(uid)) = (
-            job.metadata.namespace.clone(),
-            job.metadata.name.clone(),
-            job.metadata.uid.clone(),
-        ) else {
+        let Some(uid) = job.metadata.uid.clone() else {
             continue;
         };
-        if !*leading.borrow() || done.contains(&uid) {
+        if done.contains(&uid) {
             continue;
         }
-        let min = job
-            .spec
-            .as_ref()
-            .and_then(|s| s.parallelism)
-            .unwrap_or(1)
-            .max(1);
-        let queue = job
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_QUEUE))
-            .cloned();
-        let pg = serde_json::json!({
-            "apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
-            "metadata": {
-                "name": name, "namespace": ns,
-                "annotations": {ANNOTATION_FOR_JOB: name},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                     "uid": uid, "controller": true, "blockOwnerDeletion": true}]
-            },
-            "spec": {"minMember": min, "queue": queue},
-        });
-        let pg: PodGroup = match serde_json::from_value(pg) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("job {ns}/{name}: {e}");
-                continue;
-            }
-        };
-        let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
-        match api.create(&crate::exec::post_params(), &pg).await {
-            Ok(_) => {
-                tracing::info!(
-                    "created PodGroup {ns}/{name} (minMember {min}) for Job {ns}/{name}"
-                );
-                done.insert(uid);
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                done.insert(uid);
-            }
-            Err(e) => tracing::warn!("creating PodGroup for job {ns}/{name}: {e}"),
+        if !*leading.borrow() {
+            waiting.insert(uid, job);
+            continue;
+        }
+        if job_gang(&client, &job).await {
+            done.insert(uid);
+        }
+    }
+}
+
+/// Creates the PodGroup of a gang Job; true once it exists.
+async fn job_gang(client: &Client, job: &k8s_openapi::api::batch::v1::Job) -> bool {
+    use crate::translate::{ANNOTATION_FOR_JOB, LABEL_QUEUE};
+    let (Some(ns), Some(name), Some(uid)) = (
+        job.metadata.namespace.clone(),
+        job.metadata.name.clone(),
+        job.metadata.uid.clone(),
+    ) else {
+        return false;
+    };
+    let min = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.parallelism)
+        .unwrap_or(1)
+        .max(1);
+    let queue = job
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_QUEUE))
+        .cloned();
+    let pg = serde_json::json!({
+        "apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {
+            "name": name, "namespace": ns,
+            "annotations": {ANNOTATION_FOR_JOB: name},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                                 "uid": uid, "controller": true, "blockOwnerDeletion": true}]
+        },
+        "spec": {"minMember": min, "queue": queue},
+    });
+    let pg: PodGroup = match serde_json::from_value(pg) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("job {ns}/{name}: {e}");
+            return false;
+        }
+    };
+    let api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    match api.create(&crate::exec::post_params(), &pg).await {
+        Ok(_) => {
+            tracing::info!("created PodGroup {ns}/{name} (minMember {min}) for Job {ns}/{name}");
+            true
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => true,
+        Err(e) => {
+            tracing::warn!("creating PodGroup for job {ns}/{name}: {e}");
+            false
         }
     }
 }

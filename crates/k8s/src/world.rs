@@ -185,6 +185,9 @@ pub struct World {
     /// Pods whose decision changed after binding: what changed.
     tampered: BTreeMap<String, String>,
     observed: ObservedStatus,
+    /// The `spec.schedulerName`s whose pods are ours (empty:
+    /// [`translate::SCHEDULER_NAME`]).
+    scheduler_names: Vec<String>,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -198,11 +201,25 @@ fn key(ns: Option<&String>, name: Option<&String>) -> String {
 }
 
 impl World {
+    /// An empty world whose pods are those naming one of `names` in
+    /// `spec.schedulerName` (empty: [`translate::SCHEDULER_NAME`]).
+    pub fn for_scheduler_names(names: Vec<String>) -> World {
+        World {
+            scheduler_names: names,
+            ..Default::default()
+        }
+    }
+
     /// A node was added or changed.
     pub fn upsert_node(&mut self, n: &Node) {
         let v = translate::node(n);
         self.nodes.insert(v.node.name.clone(), v);
         self.generation += 1;
+    }
+
+    /// Whether a Queue object of this name exists (valid or not).
+    pub fn has_queue(&self, name: &str) -> bool {
+        self.queues.contains_key(name)
     }
 
     /// A node is gone.
@@ -214,7 +231,11 @@ impl World {
     /// A pod was added or changed. Confirms or drops its assumption once the
     /// API shows it bound (or gone).
     pub fn upsert_pod(&mut self, p: &Pod) {
-        let mut v = translate::pod(p);
+        let mut v = if self.scheduler_names.is_empty() {
+            translate::pod(p)
+        } else {
+            translate::pod_for(p, &self.scheduler_names)
+        };
         match workloads::scheduling_group_member(p) {
             Some(m) => self.scheduling_groups.insert(v.uid.clone(), m),
             None => self.scheduling_groups.remove(&v.uid),
@@ -877,6 +898,7 @@ impl World {
                     let mut pod = pod.clone();
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
+                    group_queue(&out.snapshot.groups, &mut pod);
                     out.snapshot.pods.push(PodState { pod, phase });
                 }
                 PodKind::Bound {
@@ -981,6 +1003,7 @@ impl World {
                     pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
+                    group_queue(&out.snapshot.groups, &mut pod);
                     out.snapshot.pods.push(PodState { pod, phase });
                 }
             }
@@ -1182,6 +1205,18 @@ fn swaps_in_progress(
                 }
             }
         }
+    }
+}
+
+/// A gang member is in its group's queue (the PodGroup's `spec.queue`,
+/// else its members' label): the core admits the gang there, so its usage
+/// must be counted there too, not in the member's own label or `default`.
+/// `groups` is sorted by name.
+fn group_queue(groups: &[MGroup], pod: &mut gpusched_model::Pod) {
+    if let Some(g) = pod.group.as_deref()
+        && let Ok(i) = groups.binary_search_by(|x| x.name.as_str().cmp(g))
+    {
+        pod.queue = groups[i].queue.clone();
     }
 }
 

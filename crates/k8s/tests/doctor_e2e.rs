@@ -221,3 +221,112 @@ async fn snapshot_replay_gives_the_scheduler_s_decisions() {
     assert_eq!(live, replayed, "live bindings differ from the replay");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn doctor_checks_the_scheduler_itself() {
+    use gpusched_k8s::doctor::scheduler::SchedulerTarget;
+    let c = Cluster::up().await;
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    // the chart's HTTP settings: delegated auth over HTTPS with a
+    // self-signed certificate (/readyz stays open)
+    let mut o = opts();
+    o.http_addr = Some(addr);
+    o.identity = "sched-under-test".into();
+    let s = c.scheduler(o).await;
+    let target = SchedulerTarget {
+        endpoint: Some(format!("https://{addr}")),
+        ..Default::default()
+    };
+    let opts_for = |t: &SchedulerTarget| DoctorOptions {
+        scheduler: Some(t.clone()),
+        ..Default::default()
+    };
+    let of = |r: &doctor::Report, subject: &str| {
+        r.of("scheduler")
+            .find(|f| f.subject.starts_with(subject))
+            .unwrap_or_else(|| panic!("no {subject} finding: {:?}", r.findings))
+            .clone()
+    };
+    // leading and ready, under the chart's ServiceAccount with all its permissions
+    let r = wait_for(Duration::from_secs(30), || async {
+        let r = doctor::diagnose(&c.client, &opts_for(&target)).await.ok()?;
+        (of(&r, "lease/").status == doctor::Status::Ok
+            && of(&r, "readyz").status == doctor::Status::Ok)
+            .then_some(r)
+    })
+    .await
+    .expect("lease held and /readyz ok");
+    assert!(
+        of(&r, "lease/").message.contains("sched-under-test"),
+        "{:?}",
+        r.findings
+    );
+    let sa = of(&r, "serviceaccount/");
+    assert_eq!(sa.status, doctor::Status::Ok, "{sa:?}");
+    // no Deployment (the scheduler runs in the test): a warning
+    assert_eq!(of(&r, "deployment/").status, doctor::Status::Warn);
+    // a Deployment whose replicas are not ready: a failure
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(c.client.clone(), "gpusched-system");
+    create_obj(
+        &deps,
+        json!({"metadata": {"name": "gpusched-scheduler"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                 "template": {"metadata": {"labels": {"a": "b"}},
+                              "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+    )
+    .await;
+    let r = doctor::diagnose(&c.client, &opts_for(&target))
+        .await
+        .unwrap();
+    let d = of(&r, "deployment/");
+    assert_eq!(d.status, doctor::Status::Fail, "{d:?}");
+    assert!(d.message.contains("0/2"), "{d:?}");
+    // a trimmed role: the missing permissions are named
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(c.client.clone());
+    roles
+        .delete("gpusched-scheduler", &Default::default())
+        .await
+        .unwrap();
+    let r = doctor::diagnose(&c.client, &opts_for(&target))
+        .await
+        .unwrap();
+    let sa = of(&r, "serviceaccount/");
+    assert_eq!(sa.status, doctor::Status::Fail, "{sa:?}");
+    assert!(sa.message.contains("create pods/binding"), "{sa:?}");
+    assert!(
+        !sa.message.contains("leases"),
+        "the lease Role is still bound: {sa:?}"
+    );
+    // through the apiserver's proxy: no Service here, said so
+    let r = doctor::diagnose(&c.client, &opts_for(&SchedulerTarget::default()))
+        .await
+        .unwrap();
+    let rz = of(&r, "readyz");
+    assert_ne!(rz.status, doctor::Status::Ok, "{rz:?}");
+    assert!(
+        rz.message
+            .contains("no Service gpusched-system/gpusched-scheduler-metrics"),
+        "{rz:?}"
+    );
+    // the chart's Service without a ready pod behind it (no endpoint controller here)
+    c.install_chart_docs(&[("Service", "gpusched-scheduler-metrics")])
+        .await;
+    let t0 = std::time::Instant::now();
+    let r = doctor::diagnose(&c.client, &opts_for(&SchedulerTarget::default()))
+        .await
+        .unwrap();
+    let rz = of(&r, "readyz");
+    assert_eq!(rz.status, doctor::Status::Fail, "{rz:?}");
+    assert!(rz.message.contains("has no ready endpoints"), "{rz:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
+    s.stop().await;
+}

@@ -402,3 +402,69 @@ fn movable_comes_from_the_label_or_annotation_and_the_queue() {
         serde_json::from_value(json!({"metadata": {"name": "batch"}, "spec": {}})).unwrap();
     assert!(!translate::queue(&q).unwrap().movable, "default false");
 }
+
+#[test]
+fn scheduler_names_decide_which_pods_are_ours() {
+    let mut p = gpu_pod("n", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["schedulerName"] = json!("gpusched-batch");
+    let p = pod(p);
+    // the default name does not take it, a scheduler named so does
+    assert_eq!(translate::pod(&p).kind, PodKind::Ignored);
+    assert!(!translate::pod(&p).ours);
+    let v = translate::pod_for(&p, &["gpusched", "gpusched-batch"]);
+    assert!(v.ours);
+    assert!(matches!(v.kind, PodKind::Pending { .. }), "{:?}", v.kind);
+    // and a world built for that name sees it pending
+    let mut w = World::for_scheduler_names(vec!["gpusched-batch".into()]);
+    w.upsert_pod(&p);
+    assert!(w.pod("uid-n").is_some_and(|v| v.ours));
+    let mut w = World::default();
+    w.upsert_pod(&p);
+    assert!(w.pod("uid-n").is_some_and(|v| !v.ours));
+}
+
+/// Regression (seen in the try-out: a 4 × 8-GPU gang of queue research
+/// counted in the queue default): a gang member is in its group's queue,
+/// pending or bound, whatever its own label says.
+#[test]
+fn gang_members_count_in_their_groups_queue() {
+    let mut w = World::default();
+    for name in ["research", "default"] {
+        let q: Queue =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {}})).unwrap();
+        w.upsert_queue(&q);
+    }
+    let g: PodGroup =
+        serde_json::from_value(json!({"metadata": {"name": "train", "namespace": "ml"},
+        "spec": {"minMember": 2, "queue": "research"}}))
+        .unwrap();
+    w.upsert_group(&g);
+    let mut n = node("n1", 8, true);
+    n["metadata"]["name"] = json!("n1");
+    w.upsert_node(&serde_json::from_value::<Node>(n).unwrap());
+    for (name, bound) in [("m0", true), ("m1", false)] {
+        let mut p = gpu_pod(name, json!({"nvidia.com/gpu": "1"}), json!({}));
+        p["metadata"]["labels"] = json!({"gpusched.io/pod-group": "train"});
+        if bound {
+            p["spec"]["nodeName"] = json!("n1");
+            p["status"]["phase"] = json!("Running");
+        }
+        w.upsert_pod(&pod(p));
+    }
+    // a pod without a group keeps its own queue
+    let mut lone = gpu_pod("lone", json!({"nvidia.com/gpu": "1"}), json!({}));
+    lone["metadata"]["labels"] = json!({});
+    w.upsert_pod(&pod(lone));
+    let b = w.build();
+    let queue_of = |n: &str| {
+        b.snapshot
+            .pods
+            .iter()
+            .find(|p| p.pod.name == format!("ml/{n}"))
+            .map(|p| p.pod.queue.clone())
+            .unwrap()
+    };
+    assert_eq!(queue_of("m0"), "research");
+    assert_eq!(queue_of("m1"), "research");
+    assert_eq!(queue_of("lone"), "default");
+}

@@ -55,19 +55,31 @@ pub struct QueueSpec {
     /// Weight among siblings for fair share (default 1).
     #[serde(default = "one")]
     pub weight: S<u32>,
-    /// `cpu`, `memory`, `gpu` (whole GPUs, may be fractional: `"0.5"`) and
+    /// Guaranteed resources (the Queue CRD's `guaranteed`): `cpu`,
+    /// `memory`, `gpu` (whole GPUs, may be fractional: `"0.5"`) and
     /// extended resources, as quantity strings.
     #[serde(default)]
-    pub guarantee: BTreeMap<String, S<String>>,
-    /// Guaranteed GPUs per model (`{H100-SXM5-80GB: "16"}`).
+    pub guaranteed: Option<BTreeMap<String, S<String>>>,
+    /// Deprecated spelling of `guaranteed` (read, with a warning).
     #[serde(default)]
-    pub gpu_guarantee_by_model: BTreeMap<String, S<String>>,
-    /// Hard cap, in the same keys as `guarantee` (default: none).
+    pub guarantee: Option<BTreeMap<String, S<String>>>,
+    /// Guaranteed GPUs per model (`{H100-SXM5-80GB: "16"}`; the CRD's
+    /// `guaranteedGpusByModel`).
+    #[serde(default)]
+    pub guaranteed_gpus_by_model: Option<BTreeMap<String, S<String>>>,
+    /// Deprecated spelling of `guaranteed_gpus_by_model`.
+    #[serde(default)]
+    pub gpu_guarantee_by_model: Option<BTreeMap<String, S<String>>>,
+    /// Hard cap, in the same keys as `guaranteed` (default: none).
     #[serde(default)]
     pub limit: Option<BTreeMap<String, S<String>>>,
-    /// May use more than the guarantee while others idle (default true).
-    #[serde(default = "yes")]
-    pub can_borrow: bool,
+    /// May use more than the guarantee while others idle (default true;
+    /// the CRD's `borrow`).
+    #[serde(default)]
+    pub borrow: Option<bool>,
+    /// Deprecated spelling of `borrow`.
+    #[serde(default)]
+    pub can_borrow: Option<bool>,
     /// What it borrowed may be reclaimed (default true).
     #[serde(default = "yes")]
     pub reclaimable: bool,
@@ -381,6 +393,41 @@ pub struct Scenario {
     pub events: Vec<ClusterEvent>,
     /// Run settings.
     pub settings: SimSettings,
+    /// What the files said that still works but should change (deprecated
+    /// field names), each `FILE:LINE: …`.
+    pub warnings: Vec<String>,
+}
+
+/// A field renamed to the CRD's spelling: the value under the new name,
+/// else under the old one (with a warning), and the name it came from;
+/// both at once is an error. `field` is the queue's path (`queues[2].`).
+fn renamed<'v, T, N>(
+    ctx: &Ctx<'_>,
+    at: &Spanned<N>,
+    field: &str,
+    new: (&'v Option<T>, &'static str),
+    old: (&'v Option<T>, &'static str),
+    warnings: &mut Vec<String>,
+) -> Result<(Option<&'v T>, &'static str), LoadError> {
+    match (new.0, old.0) {
+        (Some(_), Some(_)) => Err(ctx.err(
+            at,
+            format!("{field}{}", old.1),
+            format!("give {} or its old name {}, not both", new.1, old.1),
+        )),
+        (Some(v), None) => Ok((Some(v), new.1)),
+        (None, Some(v)) => {
+            warnings.push(format!(
+                "{}:{}: {field}{} is deprecated: write {} (the Queue CRD's name)",
+                ctx.file,
+                at.referenced.line(),
+                old.1,
+                new.1
+            ));
+            Ok((Some(v), old.1))
+        }
+        (None, None) => Ok((None, new.1)),
+    }
 }
 
 /// Builds errors that point into one file.
@@ -470,6 +517,8 @@ impl WorkloadFile {
         seed: u64,
     ) -> Result<Scenario, LoadError> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_F0A1);
+        let mut deprecated = Vec::new();
+        let warnings = &mut deprecated;
         let mut queues = Vec::new();
         let mut qnames = BTreeSet::new();
         for (i, q) in self.queues.iter().enumerate() {
@@ -489,13 +538,30 @@ impl WorkloadFile {
             }
             let mut queue = Queue::new(q.name.value.clone());
             queue.weight = q.weight.value;
-            queue.guarantee = ctx.resources(&q.guarantee, &f("guarantee"))?;
-            for (m, v) in &q.gpu_guarantee_by_model {
+            // one spelling per concept, the CRD's; the old one still reads
+            let (guaranteed, g_field) = renamed(
+                ctx,
+                &q.name,
+                &f(""),
+                (&q.guaranteed, "guaranteed"),
+                (&q.guarantee, "guarantee"),
+                warnings,
+            )?;
+            if let Some(m) = guaranteed {
+                queue.guarantee = ctx.resources(m, &f(g_field))?;
+            }
+            let (by_model, m_field) = renamed(
+                ctx,
+                &q.name,
+                &f(""),
+                (&q.guaranteed_gpus_by_model, "guaranteed_gpus_by_model"),
+                (&q.gpu_guarantee_by_model, "gpu_guarantee_by_model"),
+                warnings,
+            )?;
+            for (m, v) in by_model.into_iter().flatten() {
                 let g = gpusched_model::Quantity::parse(&v.value)
                     .and_then(|x| x.to_milli_u64(&v.value))
-                    .map_err(|e| {
-                        ctx.err(v, f(&format!("gpu_guarantee_by_model.{m}")), e.to_string())
-                    })?;
+                    .map_err(|e| ctx.err(v, f(&format!("{m_field}.{m}")), e.to_string()))?;
                 queue.gpu_guarantee_by_model.insert(m.clone(), g);
             }
             queue.limit = q
@@ -503,7 +569,15 @@ impl WorkloadFile {
                 .as_ref()
                 .map(|l| ctx.limit(l, &f("limit")))
                 .transpose()?;
-            queue.can_borrow = q.can_borrow;
+            let (borrow, _) = renamed(
+                ctx,
+                &q.name,
+                &f(""),
+                (&q.borrow, "borrow"),
+                (&q.can_borrow, "can_borrow"),
+                warnings,
+            )?;
+            queue.can_borrow = borrow.copied().unwrap_or(true);
             queue.reclaimable = q.reclaimable;
             queue.min_runtime_ms = ctx.opt_dur(&q.min_runtime, &f("min_runtime"))?;
             queue.parent = q.parent.as_ref().map(|p| p.value.clone());
@@ -778,6 +852,7 @@ impl WorkloadFile {
             jobs,
             events,
             settings,
+            warnings: std::mem::take(warnings),
         })
     }
 }

@@ -14,7 +14,7 @@ fn reclaiming_a_gang_binds_nothing_onto_its_gpus_in_the_same_cycle() {
     let sc = common::tiny_with(
         "queues:
   - {name: train}
-  - {name: prod, guarantee: {gpu: \"16\"}}
+  - {name: prod, guaranteed: {gpu: \"16\"}}
 jobs:
   - {name: g, queue: train, pods: 2, gang: {}, duration: 2h,
      requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
@@ -43,7 +43,7 @@ fn victims_hold_their_gpus_for_the_termination_grace_period() {
     let sc = common::tiny_with(
         "queues:
   - {name: train}
-  - {name: prod, guarantee: {gpu: \"16\"}}
+  - {name: prod, guaranteed: {gpu: \"16\"}}
 jobs:
   - {name: g, queue: train, pods: 2, gang: {}, duration: 2h,
      requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
@@ -77,7 +77,7 @@ fn a_queues_min_runtime_delays_reclaim() {
     let sc = common::tiny_with(
         "queues:
   - {name: train, min_runtime: 30m}
-  - {name: prod, guarantee: {gpu: \"16\"}}
+  - {name: prod, guaranteed: {gpu: \"16\"}}
 jobs:
   - {name: t, queue: train, count: 2, duration: 2h,
      requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}

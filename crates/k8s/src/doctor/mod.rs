@@ -15,6 +15,7 @@
 pub mod checks;
 pub mod gather;
 pub mod probe;
+pub mod scheduler;
 
 pub use checks::{PendingClass, run};
 pub use gather::{Facts, gather};
@@ -50,7 +51,7 @@ impl Status {
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
     /// Which check (`gpu-resources`, `agent`, `node`, `pending`, `topology`,
-    /// `leaks`, `config`, `probe`).
+    /// `leaks`, `config`, `scheduler`, `probe`).
     pub check: String,
     /// Outcome.
     pub status: Status,
@@ -231,6 +232,9 @@ pub struct DoctorOptions {
     pub config: gpusched_plugins::SchedulerConfig,
     /// Run the GPU probe pod.
     pub probe: Option<probe::ProbeOptions>,
+    /// Check the scheduler itself (Deployment, lease, `/readyz`,
+    /// permissions); `None`: skip.
+    pub scheduler: Option<scheduler::SchedulerTarget>,
 }
 
 /// Gathers the cluster's state and runs every check (and the probe when
@@ -240,6 +244,15 @@ pub async fn diagnose(client: &kube::Client, opts: &DoctorOptions) -> anyhow::Re
     let mut scheduler = gpusched_plugins::config::build(&opts.config)
         .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
     let mut report = run(&facts, &mut scheduler, opts.namespace.as_deref());
+    if let Some(t) = &opts.scheduler {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let f = scheduler::gather(client, t, now).await;
+        report.findings.extend(scheduler::findings(&f, t));
+        report = Report::new(report.summary, report.findings);
+    }
     if let Some(p) = &opts.probe {
         let f = probe::run(client, p).await;
         report.findings.push(f);

@@ -119,7 +119,7 @@ impl Cluster {
 
     async fn install_crds(&self) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        let mut crds = vec![Queue::crd(), PodGroup::crd()];
+        let mut crds = gpusched_k8s::crd::crds();
         crds.push(gpusched_k8s::crd::SpPodGroup::crd());
         for crd in crds {
             let name = crd.metadata.name.clone().unwrap();
@@ -404,6 +404,9 @@ pub fn opts() -> Options {
             "--log-format" => {} // the test's own subscriber logs
             "--kube-api-qps" => o.exec.qps = value.parse().unwrap(),
             "--kube-api-burst" => o.exec.burst = value.parse().unwrap(),
+            "--scheduler-name" => o
+                .scheduler_names
+                .extend(value.split(',').map(str::to_string)),
             other => panic!(
                 "the chart's scheduler runs with {other}: map it in crates/k8s/tests/common/mod.rs opts()"
             ),
