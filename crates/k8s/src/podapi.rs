@@ -13,12 +13,17 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use std::collections::BTreeMap;
 
-fn err(obj: &str, field: &str, what: impl Into<String>) -> TranslateError {
-    TranslateError::Field {
-        object: obj.to_string(),
-        field: field.to_string(),
-        what: what.into(),
-    }
+use crate::translate::field_err as err;
+
+/// A selector operator of Kubernetes' label and node selectors.
+fn selector_op(s: &str) -> Option<NodeSelectorOp> {
+    Some(match s {
+        "In" => NodeSelectorOp::In,
+        "NotIn" => NodeSelectorOp::NotIn,
+        "Exists" => NodeSelectorOp::Exists,
+        "DoesNotExist" => NodeSelectorOp::DoesNotExist,
+        _ => return None,
+    })
 }
 
 /// A label selector's requirements (`matchLabels` as `In` of one value).
@@ -38,18 +43,15 @@ pub fn selector(
         })
         .collect();
     for (i, e) in s.match_expressions.iter().flatten().enumerate() {
-        let operator = match e.operator.as_str() {
-            "In" => NodeSelectorOp::In,
-            "NotIn" => NodeSelectorOp::NotIn,
-            "Exists" => NodeSelectorOp::Exists,
-            "DoesNotExist" => NodeSelectorOp::DoesNotExist,
-            other => {
-                return Err(err(
-                    obj,
-                    &format!("{field}.matchExpressions[{i}].operator"),
-                    format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)"),
-                ));
-            }
+        let Some(operator) = selector_op(&e.operator) else {
+            return Err(err(
+                obj,
+                &format!("{field}.matchExpressions[{i}].operator"),
+                format!(
+                    "unknown operator {:?} (In, NotIn, Exists, DoesNotExist)",
+                    e.operator
+                ),
+            ));
         };
         requirements.push(NodeSelectorRequirement {
             key: e.key.clone(),
@@ -68,20 +70,15 @@ pub fn node_term(
 ) -> Result<NodeSelectorTerm, TranslateError> {
     let mut exprs = Vec::new();
     for (j, e) in t.match_expressions.iter().flatten().enumerate() {
-        let operator = match e.operator.as_str() {
-            "In" => NodeSelectorOp::In,
-            "NotIn" => NodeSelectorOp::NotIn,
-            "Exists" => NodeSelectorOp::Exists,
-            "DoesNotExist" => NodeSelectorOp::DoesNotExist,
-            other => {
-                return Err(err(
-                    obj,
-                    &format!("{field}.matchExpressions[{j}]"),
-                    format!(
-                        "operator {other:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist)"
-                    ),
-                ));
-            }
+        let Some(operator) = selector_op(&e.operator) else {
+            return Err(err(
+                obj,
+                &format!("{field}.matchExpressions[{j}]"),
+                format!(
+                    "operator {:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist)",
+                    e.operator
+                ),
+            ));
         };
         exprs.push(NodeSelectorRequirement {
             key: e.key.clone(),

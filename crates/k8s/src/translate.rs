@@ -14,10 +14,9 @@ use gpusched_model::validate::{
     ContainerResources, RESOURCE_GPU_MEMORY_MIB, RESOURCE_GPU_MILLI, ResourceError, pod_resources,
 };
 use gpusched_model::{
-    Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorOp, NodeSelectorRequirement,
-    NodeSelectorTerm, Pod as MPod, PodGroup as MGroup, Queue as MQueue, ResourceKind,
-    ResourceLimit, ResourceVec, Taint, TaintEffect, Toleration, TolerationOp, TopologyConstraint,
-    TopologyLevel,
+    Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorTerm, Pod as MPod, PodGroup as MGroup,
+    Queue as MQueue, ResourceKind, ResourceLimit, ResourceVec, Taint, TaintEffect, Toleration,
+    TolerationOp, TopologyConstraint, TopologyLevel,
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -88,7 +87,7 @@ pub enum TranslateError {
     },
 }
 
-fn field_err(object: &str, field: &str, what: impl Into<String>) -> TranslateError {
+pub(crate) fn field_err(object: &str, field: &str, what: impl Into<String>) -> TranslateError {
     TranslateError::Field {
         object: object.to_string(),
         field: field.to_string(),
@@ -447,46 +446,13 @@ fn node_terms(p: &Pod, obj: &str) -> Result<Vec<NodeSelectorTerm>, TranslateErro
     };
     let mut terms = Vec::new();
     for (i, t) in req.node_selector_terms.iter().enumerate() {
-        let mut exprs = Vec::new();
-        for (j, e) in t.match_expressions.iter().flatten().enumerate() {
-            let field = || {
-                format!(
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchExpressions[{j}]"
-                )
-            };
-            let operator = match e.operator.as_str() {
-                "In" => NodeSelectorOp::In,
-                "NotIn" => NodeSelectorOp::NotIn,
-                "Exists" => NodeSelectorOp::Exists,
-                "DoesNotExist" => NodeSelectorOp::DoesNotExist,
-                other => {
-                    return Err(field_err(
-                        obj,
-                        &field(),
-                        format!(
-                            "operator {other:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist)"
-                        ),
-                    ));
-                }
-            };
-            exprs.push(NodeSelectorRequirement {
-                key: e.key.clone(),
-                operator,
-                values: e.values.clone().unwrap_or_default(),
-            });
-        }
-        if t.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
-            return Err(field_err(
-                obj,
-                &format!(
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}].matchFields"
-                ),
-                "matchFields is not supported by gpusched",
-            ));
-        }
-        terms.push(NodeSelectorTerm {
-            match_expressions: exprs,
-        });
+        terms.push(crate::podapi::node_term(
+            t,
+            obj,
+            &format!(
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+            ),
+        )?);
     }
     Ok(terms)
 }

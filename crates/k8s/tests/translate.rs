@@ -468,3 +468,40 @@ fn gang_members_count_in_their_groups_queue() {
     assert_eq!(queue_of("m1"), "research");
     assert_eq!(queue_of("lone"), "default");
 }
+
+/// Required node affinity goes through the one node-term reader: an
+/// operator gpusched does not understand, or `matchFields`, is refused
+/// naming the term and the expression.
+#[test]
+fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
+    let mut v = gpu_pod("g", json!({"nvidia.com/gpu": "1"}), json!({}));
+    let term = |e: Value| {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, e]}}})
+    };
+    v["spec"]["affinity"] = term(json!({"matchExpressions": [
+        {"key": "gpus", "operator": "Gt", "values": ["4"]}]}));
+    let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
+        panic!("accepted")
+    };
+    assert!(
+        error.contains("nodeSelectorTerms[1].matchExpressions[0]") && error.contains("\"Gt\""),
+        "{error}"
+    );
+    v["spec"]["affinity"] = term(json!({"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}));
+    let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
+        panic!("accepted")
+    };
+    assert!(
+        error.contains("nodeSelectorTerms[1].matchFields"),
+        "{error}"
+    );
+    // the supported ones translate
+    v["spec"]["affinity"] = term(json!({"matchExpressions": [
+        {"key": "zone", "operator": "NotIn", "values": ["b"]}]}));
+    assert!(
+        matches!(translate::pod(&pod(v)).kind, PodKind::Pending { .. }),
+        "NotIn refused"
+    );
+}
