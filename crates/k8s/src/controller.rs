@@ -239,17 +239,20 @@ pub async fn run_with_client(
                 "cycle"
             );
         }
-        let classes = gpusched_plugins::classify::classify_cycle(&out, &built.snapshot);
-        exec.apply(&out, &built, &classes);
-        if last_status.elapsed() >= STATUS_INTERVAL {
+        // why pods wait, for status and metrics: on the cycles that publish
+        // them, not every cycle
+        let classes = (last_status.elapsed() >= STATUS_INTERVAL)
+            .then(|| gpusched_plugins::classify::classify_cycle(&out, &built.snapshot));
+        exec.apply(&out, &built, classes.as_ref());
+        if let Some(classes) = &classes {
             last_status = Instant::now();
-            metrics.observe_cycle(&built, &out, &classes);
+            metrics.observe_cycle(&built, &out, classes);
             let (counts, observed) =
                 shared.with(|w| (w.group_counts(), w.observed_status().clone()));
             exec.publish_status(&built, &counts, &observed);
         }
         if opts.http_addr.is_some() {
-            health.publish(built, out, classes, cycle_ms);
+            health.publish(built, out, cycle_ms);
         }
     }
     tracing::info!("shutting down: waiting for bindings in flight");

@@ -73,7 +73,6 @@ const AUTH_CACHE_MAX: usize = 1024;
 struct Latest {
     built: Built,
     out: CycleOutput,
-    classes: BTreeMap<gpusched_core::PodId, Vec<gpusched_plugins::classify::PendingClass>>,
     now_ms: u64,
 }
 
@@ -166,19 +165,8 @@ impl Server {
     }
 
     /// Keeps a cycle's input and output for the debug endpoint.
-    pub fn publish(
-        &self,
-        built: Built,
-        out: CycleOutput,
-        classes: BTreeMap<gpusched_core::PodId, Vec<gpusched_plugins::classify::PendingClass>>,
-        now_ms: u64,
-    ) {
-        let new = Arc::new(Latest {
-            built,
-            out,
-            classes,
-            now_ms,
-        });
+    pub fn publish(&self, built: Built, out: CycleOutput, now_ms: u64) {
+        let new = Arc::new(Latest { built, out, now_ms });
         // the old one is dropped after the lock is released
         let old = self
             .latest
@@ -393,8 +381,11 @@ impl Server {
         // one classification: the reasons the Queue's and PodGroups'
         // status show, gated and invalid pods (which the core never sees)
         // included
+        // classified on request, not in every cycle
+        let classes =
+            gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
         let mut by = gpusched_plugins::classify::queue_pending_by_reason(
-            &latest.classes,
+            &classes,
             &latest.built.snapshot,
             name,
         );

@@ -226,12 +226,16 @@ impl Executor {
     }
 
     /// Carries out one cycle's output. `built` is the snapshot it was made from.
-    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`].
+    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`]
+    /// on cycles that publish status (the PodGroup and Queue reasons are
+    /// counted from it); on other cycles `None`, and only pods whose
+    /// condition is rewritten are classified (classification walks the
+    /// nodes' GPUs: not for every pending pod in every cycle).
     pub fn apply(
         &mut self,
         out: &CycleOutput,
         built: &Built,
-        classes: &BTreeMap<gpusched_core::PodId, Vec<PendingClass>>,
+        classes: Option<&BTreeMap<gpusched_core::PodId, Vec<PendingClass>>>,
     ) {
         let snap = &built.snapshot;
         let mut bound: BTreeSet<u32> = BTreeSet::new();
@@ -351,27 +355,35 @@ impl Executor {
             };
             unschedulable += 1;
             let message = e.message();
-            let classes = classes.get(&e.pod).map(Vec::as_slice).unwrap_or(&[]);
-            if let Some(ps) = snap.pods.get(e.pod as usize) {
+            let counted = classes.map(|c| c.get(&e.pod).map(Vec::as_slice).unwrap_or(&[]));
+            if let (Some(cls), Some(ps)) = (counted, snap.pods.get(e.pod as usize)) {
                 *queue_waiting
                     .entry(ps.pod.queue.clone())
                     .or_default()
-                    .entry(classes.first().copied().unwrap_or(PendingClass::FitsNow))
+                    .entry(cls.first().copied().unwrap_or(PendingClass::FitsNow))
                     .or_default() += 1;
-            }
-            if let (Some(g), Some(&c)) = (
-                snap.pods
-                    .get(e.pod as usize)
-                    .and_then(|ps| ps.pod.group.as_ref()),
-                classes.first(),
-            ) && group_waiting.get(g).is_none_or(|(had, _)| c < *had)
-            {
-                group_waiting.insert(g.clone(), (c, message.clone()));
+                if let (Some(g), Some(&c)) = (ps.pod.group.as_ref(), cls.first())
+                    && group_waiting.get(g).is_none_or(|(had, _)| c < *had)
+                {
+                    group_waiting.insert(g.clone(), (c, message.clone()));
+                }
             }
             if !self.should_explain(&pr.uid, &message) {
                 continue;
             }
-            let reason = gpusched_plugins::classify::condition_reason(e, classes);
+            let own;
+            let cls = match counted {
+                Some(c) => c,
+                None => {
+                    own = snap
+                        .pods
+                        .get(e.pod as usize)
+                        .map(|ps| gpusched_plugins::classify::classify(e, &ps.pod, snap))
+                        .unwrap_or_default();
+                    &own
+                }
+            };
+            let reason = gpusched_plugins::classify::condition_reason(e, cls);
             self.event(
                 pod_ref(&pr.namespace, &pr.name, &pr.uid),
                 EventType::Warning,
@@ -381,8 +393,10 @@ impl Executor {
             );
             self.pod_condition(&pr.namespace, &pr.name, reason, &message);
         }
-        self.group_waiting = group_waiting;
-        self.queue_waiting = queue_waiting;
+        if classes.is_some() {
+            self.group_waiting = group_waiting;
+            self.queue_waiting = queue_waiting;
+        }
         for _ in 0..unschedulable {
             self.metrics.attempt("unschedulable");
         }
