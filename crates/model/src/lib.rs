@@ -5,6 +5,7 @@
 //! the node agent all share these types. The node agent shares only
 //! [`topology`] (GPU-set scoring) and [`spec`] (the node/cluster vocabulary).
 
+pub mod dra;
 pub mod duration;
 pub mod gpu;
 pub mod labels;
