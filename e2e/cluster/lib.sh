@@ -7,13 +7,13 @@ E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 # any clone on the same machine reuses them.
 E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 
-# All components, in build order. kube-controller-manager, jobset and lws
-# are for the workload e2e tests (crates/k8s/tests/workloads_e2e.rs), which
-# start them; `cluster up` does not. kubelet and fakecri are for the
+# All components, in build order. kube-controller-manager, jobset, lws,
+# kuberay, mpi-operator and training-operator are for the workload e2e tests
+# (crates/k8s/tests/workloads_e2e.rs, operators_e2e.rs), which start them; `cluster up` does not. kubelet and fakecri are for the
 # real-kubelet suite (crates/node-agent/tests/kubelet_e2e.rs, started by
 # e2e/cluster/kubelet); fakecri is our own program (fakecri/), versioned by
 # a hash of its sources.
-E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws kubelet fakecri)
+E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws kuberay mpi-operator training-operator kubelet fakecri)
 
 # component_module <component>: the wrapper module directory name.
 component_module() {
@@ -23,6 +23,7 @@ component_module() {
     kwok) echo kwok ;;
     jobset) echo jobset ;;
     lws) echo lws ;;
+    kuberay|mpi-operator|training-operator) echo "$1" ;;
     fakecri) echo ../fakecri ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -36,6 +37,9 @@ component_upstream() {
     kwok) echo sigs.k8s.io/kwok ;;
     jobset) echo sigs.k8s.io/jobset ;;
     lws) echo sigs.k8s.io/lws ;;
+    kuberay) echo github.com/ray-project/kuberay/ray-operator ;;
+    mpi-operator) echo github.com/kubeflow/mpi-operator ;;
+    training-operator) echo github.com/kubeflow/training-operator ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -51,6 +55,9 @@ component_package() {
     kwok) echo sigs.k8s.io/kwok/cmd/kwok ;;
     jobset) echo sigs.k8s.io/jobset ;;
     lws) echo sigs.k8s.io/lws/cmd ;;
+    kuberay) echo github.com/ray-project/kuberay/ray-operator ;;
+    mpi-operator) echo github.com/kubeflow/mpi-operator/cmd/mpi-operator ;;
+    training-operator) echo github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
     fakecri) echo . ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -92,6 +99,9 @@ component_env_key() {
     kwok) echo GPUSCHED_E2E_KWOK_BIN ;;
     jobset) echo GPUSCHED_E2E_JOBSET_BIN ;;
     lws) echo GPUSCHED_E2E_LWS_BIN ;;
+    kuberay) echo GPUSCHED_E2E_KUBERAY_BIN ;;
+    mpi-operator) echo GPUSCHED_E2E_MPI_OPERATOR_BIN ;;
+    training-operator) echo GPUSCHED_E2E_TRAINING_OPERATOR_BIN ;;
     kubelet) echo GPUSCHED_E2E_KUBELET_BIN ;;
     fakecri) echo GPUSCHED_E2E_FAKECRI_BIN ;;
   esac

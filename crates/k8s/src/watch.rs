@@ -521,6 +521,12 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         WorkloadKind::MpiJob,
         "mpijob"
     );
+    kubeflow!(
+        workloads::MpiJobV1,
+        ObjectKind::MpiJobV1,
+        WorkloadKind::MpiJobV1,
+        "mpijob"
+    );
     use k8s_openapi::api::scheduling::v1beta1::PodGroup as UpstreamPodGroup;
     optional!(
         UpstreamPodGroup,

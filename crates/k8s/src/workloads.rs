@@ -46,8 +46,8 @@ pub const LABEL_RAY_CLUSTER: &str = "ray.io/cluster";
 pub const LABEL_KUBEFLOW_JOB_NAME: &str = "training.kubeflow.org/job-name";
 /// Label the Kubeflow training-operator and the MPI Operator put on their
 /// pods: which controller (`pytorchjob-controller`, `tfjob-controller`,
-/// `mpi-operator`; the training-operator's own `mpijob-controller` is not
-/// mapped: when its launcher is made is not verified here).
+/// `mpijob-controller` — the training-operator's v1 MPIJob — and
+/// `mpi-operator`).
 pub const LABEL_KUBEFLOW_OPERATOR: &str = "training.kubeflow.org/operator-name";
 /// Label the LeaderWorkerSet controller puts on its pods: the set's name.
 pub const LABEL_LWS_NAME: &str = "leaderworkerset.sigs.k8s.io/name";
@@ -277,6 +277,7 @@ macro_rules! kubeflow_kind {
 kubeflow_kind!(PyTorchJob, "PyTorchJob", "v1", "pytorchjobs");
 kubeflow_kind!(TfJob, "TFJob", "v1", "tfjobs");
 kubeflow_kind!(MpiJob, "MPIJob", "v2beta1", "mpijobs");
+kubeflow_kind!(MpiJobV1, "MPIJob", "v1", "mpijobs");
 
 /// Which controller a workload belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -295,6 +296,10 @@ pub enum WorkloadKind {
     TfJob,
     /// MPI Operator `kubeflow.org/v2beta1` MPIJob.
     MpiJob,
+    /// Kubeflow training-operator `kubeflow.org/v1` MPIJob (the same
+    /// resource as the MPI Operator's, in the older version: a cluster
+    /// serves one or the other).
+    MpiJobV1,
 }
 
 impl WorkloadKind {
@@ -307,7 +312,7 @@ impl WorkloadKind {
             WorkloadKind::RayCluster => "raycluster",
             WorkloadKind::PyTorchJob => "pytorchjob",
             WorkloadKind::TfJob => "tfjob",
-            WorkloadKind::MpiJob => "mpijob",
+            WorkloadKind::MpiJob | WorkloadKind::MpiJobV1 => "mpijob",
         }
     }
 
@@ -321,6 +326,7 @@ impl WorkloadKind {
             WorkloadKind::PyTorchJob => "PyTorchJob",
             WorkloadKind::TfJob => "TFJob",
             WorkloadKind::MpiJob => "MPIJob.v2beta1.kubeflow.org",
+            WorkloadKind::MpiJobV1 => "MPIJob.v1.kubeflow.org",
         }
     }
 }
@@ -395,6 +401,7 @@ pub fn member(labels: &BTreeMap<String, String>) -> Option<Member> {
             Some("pytorchjob-controller") => WorkloadKind::PyTorchJob,
             Some("tfjob-controller") => WorkloadKind::TfJob,
             Some("mpi-operator") => WorkloadKind::MpiJob,
+            Some("mpijob-controller") => WorkloadKind::MpiJobV1,
             _ => return None,
         };
         return Some(Member {
@@ -728,14 +735,19 @@ pub fn kubeflow_job(
     if !gang_wanted(meta, &obj)? {
         return done(Gang::Off("opted out (gpusched.io/gang: \"false\")"));
     }
-    let wait_for_workers = spec.launcher_creation_policy.as_deref() == Some("WaitForWorkersReady");
+    // The training-operator's v1 MPIJob sizes its replicas as the MPI
+    // Operator does (workers default to 0) and makes its launcher with its
+    // workers, in the same pass: the `AtStartup` shape.
+    let mpi = matches!(kind, WorkloadKind::MpiJob | WorkloadKind::MpiJobV1);
+    let wait_for_workers = kind == WorkloadKind::MpiJob
+        && spec.launcher_creation_policy.as_deref() == Some("WaitForWorkersReady");
     let min_available = spec
         .run_policy
         .as_ref()
         .and_then(|r| r.scheduling_policy.as_ref())
         .and_then(|s| s.min_available);
     let total: i64 = match min_available {
-        Some(m) if !(kind == WorkloadKind::MpiJob && wait_for_workers) => m,
+        Some(m) if !wait_for_workers => m,
         _ => {
             let mut total: i64 = 0;
             for (field, v) in &spec.rest {
@@ -747,14 +759,10 @@ pub fn kubeflow_job(
                 };
                 for (rtype, r) in types {
                     let launcher = rtype.eq_ignore_ascii_case("launcher");
-                    if kind == WorkloadKind::MpiJob && launcher && wait_for_workers {
+                    if launcher && wait_for_workers {
                         continue;
                     }
-                    let default = if kind == WorkloadKind::MpiJob && !launcher {
-                        0
-                    } else {
-                        1
-                    };
+                    let default = if mpi && !launcher { 0 } else { 1 };
                     let n = match r.get("replicas") {
                         None | Some(serde_json::Value::Null) => default,
                         Some(v) => v.as_i64().ok_or_else(|| {
@@ -1081,6 +1089,48 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(m.kind, WorkloadKind::MpiJob);
+        // the training-operator's v1 MPIJob: the launcher and the workers
+        // (none unless given), made together; no launcher policy
+        let v1: MpiJobV1 = serde_json::from_value(json!({
+            "apiVersion": "kubeflow.org/v1", "kind": "MPIJob",
+            "metadata": {"name": "m1", "namespace": "ml"},
+            "spec": {"mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {}},
+                "Worker": {"replicas": 3, "template": {}}}}
+        }))
+        .unwrap();
+        assert_eq!(
+            kubeflow_job(WorkloadKind::MpiJobV1, &v1.metadata, &v1.spec)
+                .unwrap()
+                .gang,
+            Gang::Whole { min_member: 4 }
+        );
+        let mut no_workers = v1.clone();
+        no_workers.spec.rest.insert(
+            "mpiReplicaSpecs".into(),
+            json!({"Launcher": {"template": {}}, "Worker": {"template": {}}}),
+        );
+        assert_eq!(
+            kubeflow_job(
+                WorkloadKind::MpiJobV1,
+                &no_workers.metadata,
+                &no_workers.spec
+            )
+            .unwrap()
+            .gang,
+            Gang::Whole { min_member: 1 }
+        );
+        let m = member(&labels(&[
+            (LABEL_KUBEFLOW_JOB_NAME, "m1"),
+            (LABEL_KUBEFLOW_OPERATOR, "mpijob-controller"),
+        ]))
+        .unwrap();
+        assert_eq!(m.kind, WorkloadKind::MpiJobV1);
+        assert_eq!(
+            group_of("ml", &m, None).unwrap().0,
+            "ml/mpijob:m1",
+            "one group name for both MPIJob versions"
+        );
         // an operator not known here: not a member of anything
         assert_eq!(
             member(&labels(&[

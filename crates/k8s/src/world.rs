@@ -51,6 +51,8 @@ pub enum ObjectKind {
     TfJob,
     /// MPI Operator MPIJobs (`kubeflow.org/v2beta1`).
     MpiJob,
+    /// training-operator MPIJobs (`kubeflow.org/v1`).
+    MpiJobV1,
 }
 
 /// A placement the scheduler made and is binding.
@@ -346,7 +348,8 @@ impl World {
             | ObjectKind::RayCluster
             | ObjectKind::PyTorchJob
             | ObjectKind::TfJob
-            | ObjectKind::MpiJob => {
+            | ObjectKind::MpiJob
+            | ObjectKind::MpiJobV1 => {
                 let k = workload_kind(kind);
                 self.workloads
                     .keys()
@@ -387,7 +390,8 @@ impl World {
             | ObjectKind::RayCluster
             | ObjectKind::PyTorchJob
             | ObjectKind::TfJob
-            | ObjectKind::MpiJob => {
+            | ObjectKind::MpiJob
+            | ObjectKind::MpiJobV1 => {
                 if let Some(k) = workload_kind(kind) {
                     self.workloads.remove(&(k, key.to_string()));
                     self.generation += 1;
@@ -1060,6 +1064,7 @@ fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
         ObjectKind::PyTorchJob => Some(WorkloadKind::PyTorchJob),
         ObjectKind::TfJob => Some(WorkloadKind::TfJob),
         ObjectKind::MpiJob => Some(WorkloadKind::MpiJob),
+        ObjectKind::MpiJobV1 => Some(WorkloadKind::MpiJobV1),
         _ => None,
     }
 }

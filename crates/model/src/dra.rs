@@ -59,7 +59,14 @@ mod tests {
         for i in [0, 7, 15, 1023] {
             assert_eq!(gpu_device_index(&gpu_device_name(i)), Some(i));
         }
-        for bad in ["gpu-", "gpu-01", "gpu--1", "gpu-x", "mig-0", "gpu-99999999999"] {
+        for bad in [
+            "gpu-",
+            "gpu-01",
+            "gpu--1",
+            "gpu-x",
+            "mig-0",
+            "gpu-99999999999",
+        ] {
             assert_eq!(gpu_device_index(bad), None, "{bad}");
         }
     }

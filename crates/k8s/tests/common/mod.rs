@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod controllers;
+
 use gpusched_k8s::controller::{self, Options};
 use gpusched_k8s::crd::{PodGroup, Queue};
 use gpusched_k8s::decision::{ANNOTATION_DECISION, GpuDecision};
