@@ -4,23 +4,27 @@
 
 use clap::Args;
 use gpusched_k8s::doctor::{self, DoctorOptions, probe::ProbeOptions};
+use crate::kubectl::{KubeFlags, Output};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// Flags of `gpusched doctor`.
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// Kubeconfig file (default: in-cluster credentials, then $KUBECONFIG / ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Print the report as JSON (for automation).
-    #[arg(long)]
+    #[command(flatten)]
+    kube: KubeFlags,
+    /// Output format: text, json or yaml (camelCase fields; for
+    /// automation). `wide` is text.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Same as `-o json` (kept for scripts written before `-o`).
+    #[arg(long, hide = true, conflicts_with = "output")]
     json: bool,
     /// Also run a pod asking one GPU (`nvidia-smi -L`) and report what it saw; deleted afterwards.
     #[arg(long)]
     probe: bool,
     /// Report only pods of this namespace (nodes are always checked); the probe runs here.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     namespace: Option<String>,
     /// Scheduler configuration the pending pods are explained with (default: built-in).
     #[arg(long, value_name = "SCHEDULER_CONFIG.yaml")]
@@ -54,7 +58,8 @@ pub const EXIT_ERROR: i32 = 3;
 pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
     let config = crate::scheduler::read_config(a.config.as_deref())?;
     let opts = DoctorOptions {
-        kubeconfig: a.kubeconfig,
+        kubeconfig: a.kube.kubeconfig.clone(),
+        context: a.kube.context.clone(),
         probe: a.probe.then(|| ProbeOptions {
             namespace: a.namespace.clone().unwrap_or_else(|| "default".into()),
             image: a.probe_image,
@@ -76,10 +81,7 @@ pub fn run(a: DoctorArgs) -> anyhow::Result<()> {
             std::process::exit(EXIT_ERROR);
         }
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render());
-    }
+    let output = if a.json { Output::Json } else { a.output };
+    crate::kubectl::print(&report, output, |_| report.render())?;
     std::process::exit(report.exit_code);
 }

@@ -5,9 +5,10 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use gpusched_core::report::{self, CycleView, PodReport, QueueReport};
+use crate::kubectl::{KubeFlags, Output, print};
+use gpusched_core::report::{self, CycleView, PendingList, PodReport, QueueReport};
 use gpusched_core::{CycleOutput, Snapshot};
-use gpusched_k8s::debug::{Fetched, Target};
+use gpusched_k8s::debug::{Target, TokenSource};
 use std::path::PathBuf;
 
 /// `gpusched explain …`.
@@ -20,9 +21,10 @@ pub enum ExplainCmd {
         /// The pod: NAMESPACE/NAME, or NAME with --namespace (with
         /// --from-sim: the simulator's pod name, e.g. `train-3-p0`).
         pod: String,
-        /// Namespace of the pod when POD has none.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
+        /// Namespace of the pod when POD has none (default: the
+        /// kubeconfig context's, else `default`).
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
         #[command(flatten)]
         source: Source,
     },
@@ -36,12 +38,32 @@ pub enum ExplainCmd {
     },
 }
 
+/// `gpusched pending`: the pending pods in queue order with their reasons.
+#[derive(clap::Args, Debug)]
+pub struct PendingArgs {
+    /// Only this queue's pods.
+    #[arg(long, short = 'q', value_name = "QUEUE")]
+    queue: Option<String>,
+    /// Only pods of this namespace (default: every namespace; queues are
+    /// cluster-wide).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    #[command(flatten)]
+    source: Source,
+}
+
 /// Where the report comes from, and how it is printed.
 #[derive(Args, Debug)]
 pub struct Source {
-    /// Print the report as JSON.
-    #[arg(long)]
+    /// Output format: text, wide (tables: every column), json or yaml
+    /// (camelCase fields).
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Same as `-o json` (kept for scripts written before `-o`).
+    #[arg(long, hide = true, conflicts_with = "output")]
     json: bool,
+    #[command(flatten)]
+    kube: KubeFlags,
     /// The scheduler's address (e.g. `https://10.0.0.5:10259`); default:
     /// through the apiserver's proxy to the scheduler's Service.
     #[arg(long, value_name = "URL")]
@@ -58,12 +80,15 @@ pub struct Source {
     #[arg(long, value_parser = ["https", "http"], default_value = "https")]
     scheme: String,
     /// Bearer token for the scheduler (default: the kubeconfig user's
-    /// token, if it has one).
+    /// token; a user without one — client certificate, exec plugin — gets a
+    /// 10-minute token of --token-service-account).
     #[arg(long)]
     token: Option<String>,
-    /// Kubeconfig (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
+    /// The ServiceAccount (in --scheduler-namespace) whose short-lived
+    /// token is used when the kubeconfig user has none (the chart's
+    /// reader; `""`: send none).
+    #[arg(long, value_name = "NAME", default_value = gpusched_k8s::debug::READER_SERVICE_ACCOUNT)]
+    token_service_account: String,
     /// Namespace of the scheduler's Service (for the proxy).
     #[arg(long, default_value = "gpusched-system")]
     scheduler_namespace: String,
@@ -102,6 +127,12 @@ pub struct Source {
     policy: Option<String>,
 }
 
+impl Source {
+    fn output(&self) -> Output {
+        if self.json { Output::Json } else { self.output }
+    }
+}
+
 pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
     match cmd {
         ExplainCmd::Pod {
@@ -126,11 +157,15 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
             } else {
                 let key = match pod.split_once('/') {
                     Some(_) => pod.clone(),
-                    None => format!("{namespace}/{pod}"),
+                    None => {
+                        let ns = namespace
+                            .unwrap_or_else(|| crate::kubectl::default_namespace(&source.kube));
+                        format!("{ns}/{pod}")
+                    }
                 };
                 fetch_json(&source, &format!("/debug/pods/{key}"))?
             };
-            print(&r, source.json)
+            print(&r, source.output(), |_| r.to_string())
         }
         ExplainCmd::Queue { queue, source } => {
             let r: QueueReport = if source.from_sim {
@@ -150,23 +185,45 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
             } else {
                 fetch_json(&source, &format!("/debug/queues/{queue}"))?
             };
-            print(&r, source.json)
+            print(&r, source.output(), |_| r.to_string())
         }
     }
 }
 
-fn print<T: serde::Serialize + std::fmt::Display>(r: &T, json: bool) -> anyhow::Result<()> {
-    use std::io::Write;
-    let text = if json {
-        serde_json::to_string_pretty(r)? + "\n"
+/// `gpusched pending [--queue Q]`.
+pub fn pending(a: PendingArgs) -> anyhow::Result<()> {
+    let source = &a.source;
+    let mut r: PendingList = if source.from_sim {
+        let (snap, out, now) = simulate(source, None)?;
+        let view = CycleView {
+            snapshot: &snap,
+            output: &out,
+            now_ms: now,
+        };
+        let classes = gpusched_plugins::classify::classify_cycle(&out, &snap);
+        let reason_of = |p| {
+            classes
+                .get(&p)
+                .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| cs.first())
+                .map(|c| c.reason_name().to_string())
+        };
+        report::pending_list(&view, a.queue.as_deref(), &reason_of).with_context(|| {
+            format!(
+                "queue {} is not in the simulation",
+                a.queue.clone().unwrap_or_default()
+            )
+        })?
     } else {
-        r.to_string()
+        match &a.queue {
+            Some(q) => fetch_json(source, &format!("/debug/pending/{q}"))?,
+            None => fetch_json(source, "/debug/pending")?,
+        }
     };
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
+    if let Some(ns) = &a.namespace {
+        let prefix = format!("{ns}/");
+        r.pods.retain(|p| p.pod.starts_with(&prefix));
     }
+    print(&r, source.output(), |wide| r.table(wide))
 }
 
 fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow::Result<T> {
@@ -186,21 +243,15 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
             https: s.scheme == "https",
         },
     };
-    let fetched: Fetched =
-        gpusched_k8s::debug::fetch_blocking(target, s.kubeconfig.as_deref(), path)?;
-    if fetched.status != 200 {
-        let msg = serde_json::from_str::<serde_json::Value>(&fetched.body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-            .unwrap_or_else(|| fetched.body.trim().to_string());
-        let hint = match fetched.status {
-            401 => " (pass --token, or use a kubeconfig user with a bearer token)",
-            403 => " (bind the gpusched-debug-reader ClusterRole; docs/explain.md)",
-            _ => "",
-        };
-        bail!("the scheduler answered {}: {msg}{hint}", fetched.status);
+    let tokens = TokenSource {
+        service_account: (!s.token_service_account.is_empty())
+            .then(|| (s.scheduler_namespace.clone(), s.token_service_account.clone())),
+    };
+    let answer = gpusched_k8s::debug::fetch_blocking(target.clone(), &s.kube.choice(), &tokens, path)?;
+    if answer.fetched.status != 200 {
+        bail!("{}", gpusched_k8s::debug::failure_text(&target, &answer));
     }
-    serde_json::from_str(&fetched.body)
+    serde_json::from_str(&answer.fetched.body)
         .with_context(|| format!("the scheduler's answer to {path} is not a report"))
 }
 

@@ -6,6 +6,7 @@ mod agent;
 mod bench;
 mod doctor;
 mod explain;
+mod kubectl;
 mod openb;
 mod scheduler;
 mod simulate;
@@ -43,6 +44,36 @@ enum Cmd {
     /// scheduler's debug endpoint or a simulator run (docs/explain.md).
     #[command(subcommand)]
     Explain(explain::ExplainCmd),
+    /// The pending pods in queue order with their reasons (all queues, or
+    /// one with --queue), from the scheduler's debug endpoint or --from-sim.
+    Pending(explain::PendingArgs),
+}
+
+/// `kubectl gpusched`: the binary run as `kubectl-gpusched` (a link or a
+/// copy on $PATH; plugin.yaml installs it so): only the verbs a kubectl
+/// user needs, with kubectl's flags.
+#[derive(Parser)]
+#[command(
+    name = "kubectl gpusched",
+    bin_name = "kubectl gpusched",
+    version,
+    about = "Why GPU pods wait, what queues hold, and whether the cluster's GPU scheduling is healthy (gpusched)"
+)]
+struct PluginCli {
+    #[command(subcommand)]
+    cmd: PluginCmd,
+}
+
+#[derive(Subcommand)]
+enum PluginCmd {
+    /// Why a pod is pending (or where it runs), or a queue's state.
+    #[command(subcommand)]
+    Explain(explain::ExplainCmd),
+    /// The pending pods in queue order with their reasons (all queues, or
+    /// one with --queue).
+    Pending(explain::PendingArgs),
+    /// Check the cluster's GPU scheduling health; exit 0 when healthy.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Runs the command; a failure is printed as one `error: …` line with its
@@ -60,8 +91,8 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<()> {
     // as a kubectl plugin (`kubectl gpusched explain …`: the binary linked
-    // or copied as `kubectl-gpusched` on $PATH) the arguments are the same;
-    // only the name in help and errors differs
+    // or copied as `kubectl-gpusched` on $PATH) only the plugin's verbs,
+    // with the same arguments
     let plugin = std::env::args_os()
         .next()
         .and_then(|a| {
@@ -70,16 +101,14 @@ fn run() -> anyhow::Result<()> {
                 .map(|f| f.to_string_lossy().starts_with("kubectl-gpusched"))
         })
         .unwrap_or(false);
-    let cli = if plugin {
-        use clap::{CommandFactory, FromArgMatches};
-        let m = Cli::command()
-            .name("kubectl gpusched")
-            .bin_name("kubectl gpusched")
-            .get_matches();
-        Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit())
-    } else {
-        Cli::parse()
-    };
+    if plugin {
+        return match PluginCli::parse().cmd {
+            PluginCmd::Explain(c) => explain::run(c),
+            PluginCmd::Pending(a) => explain::pending(a),
+            PluginCmd::Doctor(a) => doctor::run(a),
+        };
+    }
+    let cli = Cli::parse();
     match cli.cmd {
         Cmd::Simulate(a) => simulate::run(a),
         Cmd::Bench(a) => bench::run(a),
@@ -88,6 +117,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Crds(a) => scheduler::crds(a),
         Cmd::FakeNodes(a) => scheduler::fake_nodes(a),
         Cmd::Explain(c) => explain::run(c),
+        Cmd::Pending(a) => explain::pending(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Snapshot(a) => snapshot::run(a),
     }

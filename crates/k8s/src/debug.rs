@@ -3,8 +3,11 @@
 //!
 //! - `GET /debug/pods/NAMESPACE/NAME`: the pod's [`PodReport`] (JSON);
 //! - `GET /debug/queues/NAME`: the queue's [`QueueReport`] (JSON);
+//! - `GET /debug/pending` and `GET /debug/pending/QUEUE`: the pending pods
+//!   (of one queue) in queue order with their reasons
+//!   ([`report::PendingList`], JSON; `kubectl gpusched pending`);
 //!
-//! both from the leader's latest cycle. A standby answers 503 naming the
+//! all from the leader's latest cycle. A standby answers 503 naming the
 //! leader (the lease holder, which is the leader's pod name).
 //!
 //! With [`HttpAuth::Delegated`] a request to `/metrics` or `/debug/…` needs
@@ -68,6 +71,16 @@ pub const FORWARDED_AUTH_HEADER: &str = "x-gpusched-authorization";
 const AUTH_TTL: Duration = Duration::from_secs(10);
 /// At most this many cached answers (the cache is cleared when full).
 const AUTH_CACHE_MAX: usize = 1024;
+
+/// A debug path.
+enum Route {
+    /// `/debug/pods/NAMESPACE/NAME`.
+    Pod(String),
+    /// `/debug/queues/NAME`.
+    Queue(String),
+    /// `/debug/pending[/QUEUE]`.
+    Pending(Option<String>),
+}
 
 /// The last cycle of the leader.
 struct Latest {
@@ -260,16 +273,18 @@ impl Server {
         let parts: Vec<&str> = rest.split('/').collect();
         let route = match parts.as_slice() {
             ["pods", ns, name] if !ns.is_empty() && !name.is_empty() => {
-                Some((true, format!("{ns}/{name}")))
+                Some(Route::Pod(format!("{ns}/{name}")))
             }
-            ["queues", name] if !name.is_empty() => Some((false, name.to_string())),
+            ["queues", name] if !name.is_empty() => Some(Route::Queue(name.to_string())),
+            ["pending"] | ["pending", ""] => Some(Route::Pending(None)),
+            ["pending", name] => Some(Route::Pending(Some(name.to_string()))),
             _ => None,
         };
-        let Some((is_pod, key)) = route else {
+        let Some(route) = route else {
             return error(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "unknown debug path {path:?}: use /debug/pods/NAMESPACE/NAME or /debug/queues/NAME"
+                    "unknown debug path {path:?}: use /debug/pods/NAMESPACE/NAME, /debug/queues/NAME or /debug/pending[/QUEUE]"
                 ),
                 None,
             );
@@ -297,8 +312,8 @@ impl Server {
             output: &latest.out,
             now_ms: latest.now_ms,
         };
-        let body = if is_pod {
-            match self.pod(&latest, &view, &key) {
+        let body = match route {
+            Route::Pod(key) => match self.pod(&latest, &view, &key) {
                 Some(r) => serde_json::to_string_pretty(&r),
                 None => {
                     return error(
@@ -309,9 +324,8 @@ impl Server {
                         None,
                     );
                 }
-            }
-        } else {
-            match self.queue(&latest, &view, &key) {
+            },
+            Route::Queue(key) => match self.queue(&latest, &view, &key) {
                 Some(r) => serde_json::to_string_pretty(&r),
                 None => {
                     return error(
@@ -319,6 +333,33 @@ impl Server {
                         format!("queue {key} is not in the last cycle"),
                         None,
                     );
+                }
+            },
+            Route::Pending(queue) => {
+                let classes = gpusched_plugins::classify::classify_cycle(
+                    &latest.out,
+                    &latest.built.snapshot,
+                );
+                let reason_of = |p| {
+                    classes
+                        .get(&p)
+                        .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| {
+                            cs.first()
+                        })
+                        .map(|c| c.reason_name().to_string())
+                };
+                match report::pending_list(&view, queue.as_deref(), &reason_of) {
+                    Some(r) => serde_json::to_string_pretty(&r),
+                    None => {
+                        return error(
+                            StatusCode::NOT_FOUND,
+                            format!(
+                                "queue {} is not in the last cycle",
+                                queue.unwrap_or_default()
+                            ),
+                            None,
+                        );
+                    }
                 }
             }
         };
@@ -684,18 +725,68 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
     }
 }
 
-/// The kubeconfig user's bearer token, if it has one (a token or a token
-/// file; client certificates and exec plugins have none).
-pub async fn kubeconfig_token(path: Option<&std::path::Path>) -> Option<String> {
+/// Which kubeconfig, and which of its contexts (kubectl's `--kubeconfig`
+/// and `--context`).
+#[derive(Clone, Debug, Default)]
+pub struct KubeconfigChoice {
+    /// The file (default: `$KUBECONFIG`, then `~/.kube/config`, then the
+    /// in-cluster credentials).
+    pub path: Option<std::path::PathBuf>,
+    /// The context (default: the file's current context).
+    pub context: Option<String>,
+}
+
+impl KubeconfigChoice {
+    /// The namespace its context names, if the file and the context exist
+    /// and it names one (kubectl's default for `--namespace`).
+    pub fn context_namespace(&self) -> Option<String> {
+        let kc = match &self.path {
+            Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
+            None => kube::config::Kubeconfig::read().ok()?,
+        };
+        let name = self.context.clone().or(kc.current_context.clone())?;
+        kc.contexts
+            .iter()
+            .find(|c| c.name == name)?
+            .context
+            .as_ref()?
+            .namespace
+            .clone()
+    }
+
+    /// The client configuration it names. A missing or bad file, or an
+    /// unknown context, is one error naming it.
+    pub async fn config(&self) -> anyhow::Result<kube::Config> {
+        let opts = kube::config::KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let what = || match &self.context {
+            Some(c) => format!(" (context {c:?})"),
+            None => String::new(),
+        };
+        match &self.path {
+            Some(p) => {
+                let kc = kube::config::Kubeconfig::read_from(p)
+                    .with_context(|| format!("reading kubeconfig {}", p.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &opts)
+                    .await
+                    .with_context(|| format!("kubeconfig {}{}", p.display(), what()))
+            }
+            None if self.context.is_some() => kube::Config::from_kubeconfig(&opts)
+                .await
+                .with_context(|| format!("kubeconfig ($KUBECONFIG or ~/.kube/config){}", what())),
+            None => kube::Config::infer()
+                .await
+                .context("finding cluster credentials (no kubeconfig, not in a pod)"),
+        }
+    }
+}
+
+/// The configuration's bearer token, if its user has one (a token or a
+/// token file; client certificates and exec plugins have none).
+pub fn config_token(config: &kube::Config) -> Option<String> {
     use secrecy::ExposeSecret;
-    let kc = match path {
-        Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
-        None => kube::config::Kubeconfig::read().ok()?,
-    };
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .ok()?;
     if let Some(t) = &config.auth_info.token {
         return Some(t.expose_secret().to_string());
     }
@@ -705,47 +796,197 @@ pub async fn kubeconfig_token(path: Option<&std::path::Path>) -> Option<String> 
         .map(|s| s.trim().to_string())
 }
 
+/// The ServiceAccount the chart creates for readers of the debug endpoint
+/// (bound to `gpusched-debug-reader`): a kubeconfig user without a bearer
+/// token (client certificate, exec plugin) asks for a short-lived token of
+/// it (`kubectl create token`), which needs `create` on
+/// `serviceaccounts/token` — cluster admins have it.
+pub const READER_SERVICE_ACCOUNT: &str = "gpusched-debug-reader";
+
+/// A 10-minute token of the ServiceAccount `namespace/name` (TokenRequest).
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let tr = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            // the apiserver's minimum
+            expiration_seconds: Some(600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let r = api
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.code),
+            e => anyhow::Error::new(e),
+        })?;
+    r.status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .context("the TokenRequest's answer has no token")
+}
+
+/// How [`fetch_blocking`] authenticates to the scheduler when the target
+/// has no token.
+#[derive(Clone, Debug, Default)]
+pub struct TokenSource {
+    /// The ServiceAccount `(namespace, name)` to ask a token of when the
+    /// kubeconfig user has none (`None`: send no token).
+    pub service_account: Option<(String, String)>,
+}
+
+/// What the scheduler answered and what the CLI needs to explain a failure.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    /// The answer.
+    pub fetched: Fetched,
+    /// Where the token came from: `--token`, `kubeconfig`,
+    /// `serviceaccount NS/NAME`, or `none`.
+    pub token_from: String,
+}
+
 /// [`fetch`] on its own runtime, for the CLI: a target without a token
-/// gets the kubeconfig user's, if any; the proxy uses the kubeconfig.
+/// gets the kubeconfig user's; a user without one (client certificate,
+/// exec plugin) gets a short-lived token of `tokens.service_account`. The
+/// proxy uses the kubeconfig.
 pub fn fetch_blocking(
     mut target: Target,
-    kubeconfig: Option<&std::path::Path>,
+    kube: &KubeconfigChoice,
+    tokens: &TokenSource,
     path: &str,
-) -> anyhow::Result<Fetched> {
+) -> anyhow::Result<Answer> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async {
+        let proxy = matches!(target, Target::Proxy { .. });
+        // the endpoint needs no kubeconfig when --token is given
         let token = match &mut target {
             Target::Endpoint { token, .. } | Target::Proxy { token, .. } => token,
         };
+        let config = if proxy || token.is_none() {
+            match kube.config().await {
+                Ok(c) => Some(c),
+                Err(e) if proxy => return Err(e),
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let mut token_from = "--token".to_string();
         if token.is_none() {
-            *token = kubeconfig_token(kubeconfig).await;
+            token_from = "none".into();
+            if let Some(t) = config.as_ref().and_then(config_token) {
+                *token = Some(t);
+                token_from = "kubeconfig".into();
+            } else if let (Some(config), Some((ns, sa))) = (&config, &tokens.service_account) {
+                let mut c = config.clone();
+                c.default_retry = false;
+                let client = Client::try_from(c).context("building the API client")?;
+                let t = service_account_token(&client, ns, sa).await.with_context(|| {
+                    format!(
+                        "the kubeconfig user has no bearer token (client certificate or exec \
+                         plugin), and no token of ServiceAccount {ns}/{sa} could be had for it \
+                         (needs `create` on serviceaccounts/token there; pass --token, or see \
+                         docs/explain.md)"
+                    )
+                })?;
+                *token = Some(t);
+                token_from = format!("serviceaccount {ns}/{sa}");
+            }
         }
-        match &target {
-            Target::Endpoint { .. } => fetch(&target, None, path).await,
+        let fetched = match &target {
+            Target::Endpoint { .. } => fetch(&target, None, path).await?,
             Target::Proxy { .. } => {
-                let mut config = match kubeconfig {
-                    Some(p) => {
-                        let kc = kube::config::Kubeconfig::read_from(p)
-                            .with_context(|| format!("reading kubeconfig {}", p.display()))?;
-                        kube::Config::from_custom_kubeconfig(
-                            kc,
-                            &kube::config::KubeConfigOptions::default(),
-                        )
-                        .await
-                        .with_context(|| format!("kubeconfig {}", p.display()))?
-                    }
-                    None => kube::Config::infer()
-                        .await
-                        .context("finding cluster credentials")?,
-                };
+                let mut config = config.context("the service proxy needs a kubeconfig")?;
                 // a standby's 503 (passed on by the proxy) is an answer
                 config.default_retry = false;
                 let client = Client::try_from(config).context("building the API client")?;
-                fetch(&target, Some(&client), path).await
+                fetch(&target, Some(&client), path).await?
             }
-        }
+        };
+        Ok(Answer {
+            fetched,
+            token_from,
+        })
     })
+}
+
+/// One line for an answer other than 200: what the scheduler (or the
+/// apiserver's proxy before it) said, and what to do about it.
+pub fn failure_text(target: &Target, a: &Answer) -> String {
+    let f = &a.fetched;
+    let body: Option<serde_json::Value> = serde_json::from_str(&f.body).ok();
+    // the apiserver's own answers are Status objects
+    let status_obj = body
+        .as_ref()
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"));
+    let msg = body
+        .as_ref()
+        .and_then(|v| {
+            v.get("error")
+                .or_else(|| v.get("message"))
+                .and_then(|e| e.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| f.body.trim().to_string());
+    let (who, hint) = match (target, status_obj) {
+        (
+            Target::Proxy {
+                namespace, service, ..
+            },
+            Some(_),
+        ) => {
+            let hint = match f.status {
+                503 if msg.contains("no endpoints") => format!(
+                    "the Service {namespace}/{service} has no ready endpoints: is the scheduler \
+                     running and ready? (kubectl -n {namespace} get pods,endpointslices; \
+                     gpusched doctor)"
+                ),
+                404 => format!(
+                    "is gpusched installed in namespace {namespace} with the Service {service}? \
+                     (--scheduler-namespace, --service)"
+                ),
+                403 => format!(
+                    "you may not use the apiserver's proxy to {namespace}/{service}: bind the \
+                     chart's gpusched-debug-proxy Role (docs/explain.md)"
+                ),
+                502 | 503 => format!(
+                    "the apiserver could not reach the scheduler behind {namespace}/{service} \
+                     (--scheme http for a scheduler run with --http-auth none?)"
+                ),
+                _ => String::new(),
+            };
+            ("the apiserver's proxy", hint)
+        }
+        _ => {
+            let hint = match f.status {
+                401 if a.token_from == "none" => {
+                    "no token was sent: pass --token, or use a kubeconfig user with a bearer token"
+                        .to_string()
+                }
+                401 => format!("the token ({}) was refused", a.token_from),
+                403 => format!(
+                    "the token ({}) may not read the debug endpoint: bind the \
+                     gpusched-debug-reader ClusterRole (docs/explain.md)",
+                    a.token_from
+                ),
+                _ => String::new(),
+            };
+            ("the scheduler", hint)
+        }
+    };
+    if hint.is_empty() {
+        format!("{who} answered {}: {msg}", f.status)
+    } else {
+        format!("{who} answered {}: {msg} — {hint}", f.status)
+    }
 }

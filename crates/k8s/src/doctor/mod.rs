@@ -226,6 +226,8 @@ impl Report {
 pub struct DoctorOptions {
     /// Kubeconfig (`None`: in-cluster, then the default).
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig's context (`None`: its current one).
+    pub context: Option<String>,
     /// Report only pods of this namespace (nodes are always checked).
     pub namespace: Option<String>,
     /// The scheduler configuration the offline cycle runs with.
@@ -264,7 +266,12 @@ pub async fn diagnose(client: &kube::Client, opts: &DoctorOptions) -> anyhow::Re
 /// [`diagnose`] on its own runtime (for the binary).
 pub fn diagnose_blocking(opts: &DoctorOptions) -> anyhow::Result<Report> {
     gather::block_on(async {
-        let client = crate::controller::client(opts.kubeconfig.as_deref()).await?;
+        let choice = crate::debug::KubeconfigChoice {
+            path: opts.kubeconfig.clone(),
+            context: opts.context.clone(),
+        };
+        let client = kube::Client::try_from(choice.config().await?)
+            .map_err(|e| anyhow::anyhow!("building the API client: {e}"))?;
         diagnose(&client, opts).await
     })
 }
