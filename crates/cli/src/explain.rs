@@ -3,9 +3,9 @@
 //! service proxy) or from a simulator run (`--from-sim`). The reports are
 //! the core's (`gpusched_core::report`); this module fetches and prints.
 
+use crate::kubectl::{KubeFlags, Output, print};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use crate::kubectl::{KubeFlags, Output, print};
 use gpusched_core::report::{self, CycleView, PendingList, PodReport, QueueReport};
 use gpusched_core::{CycleOutput, Snapshot};
 use gpusched_k8s::debug::{Target, TokenSource};
@@ -244,10 +244,15 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
         },
     };
     let tokens = TokenSource {
-        service_account: (!s.token_service_account.is_empty())
-            .then(|| (s.scheduler_namespace.clone(), s.token_service_account.clone())),
+        service_account: (!s.token_service_account.is_empty()).then(|| {
+            (
+                s.scheduler_namespace.clone(),
+                s.token_service_account.clone(),
+            )
+        }),
     };
-    let answer = gpusched_k8s::debug::fetch_blocking(target.clone(), &s.kube.choice(), &tokens, path)?;
+    let answer =
+        gpusched_k8s::debug::fetch_blocking(target.clone(), &s.kube.choice(), &tokens, path)?;
     if answer.fetched.status != 200 {
         bail!("{}", gpusched_k8s::debug::failure_text(&target, &answer));
     }

@@ -68,3 +68,63 @@ pub fn default_namespace(k: &KubeFlags) -> String {
         .context_namespace()
         .unwrap_or_else(|| "default".to_string())
 }
+
+/// kubectl's habit `kubectl gpusched --context prod -n ml explain pod x`:
+/// the connection and output flags given before the verb move after the
+/// verb's arguments, where the verbs take them. Other arguments stay as
+/// they are (clap reports what it does not know).
+pub fn flags_last(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const WITH_VALUE: [&str; 5] = ["--kubeconfig", "--context", "--namespace", "-n", "-o"];
+    const WITH_VALUE_LONG: [&str; 1] = ["--output"];
+    let mut it = args.into_iter();
+    let mut out: Vec<std::ffi::OsString> = it.next().into_iter().collect();
+    let mut moved = Vec::new();
+    let mut rest: Vec<std::ffi::OsString> = it.collect();
+    while let Some(first) = rest.first().and_then(|a| a.to_str()).map(str::to_string) {
+        let name = first.split_once('=').map_or(first.as_str(), |(n, _)| n);
+        let takes_value = WITH_VALUE.contains(&name) || WITH_VALUE_LONG.contains(&name);
+        if !takes_value {
+            break;
+        }
+        moved.push(rest.remove(0));
+        if !first.contains('=') && !rest.is_empty() {
+            moved.push(rest.remove(0));
+        }
+    }
+    out.extend(rest);
+    out.extend(moved);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flags_last;
+
+    fn run(a: &[&str]) -> Vec<String> {
+        flags_last(a.iter().map(|s| s.into()).collect())
+            .into_iter()
+            .map(|s| s.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn flags_before_the_verb_move_after_it() {
+        assert_eq!(
+            run(&["k", "--context", "prod", "-n", "ml", "explain", "pod", "x"]),
+            ["k", "explain", "pod", "x", "--context", "prod", "-n", "ml"]
+        );
+        assert_eq!(
+            run(&["k", "--kubeconfig=/kc", "-o", "json", "pending"]),
+            ["k", "pending", "--kubeconfig=/kc", "-o", "json"]
+        );
+        // nothing to move, or a flag the plugin does not know: unchanged
+        assert_eq!(
+            run(&["k", "pending", "-n", "ml"]),
+            ["k", "pending", "-n", "ml"]
+        );
+        assert_eq!(
+            run(&["k", "--bogus", "pending"]),
+            ["k", "--bogus", "pending"]
+        );
+    }
+}

@@ -102,7 +102,8 @@ fn run() -> anyhow::Result<()> {
         })
         .unwrap_or(false);
     if plugin {
-        return match PluginCli::parse().cmd {
+        let args = kubectl::flags_last(std::env::args_os().collect());
+        return match PluginCli::parse_from(args).cmd {
             PluginCmd::Explain(c) => explain::run(c),
             PluginCmd::Pending(a) => explain::pending(a),
             PluginCmd::Doctor(a) => doctor::run(a),

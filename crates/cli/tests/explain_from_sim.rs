@@ -63,9 +63,15 @@ jobs:
 }
 
 fn explain(args: &[&str]) -> (bool, String, String) {
+    let mut all = vec!["explain"];
+    all.extend_from_slice(args);
+    sim(&all)
+}
+
+/// `gpusched ARGS --from-sim` on [`scenario`].
+fn sim(args: &[&str]) -> (bool, String, String) {
     let (cluster, workload) = scenario();
     let out = Command::new(env!("CARGO_BIN_EXE_gpusched"))
-        .arg("explain")
         .args(args)
         .arg("--from-sim")
         .arg("--cluster")
@@ -154,4 +160,40 @@ fn an_unknown_pod_is_a_clear_error() {
         err.contains("pod nope-p0 is not in the simulator's cycle at t=10m"),
         "{err}"
     );
+}
+
+/// `gpusched pending --from-sim`: the waiting pods by queue and queue
+/// order, each with the reason the Queue status counts.
+#[test]
+fn the_pending_list_from_the_simulator() {
+    let (ok, out, err) = sim(&["pending", "--at", "10m", "-o", "json"]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let pods = v["pods"].as_array().unwrap();
+    let row = |name: &str| {
+        pods.iter()
+            .find(|p| p["pod"] == name)
+            .unwrap_or_else(|| panic!("{name} not pending: {v}"))
+    };
+    assert_eq!(row("more-p0")["queue"], "capped");
+    assert_eq!(row("more-p0")["reason"], "QueueQuota");
+    assert_eq!(row("more-p0")["gpus"], "2");
+    assert_eq!(row("more-p0")["waitingMs"], 9 * 60_000);
+    for m in ["wide-p0", "wide-p1", "wide-p2"] {
+        assert_eq!(row(m)["queue"], "research");
+        assert_eq!(row(m)["group"], "wide");
+    }
+    // capped before research; the running base job is not listed
+    let queues: Vec<&str> = pods.iter().map(|p| p["queue"].as_str().unwrap()).collect();
+    let mut sorted = queues.clone();
+    sorted.sort();
+    assert_eq!(queues, sorted, "{v}");
+    assert!(pods.iter().all(|p| p["pod"] != "base-p0"), "{v}");
+    // one queue; an unknown one is an error naming it
+    let (ok, out, err) = sim(&["pending", "--at", "10m", "--queue", "research"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("QUEUE"), "{out}");
+    assert!(out.contains("wide-p0") && !out.contains("more-p0"), "{out}");
+    let (ok, _, err) = sim(&["pending", "--at", "10m", "--queue", "nope"]);
+    assert!(!ok && err.contains("queue nope"), "{err}");
 }

@@ -71,7 +71,12 @@ fn kubectl_plugin_help_lists_only_its_verbs() {
         &["doctor", "--help"],
     ] {
         let t = help(verb);
-        for flag in ["--kubeconfig", "--context", "-n, --namespace", "-o, --output"] {
+        for flag in [
+            "--kubeconfig",
+            "--context",
+            "-n, --namespace",
+            "-o, --output",
+        ] {
             assert!(t.contains(flag), "{verb:?} lacks {flag}:\n{t}");
         }
     }

@@ -128,7 +128,15 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
     .await;
     let (ok, _, err) = run(
         bin,
-        &["--kubeconfig", kc, "--context", "e2e", "explain", "pod", "x"],
+        &[
+            "--kubeconfig",
+            kc,
+            "--context",
+            "e2e",
+            "explain",
+            "pod",
+            "x",
+        ],
     )
     .await;
     assert!(!ok);
@@ -147,7 +155,11 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
         .await;
     let classes: kube::Api<k8s_openapi::api::scheduling::v1::PriorityClass> =
         kube::Api::all(c.client.clone());
-    create_obj(&classes, json!({"metadata": {"name": "high"}, "value": 1000})).await;
+    create_obj(
+        &classes,
+        json!({"metadata": {"name": "high"}, "value": 1000}),
+    )
+    .await;
     let pods = c.pods("ml");
     create(&pods, gpu_pod("plain", 2)).await;
     let capped = |name: &str| {
@@ -219,9 +231,11 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
 
     // explain a pod by bare name: the namespace is the context's (ml); the
     // admin has no token, so the CLI asks one of gpusched-debug-reader
-    let out = until(bin, &with(&["explain", "pod", "plain", "-o", "json"]), |o| {
-        serde_json::from_str::<Value>(o).is_ok_and(|v| v["status"].get("Bound").is_some())
-    })
+    let out = until(
+        bin,
+        &with(&["explain", "pod", "plain", "-o", "json"]),
+        |o| serde_json::from_str::<Value>(o).is_ok_and(|v| v["status"].get("Bound").is_some()),
+    )
     .await;
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["pod"], "ml/plain");
@@ -238,9 +252,9 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
         &with(&["pending", "--queue", "capped", "-o", "json"]),
         |o| {
             serde_json::from_str::<Value>(o).is_ok_and(|v| {
-                v["pods"].as_array().is_some_and(|p| {
-                    p.len() == 2 && p.iter().all(|e| e["reason"] == "QueueQuota")
-                })
+                v["pods"]
+                    .as_array()
+                    .is_some_and(|p| p.len() == 2 && p.iter().all(|e| e["reason"] == "QueueQuota"))
             })
         },
     )
@@ -257,17 +271,17 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
     assert_eq!(v["pods"][0]["priority"], 1000, "{v}");
     assert_eq!(v["pods"][0]["queue"], "capped");
     assert!(
-        v["pods"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("capped"),
+        v["pods"][0]["message"].as_str().unwrap().contains("capped"),
         "{v}"
     );
     // the table, and its wide form
     let (ok, out, err) = run(bin, &with(&["pending", "--queue", "capped"])).await;
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].starts_with("QUEUE") && lines[0].contains("REASON"), "{out}");
+    assert!(
+        lines[0].starts_with("QUEUE") && lines[0].contains("REASON"),
+        "{out}"
+    );
     assert!(
         lines[1].contains("ml/capped-3") && lines[2].contains("ml/capped-2"),
         "{out}"
@@ -281,13 +295,12 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
     assert!(!ok && err.contains("nope"), "{err}");
     // without a token (no ServiceAccount to ask one of) the scheduler
     // refuses, and the CLI says why
-    let (ok, _, err) = run(
-        bin,
-        &with(&["pending", "--token-service-account", ""]),
-    )
-    .await;
+    let (ok, _, err) = run(bin, &with(&["pending", "--token-service-account", ""])).await;
     assert!(!ok, "{err}");
-    assert!(err.contains("401") && err.contains("no token was sent"), "{err}");
+    assert!(
+        err.contains("401") && err.contains("no token was sent"),
+        "{err}"
+    );
 
     // through kubectl itself, when it is installed
     let kubectl_ok = Command::new("kubectl")
@@ -302,7 +315,11 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
             std::env::var("PATH").unwrap_or_default()
         );
         let mut args = vec!["gpusched".to_string()];
-        args.extend(with(&["pending", "--queue", "capped", "-o", "json"]).iter().map(|s| s.to_string()));
+        args.extend(
+            with(&["pending", "--queue", "capped", "-o", "json"])
+                .iter()
+                .map(|s| s.to_string()),
+        );
         let out = tokio::task::spawn_blocking(move || {
             Command::new("kubectl")
                 .args(&args)
@@ -313,7 +330,11 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
         })
         .await
         .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["pods"][0]["pod"], "ml/capped-3");
     }

@@ -1304,7 +1304,11 @@ pub fn pending_list(
         }
         let e = explained.get(&id);
         let reason = reason_of(id).unwrap_or_else(|| match e {
-            Some(e) => e.reasons.last().map_or("FitsNow", |r| r.label()).to_string(),
+            Some(e) => e
+                .reasons
+                .last()
+                .map_or("FitsNow", |r| r.label())
+                .to_string(),
             None => "NotExplained".to_string(),
         });
         pods.push(PendingEntry {

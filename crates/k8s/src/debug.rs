@@ -336,16 +336,12 @@ impl Server {
                 }
             },
             Route::Pending(queue) => {
-                let classes = gpusched_plugins::classify::classify_cycle(
-                    &latest.out,
-                    &latest.built.snapshot,
-                );
+                let classes =
+                    gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
                 let reason_of = |p| {
                     classes
                         .get(&p)
-                        .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| {
-                            cs.first()
-                        })
+                        .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| cs.first())
                         .map(|c| c.reason_name().to_string())
                 };
                 match report::pending_list(&view, queue.as_deref(), &reason_of) {
@@ -891,14 +887,16 @@ pub fn fetch_blocking(
                 let mut c = config.clone();
                 c.default_retry = false;
                 let client = Client::try_from(c).context("building the API client")?;
-                let t = service_account_token(&client, ns, sa).await.with_context(|| {
-                    format!(
-                        "the kubeconfig user has no bearer token (client certificate or exec \
+                let t = service_account_token(&client, ns, sa)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "the kubeconfig user has no bearer token (client certificate or exec \
                          plugin), and no token of ServiceAccount {ns}/{sa} could be had for it \
                          (needs `create` on serviceaccounts/token there; pass --token, or see \
                          docs/explain.md)"
-                    )
-                })?;
+                        )
+                    })?;
                 *token = Some(t);
                 token_from = format!("serviceaccount {ns}/{sa}");
             }
