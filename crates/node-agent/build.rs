@@ -1,10 +1,14 @@
-//! Compiles our own copies of the kubelet device plugin API and the
-//! PodResources API with protox (pure Rust), so building needs no `protoc`.
+//! Compiles our own copies of the kubelet device plugin API, the
+//! PodResources API, the DRA plugin API (v1, v1beta1) and the plugin
+//! registration API with protox (pure Rust), so building needs no `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/deviceplugin_v1beta1.proto",
         "proto/podresources_v1.proto",
+        "proto/dra_v1.proto",
+        "proto/dra_v1beta1.proto",
+        "proto/pluginregistration_v1.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

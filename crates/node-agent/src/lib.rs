@@ -1,5 +1,5 @@
 //! gpusched node agent: a kubelet device plugin (API v1beta1) for NVIDIA
-//! GPUs.
+//! GPUs, or a DRA kubelet plugin ([`dra`], `--mode dra`).
 //!
 //! Layers, from the bottom: [`backend`] finds GPUs and reports health facts;
 //! [`health`] turns facts into a recoverable health state; [`plan`] decides
@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod coord;
 pub mod decisions;
+pub mod dra;
 pub mod health;
 pub mod http;
 pub mod kube;
@@ -35,4 +36,23 @@ pub mod api {
 #[allow(clippy::all, missing_docs)]
 pub mod podresources_api {
     tonic::include_proto!("v1");
+}
+
+/// Generated code for the kubelet DRA plugin API, version v1.
+#[allow(clippy::all, missing_docs)]
+pub mod dra_v1 {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// Generated code for the kubelet DRA plugin API, version v1beta1.
+#[allow(clippy::all, missing_docs)]
+pub mod dra_v1beta1 {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+}
+
+/// Generated code for the kubelet plugin registration API
+/// (`pluginregistration`, used by DRA plugins).
+#[allow(clippy::all, missing_docs)]
+pub mod registration_api {
+    tonic::include_proto!("pluginregistration");
 }

@@ -139,6 +139,7 @@ impl FakeBackend {
                 index: g.index,
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
+                product_name: g.model.clone(),
                 memory_mib: g.memory_mib,
                 pci_bus_id: format!("0000:{:02x}:00.0", 0x18 + g.index * 0x10 % 0xe0),
                 minor: g.index,

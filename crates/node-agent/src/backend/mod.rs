@@ -27,6 +27,9 @@ pub struct GpuInfo {
     pub index: u32,
     pub uuid: String,
     pub model: String,
+    /// The product name as the driver reports it (`NVIDIA H100 80GB HBM3`);
+    /// the fake backend uses the model.
+    pub product_name: String,
     pub memory_mib: u64,
     /// PCI bus id, `0000:1b:00.0`.
     pub pci_bus_id: String,

@@ -166,6 +166,7 @@ impl DeviceBackend for NvmlBackend {
                 index: i,
                 uuid,
                 model: product_label(&name),
+                product_name: name.clone(),
                 memory_mib: mem.total >> 20,
                 pci_bus_id: pci.bus_id.clone(),
                 minor,

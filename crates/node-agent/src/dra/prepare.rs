@@ -1,0 +1,411 @@
+//! `NodePrepareResources` / `NodeUnprepareResources`: what a claim's
+//! allocation gives this node, the CDI spec that hands it to the runtime,
+//! and a checkpoint of prepared claims so that a restarted agent answers
+//! the kubelet exactly as before and never gives a prepared GPU twice.
+//!
+//! A claim is prepared when the API server's copy (read by namespace and
+//! name) has the UID the kubelet asked for, is allocated, is reserved for
+//! at least one consumer, and every device of this driver in its
+//! allocation is in this node's pool and names a GPU of this node. Both
+//! calls are idempotent: preparing a prepared claim returns what it
+//! returned the first time (without reading the API server), and
+//! unpreparing an unknown claim succeeds.
+
+use super::cdi;
+use crate::backend::{GpuInfo, Inventory};
+use crate::coord::BoxFuture;
+use gpusched_model::dra;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Reads claims from the API server (a fake in tests).
+pub trait ClaimSource: Send + Sync + 'static {
+    /// `Ok(None)` when the claim does not exist.
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ResourceClaim>, String>>;
+}
+
+/// The claim a kubelet names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl std::fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "claim {}/{} (uid {})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// One prepared device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    /// The claim's requests that got this device (`req` or `req/sub`).
+    pub request_names: Vec<String>,
+    pub pool: String,
+    pub device: String,
+    /// The GPU's UUID.
+    pub uuid: String,
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// One prepared claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedClaim {
+    pub claim: ClaimRef,
+    pub devices: Vec<PreparedDevice>,
+}
+
+/// The checkpoint file's content.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Always `v1`.
+    pub version: String,
+    /// Prepared claims by UID.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+/// Version of the checkpoint format.
+pub const CHECKPOINT_VERSION: &str = "v1";
+
+/// The checkpoint could not be read at start.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("cannot read DRA checkpoint {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "DRA checkpoint {path} is not valid: {why} (it records the claims this node prepared; fix or remove it once no pod on this node uses a claim of gpu.gpusched.io)"
+    )]
+    Invalid { path: PathBuf, why: String },
+    #[error("cannot rewrite the CDI spec {path} of a prepared claim: {source}")]
+    Cdi {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Checkpoint {
+    /// Reads `path`; a missing file is an empty checkpoint.
+    pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Checkpoint {
+                    version: CHECKPOINT_VERSION.into(),
+                    claims: BTreeMap::new(),
+                });
+            }
+            Err(source) => {
+                return Err(CheckpointError::Read {
+                    path: path.into(),
+                    source,
+                });
+            }
+        };
+        let c: Checkpoint =
+            serde_json::from_str(&text).map_err(|e| CheckpointError::Invalid {
+                path: path.into(),
+                why: e.to_string(),
+            })?;
+        if c.version != CHECKPOINT_VERSION {
+            return Err(CheckpointError::Invalid {
+                path: path.into(),
+                why: format!(
+                    "version {:?}, this agent reads {CHECKPOINT_VERSION:?}",
+                    c.version
+                ),
+            });
+        }
+        for (uid, p) in &c.claims {
+            if uid != &p.claim.uid {
+                return Err(CheckpointError::Invalid {
+                    path: path.into(),
+                    why: format!("entry {uid} holds {}", p.claim),
+                });
+            }
+        }
+        Ok(c)
+    }
+
+    /// Writes `path` (temporary name, then rename).
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)
+    }
+
+    /// The claim holding the GPU `uuid`, if any.
+    pub fn holder(&self, uuid: &str) -> Option<&ClaimRef> {
+        self.claims
+            .values()
+            .find(|p| p.devices.iter().any(|d| d.uuid == uuid))
+            .map(|p| &p.claim)
+    }
+}
+
+/// What the allocation of `claim` gives node `node`: each GPU (inventory
+/// position) with the requests that got it. Errors name the claim and say
+/// what is wrong.
+pub fn allocated_gpus(
+    claim: &ResourceClaim,
+    want: &ClaimRef,
+    node: &str,
+    inv: &Inventory,
+) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let uid = claim.metadata.uid.as_deref().unwrap_or("");
+    if uid != want.uid {
+        return Err(format!(
+            "{want}: the API server's claim has uid {uid:?} (deleted and created again?)"
+        ));
+    }
+    let status = claim.status.as_ref();
+    let Some(alloc) = status.and_then(|s| s.allocation.as_ref()) else {
+        return Err(format!("{want} is not allocated"));
+    };
+    if status
+        .and_then(|s| s.reserved_for.as_ref())
+        .is_none_or(|r| r.is_empty())
+    {
+        return Err(format!("{want} is not reserved for any pod"));
+    }
+    if let Some(sel) = &alloc.node_selector
+        && !selects_node(sel, node)
+    {
+        return Err(format!(
+            "{want} is allocated for other nodes (its node selector does not name node {node})"
+        ));
+    }
+    let mut out: Vec<(usize, Vec<String>)> = Vec::new();
+    let results = alloc.devices.as_ref().and_then(|d| d.results.as_ref());
+    for r in results.into_iter().flatten() {
+        if r.driver != dra::DRIVER {
+            continue;
+        }
+        if r.pool != node {
+            return Err(format!(
+                "{want}: device {} of request {:?} is in pool {:?}, not in this node's pool {node:?}",
+                r.device, r.request, r.pool
+            ));
+        }
+        if r.admin_access == Some(true) {
+            return Err(format!(
+                "{want}: request {:?} asks for admin access to {}, which this driver does not support yet",
+                r.request, r.device
+            ));
+        }
+        let Some(index) = dra::gpu_device_index(&r.device) else {
+            return Err(format!(
+                "{want}: device {:?} of request {:?} is not a device of {} (gpu-<index>)",
+                r.device,
+                r.request,
+                dra::DRIVER
+            ));
+        };
+        let Some(pos) = inv
+            .gpus
+            .iter()
+            .position(|g| g.index == index && !g.mig_enabled)
+        else {
+            return Err(format!(
+                "{want}: device {} of request {:?}: node {node} has no whole GPU with index {index}",
+                r.device, r.request
+            ));
+        };
+        match out.iter_mut().find(|(p, _)| *p == pos) {
+            Some((_, reqs)) => {
+                if !reqs.contains(&r.request) {
+                    reqs.push(r.request.clone());
+                }
+            }
+            None => out.push((pos, vec![r.request.clone()])),
+        }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{want}: its allocation has no device of driver {}",
+            dra::DRIVER
+        ));
+    }
+    Ok(out)
+}
+
+/// Whether a claim's node selector allows `node`. Terms on
+/// `metadata.name` (what allocators write) are checked; a term on labels
+/// only cannot be checked without the Node and is taken as allowing it.
+fn selects_node(sel: &k8s_openapi::api::core::v1::NodeSelector, node: &str) -> bool {
+    sel.node_selector_terms.iter().any(|t| {
+        let fields = t.match_fields.as_deref().unwrap_or(&[]);
+        fields.iter().all(|f| {
+            f.key != "metadata.name"
+                || match f.operator.as_str() {
+                    "In" => f.values.iter().flatten().any(|v| v == node),
+                    "NotIn" => !f.values.iter().flatten().any(|v| v == node),
+                    _ => false,
+                }
+        })
+    })
+}
+
+/// Prepares and unprepares claims; one at a time.
+pub struct Preparer {
+    node: String,
+    inventory: Inventory,
+    cdi_dir: PathBuf,
+    checkpoint_path: PathBuf,
+    device_nodes: bool,
+    claims: Arc<dyn ClaimSource>,
+    state: tokio::sync::Mutex<Checkpoint>,
+}
+
+impl Preparer {
+    /// Loads the checkpoint and rewrites the CDI specs of the claims it
+    /// holds (the CDI directory may be a tmpfs that lost them).
+    pub fn new(
+        node: &str,
+        inventory: Inventory,
+        cdi_dir: &Path,
+        checkpoint_path: &Path,
+        device_nodes: bool,
+        claims: Arc<dyn ClaimSource>,
+    ) -> Result<Preparer, CheckpointError> {
+        let state = Checkpoint::load(checkpoint_path)?;
+        let p = Preparer {
+            node: node.to_string(),
+            inventory,
+            cdi_dir: cdi_dir.to_path_buf(),
+            checkpoint_path: checkpoint_path.to_path_buf(),
+            device_nodes,
+            claims,
+            state: tokio::sync::Mutex::new(Checkpoint::default()),
+        };
+        for c in state.claims.values() {
+            let path = cdi::spec_path(&p.cdi_dir, &c.claim.uid);
+            let gpus: Vec<&GpuInfo> = c
+                .devices
+                .iter()
+                .filter_map(|d| p.inventory.gpus.iter().find(|g| g.uuid == d.uuid))
+                .collect();
+            if gpus.len() != c.devices.len() {
+                tracing::warn!(claim = %c.claim, "a GPU of this prepared claim is no longer on the node");
+            }
+            cdi::write(&path, &cdi::spec(&claim_label(&c.claim), &gpus, device_nodes))
+                .map_err(|source| CheckpointError::Cdi { path, source })?;
+        }
+        if !state.claims.is_empty() {
+            tracing::info!(
+                claims = state.claims.len(),
+                "restored prepared claims from the checkpoint"
+            );
+        }
+        let p = Preparer {
+            state: tokio::sync::Mutex::new(state),
+            ..p
+        };
+        Ok(p)
+    }
+
+    /// The prepared claims now.
+    pub async fn prepared(&self) -> Checkpoint {
+        self.state.lock().await.clone()
+    }
+
+    /// Prepares one claim; the error names the claim.
+    pub async fn prepare(&self, want: &ClaimRef) -> Result<Vec<PreparedDevice>, String> {
+        let mut state = self.state.lock().await;
+        if let Some(p) = state.claims.get(&want.uid) {
+            return Ok(p.devices.clone());
+        }
+        let claim = self
+            .claims
+            .get(&want.namespace, &want.name)
+            .await
+            .map_err(|e| format!("{want}: cannot read it from the API server: {e}"))?
+            .ok_or_else(|| format!("{want} does not exist"))?;
+        let gpus = allocated_gpus(&claim, want, &self.node, &self.inventory)?;
+        for (pos, _) in &gpus {
+            let uuid = &self.inventory.gpus[*pos].uuid;
+            if let Some(other) = state.holder(uuid) {
+                return Err(format!(
+                    "{want}: GPU {} ({uuid}) is prepared for {other}; a GPU is given to one claim at a time",
+                    dra::gpu_device_name(self.inventory.gpus[*pos].index)
+                ));
+            }
+        }
+        let infos: Vec<&GpuInfo> = gpus.iter().map(|(p, _)| &self.inventory.gpus[*p]).collect();
+        let devices: Vec<PreparedDevice> = gpus
+            .iter()
+            .map(|(p, reqs)| {
+                let g = &self.inventory.gpus[*p];
+                PreparedDevice {
+                    request_names: reqs.clone(),
+                    pool: self.node.clone(),
+                    device: dra::gpu_device_name(g.index),
+                    uuid: g.uuid.clone(),
+                    cdi_device_ids: vec![cdi::device_id(&g.uuid)],
+                }
+            })
+            .collect();
+        let path = cdi::spec_path(&self.cdi_dir, &want.uid);
+        cdi::write(
+            &path,
+            &cdi::spec(&claim_label(want), &infos, self.device_nodes),
+        )
+        .map_err(|e| format!("{want}: cannot write CDI spec {}: {e}", path.display()))?;
+        state.claims.insert(
+            want.uid.clone(),
+            PreparedClaim {
+                claim: want.clone(),
+                devices: devices.clone(),
+            },
+        );
+        if let Err(e) = state.save(&self.checkpoint_path) {
+            state.claims.remove(&want.uid);
+            let _ = cdi::remove(&path);
+            return Err(format!(
+                "{want}: cannot write the checkpoint {}: {e}",
+                self.checkpoint_path.display()
+            ));
+        }
+        tracing::info!(claim = %want, devices = ?devices.iter().map(|d| &d.device).collect::<Vec<_>>(), "prepared");
+        Ok(devices)
+    }
+
+    /// Unprepares one claim (unknown claims are done already). The
+    /// checkpoint forgets the claim before its CDI spec goes, so a failure
+    /// in between leaves only a spec file, which a retry removes.
+    pub async fn unprepare(&self, want: &ClaimRef) -> Result<(), String> {
+        let mut state = self.state.lock().await;
+        if let Some(old) = state.claims.remove(&want.uid) {
+            if let Err(e) = state.save(&self.checkpoint_path) {
+                state.claims.insert(want.uid.clone(), old);
+                return Err(format!(
+                    "{want}: cannot write the checkpoint {}: {e}",
+                    self.checkpoint_path.display()
+                ));
+            }
+            tracing::info!(claim = %want, "unprepared");
+        }
+        let path = cdi::spec_path(&self.cdi_dir, &want.uid);
+        cdi::remove(&path)
+            .map_err(|e| format!("{want}: cannot remove CDI spec {}: {e}", path.display()))
+    }
+}
+
+fn claim_label(c: &ClaimRef) -> String {
+    format!("{}/{}", c.namespace, c.name)
+}
