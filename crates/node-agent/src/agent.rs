@@ -225,6 +225,23 @@ impl Agent {
             .collect()
     }
 
+    /// Health of every GPU (inventory order) with the reason of a fault, as
+    /// the DRA slice shows it.
+    pub fn gpu_conditions(&self) -> Vec<crate::dra::slice::GpuCondition> {
+        use crate::dra::slice::GpuCondition;
+        use crate::health::State;
+        self.lock_health()
+            .gpus()
+            .iter()
+            .map(|g| match &g.state {
+                State::Healthy => GpuCondition::Healthy,
+                State::Unhealthy { reason, .. } | State::Forced { reason } => {
+                    GpuCondition::Unhealthy(reason.clone())
+                }
+            })
+            .collect()
+    }
+
     /// Recomputes every device list and wakes the streams whose list changed.
     pub fn publish(&self) {
         let healthy = self.gpu_healthy();

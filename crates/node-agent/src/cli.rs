@@ -14,9 +14,38 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Kubelet device plugin for NVIDIA GPUs.
+/// How the agent hands GPUs to the kubelet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AgentMode {
+    /// Kubelet device plugin (`nvidia.com/gpu` and friends).
+    #[default]
+    DevicePlugin,
+    /// DRA kubelet plugin (driver `gpu.gpusched.io`, ResourceSlices and
+    /// claims); needs --node-name.
+    Dra,
+}
+
+/// Kubelet device plugin (or DRA kubelet plugin) for NVIDIA GPUs.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct AgentArgs {
+    /// Device plugin (default) or DRA kubelet plugin; one mode per node.
+    #[arg(long, value_enum, env = "GPUSCHED_AGENT_MODE")]
+    pub mode: Option<AgentMode>,
+    /// DRA: the kubelet's plugin registry directory.
+    #[arg(long, env = "GPUSCHED_AGENT_DRA_REGISTRY_DIR")]
+    pub dra_registry_dir: Option<PathBuf>,
+    /// DRA: directory of the plugin's socket and checkpoint.
+    #[arg(long, env = "GPUSCHED_AGENT_DRA_PLUGIN_DIR")]
+    pub dra_plugin_dir: Option<PathBuf>,
+    /// DRA: --dra-plugin-dir as the kubelet sees it (default: the same).
+    #[arg(long, env = "GPUSCHED_AGENT_DRA_KUBELET_PLUGIN_DIR")]
+    pub dra_kubelet_plugin_dir: Option<PathBuf>,
+    /// DRA: where CDI specs of prepared claims are written.
+    #[arg(long, env = "GPUSCHED_AGENT_CDI_DIR")]
+    pub cdi_dir: Option<PathBuf>,
+    /// DRA: how often the node's ResourceSlice is checked (e.g. 10s).
+    #[arg(long, env = "GPUSCHED_AGENT_DRA_SLICE_RESYNC")]
+    pub dra_slice_resync: Option<String>,
     /// Versioned YAML config file (`version: v1`); flags override it.
     #[arg(long, env = "GPUSCHED_AGENT_CONFIG")]
     pub config: Option<PathBuf>,
@@ -81,6 +110,54 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
+    /// The DRA settings (`--mode dra`); `None` in device-plugin mode.
+    pub fn dra_settings(&self, s: &Settings) -> anyhow::Result<Option<crate::dra::DraSettings>> {
+        if self.mode.unwrap_or_default() != AgentMode::Dra {
+            for (set, flag) in [
+                (self.dra_registry_dir.is_some(), "--dra-registry-dir"),
+                (self.dra_plugin_dir.is_some(), "--dra-plugin-dir"),
+                (self.dra_kubelet_plugin_dir.is_some(), "--dra-kubelet-plugin-dir"),
+                (self.cdi_dir.is_some(), "--cdi-dir"),
+                (self.dra_slice_resync.is_some(), "--dra-slice-resync"),
+            ] {
+                if set {
+                    anyhow::bail!("flag {flag} needs --mode dra");
+                }
+            }
+            return Ok(None);
+        }
+        let Some(node) = &s.node_name else {
+            anyhow::bail!(
+                "--mode dra needs --node-name: the node's ResourceSlice pool is named after it"
+            );
+        };
+        if s.shares {
+            anyhow::bail!("--shares is a device-plugin resource; --mode dra does not offer it yet");
+        }
+        let mut d = crate::dra::DraSettings::new(node);
+        if let Some(v) = &self.dra_registry_dir {
+            d.registry_dir = v.clone();
+        }
+        if let Some(v) = &self.dra_plugin_dir {
+            d.plugin_dir = v.clone();
+            d.kubelet_plugin_dir = v.clone();
+        }
+        if let Some(v) = &self.dra_kubelet_plugin_dir {
+            d.kubelet_plugin_dir = v.clone();
+        }
+        if let Some(v) = &self.cdi_dir {
+            d.cdi_dir = v.clone();
+        }
+        if let Some(v) = &self.dra_slice_resync {
+            d.slice_resync =
+                parse_duration(v).map_err(|w| anyhow::anyhow!("flag --dra-slice-resync: {w}"))?;
+            if d.slice_resync.is_zero() {
+                anyhow::bail!("flag --dra-slice-resync: {v:?} must be more than 0");
+            }
+        }
+        Ok(Some(d))
+    }
+
     /// File, then flags and environment variables.
     pub fn settings(&self) -> anyhow::Result<Settings> {
         let mut s = Settings::default();
@@ -203,6 +280,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    if let Some(dra) = args.dra_settings(&settings)? {
+        return rt.block_on(async move {
+            let client = ::kube::Client::try_default().await.context(
+                "--mode dra needs Kubernetes credentials (in-cluster or kubeconfig)",
+            )?;
+            let claims = Arc::new(crate::dra::kube::KubeClaims::new(client.clone()));
+            let slices = Arc::new(crate::dra::kube::KubeSlices::new(client, &dra.node));
+            serve_dra(settings, dra, backend, claims, slices, shutdown_signal()).await
+        });
+    }
     rt.block_on(async move {
         let side = match &settings.node_name {
             Some(node) => Some(kube_side(node, settings.require_decision).await?),
@@ -391,6 +478,106 @@ pub async fn serve_with(
         let _ = h.await;
     }
     tracing::info!("agent stopped");
+    drop(lock);
+    result
+}
+
+/// Runs the agent as a DRA kubelet plugin until `shutdown` resolves:
+/// serves the registration and DRA sockets, keeps the node's ResourceSlice
+/// published, prepares claims, then removes its sockets (the checkpoint and
+/// CDI specs of prepared claims stay).
+pub async fn serve_dra(
+    settings: Settings,
+    dra: crate::dra::DraSettings,
+    backend: Arc<dyn DeviceBackend>,
+    claims: Arc<dyn crate::dra::prepare::ClaimSource>,
+    slices: Arc<dyn crate::dra::kube::SliceStore>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&dra.plugin_dir)
+        .with_context(|| format!("cannot create DRA plugin dir {}", dra.plugin_dir.display()))?;
+    let lock = crate::lock::acquire(&dra.plugin_dir)?;
+    tracing::info!(file = %lock.path().display(), "holding the DRA plugin dir lock");
+    let agent = Agent::new(settings, backend)?;
+    for g in crate::dra::slice::published_gpus(&agent.inventory) {
+        tracing::info!(device = %gpusched_model::dra::gpu_device_name(g.index), uuid = %g.uuid, model = %g.model, "dra device");
+    }
+    let preparer = Arc::new(crate::dra::prepare::Preparer::new(
+        &dra.node,
+        agent.inventory.clone(),
+        &dra.cdi_dir,
+        &dra.checkpoint(),
+        agent.settings.pass_device_specs,
+        claims,
+    )?);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (reg_tx, reg_rx) = watch::channel(None);
+    let events = agent.start_health()?;
+    let health = tokio::spawn(agent.clone().run_health(events, stop_rx.clone()));
+    let publish = tokio::spawn(crate::dra::kube::publish_loop(
+        agent.clone(),
+        dra.node.clone(),
+        slices,
+        dra.slice_resync,
+        reg_rx.clone(),
+        stop_rx.clone(),
+    ));
+    // Ready once the kubelet has registered the plugin.
+    let ready = {
+        let agent = agent.clone();
+        let mut reg = reg_rx;
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                let ok = *reg.borrow_and_update() == Some(true);
+                for r in 0..agent.plans.len() {
+                    agent.set_registered(r, ok);
+                }
+                tokio::select! {
+                    r = reg.changed() => if r.is_err() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        })
+    };
+    if let Some(f) = &agent.settings.feature_file {
+        let labels = crate::labels::node_labels(&agent.inventory, &agent.settings);
+        match crate::labels::write_feature_file(f, &labels) {
+            Ok(()) => tracing::info!(file = %f.display(), "wrote node feature labels"),
+            Err(e) => tracing::warn!(file = %f.display(), "cannot write node feature labels: {e}"),
+        }
+    }
+    let http = match &agent.settings.metrics_address {
+        Some(a) => {
+            let l = tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen on metrics address {a}"))?;
+            Some(tokio::spawn(crate::http::serve(
+                agent.clone(),
+                l,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
+    let server = crate::dra::grpc::serve(&dra, preparer, reg_tx, stop_rx.clone());
+    tokio::pin!(server);
+    tokio::pin!(shutdown);
+    let result: anyhow::Result<()> = tokio::select! {
+        _ = &mut shutdown => {
+            let _ = stop_tx.send(true);
+            server.await.map_err(anyhow::Error::from)
+        }
+        r = &mut server => r.map_err(anyhow::Error::from),
+    };
+    let _ = stop_tx.send(true);
+    let _ = health.await;
+    let _ = publish.await;
+    let _ = ready.await;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    tracing::info!("DRA agent stopped");
     drop(lock);
     result
 }
