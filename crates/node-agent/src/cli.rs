@@ -116,7 +116,10 @@ impl AgentArgs {
             for (set, flag) in [
                 (self.dra_registry_dir.is_some(), "--dra-registry-dir"),
                 (self.dra_plugin_dir.is_some(), "--dra-plugin-dir"),
-                (self.dra_kubelet_plugin_dir.is_some(), "--dra-kubelet-plugin-dir"),
+                (
+                    self.dra_kubelet_plugin_dir.is_some(),
+                    "--dra-kubelet-plugin-dir",
+                ),
                 (self.cdi_dir.is_some(), "--cdi-dir"),
                 (self.dra_slice_resync.is_some(), "--dra-slice-resync"),
             ] {
@@ -282,9 +285,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     if let Some(dra) = args.dra_settings(&settings)? {
         return rt.block_on(async move {
-            let client = ::kube::Client::try_default().await.context(
-                "--mode dra needs Kubernetes credentials (in-cluster or kubeconfig)",
-            )?;
+            let client = ::kube::Client::try_default()
+                .await
+                .context("--mode dra needs Kubernetes credentials (in-cluster or kubeconfig)")?;
             let claims = Arc::new(crate::dra::kube::KubeClaims::new(client.clone()));
             let slices = Arc::new(crate::dra::kube::KubeSlices::new(client, &dra.node));
             serve_dra(settings, dra, backend, claims, slices, shutdown_signal()).await

@@ -52,10 +52,7 @@ pub fn spec(claim: &str, gpus: &[&GpuInfo], device_nodes: bool) -> serde_json::V
         format!("GPUSCHED_DRA_CLAIM={claim}"),
     ]});
     if device_nodes {
-        edits["deviceNodes"] = CONTROL_NODES
-            .iter()
-            .map(|p| json!({"path": p}))
-            .collect();
+        edits["deviceNodes"] = CONTROL_NODES.iter().map(|p| json!({"path": p})).collect();
     }
     json!({
         "cdiVersion": CDI_VERSION,

@@ -80,7 +80,9 @@ impl KubeSlices {
         if uid.is_none() {
             match Api::<Node>::all(self.client.clone()).get(&self.node).await {
                 Ok(n) => *uid = n.metadata.uid,
-                Err(e) => tracing::warn!(node = %self.node, "cannot read the Node for the slice's owner: {e}"),
+                Err(e) => {
+                    tracing::warn!(node = %self.node, "cannot read the Node for the slice's owner: {e}")
+                }
             }
         }
         uid.clone()
@@ -164,7 +166,11 @@ impl Publisher {
 
     /// Publishes `devices` unless the slice already shows them; returns
     /// whether it wrote.
-    pub async fn sync(&mut self, devices: Vec<Device>, store: &dyn SliceStore) -> Result<bool, String> {
+    pub async fn sync(
+        &mut self,
+        devices: Vec<Device>,
+        store: &dyn SliceStore,
+    ) -> Result<bool, String> {
         let want = normalized(&devices);
         let cur = store.get().await?;
         if let Some(cur) = &cur {

@@ -41,7 +41,11 @@ pub struct ClaimRef {
 
 impl std::fmt::Display for ClaimRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "claim {}/{} (uid {})", self.namespace, self.name, self.uid)
+        write!(
+            f,
+            "claim {}/{} (uid {})",
+            self.namespace, self.name, self.uid
+        )
     }
 }
 
@@ -113,11 +117,10 @@ impl Checkpoint {
                 });
             }
         };
-        let c: Checkpoint =
-            serde_json::from_str(&text).map_err(|e| CheckpointError::Invalid {
-                path: path.into(),
-                why: e.to_string(),
-            })?;
+        let c: Checkpoint = serde_json::from_str(&text).map_err(|e| CheckpointError::Invalid {
+            path: path.into(),
+            why: e.to_string(),
+        })?;
         if c.version != CHECKPOINT_VERSION {
             return Err(CheckpointError::Invalid {
                 path: path.into(),
@@ -303,8 +306,11 @@ impl Preparer {
             if gpus.len() != c.devices.len() {
                 tracing::warn!(claim = %c.claim, "a GPU of this prepared claim is no longer on the node");
             }
-            cdi::write(&path, &cdi::spec(&claim_label(&c.claim), &gpus, device_nodes))
-                .map_err(|source| CheckpointError::Cdi { path, source })?;
+            cdi::write(
+                &path,
+                &cdi::spec(&claim_label(&c.claim), &gpus, device_nodes),
+            )
+            .map_err(|source| CheckpointError::Cdi { path, source })?;
         }
         if !state.claims.is_empty() {
             tracing::info!(

@@ -52,22 +52,21 @@ pub fn taint_effect(reason: &str) -> &'static str {
 /// A taint value: at most 63 characters of `[A-Za-z0-9_.-]`, starting and
 /// ending alphanumeric (label value syntax).
 fn taint_value(reason: &str) -> String {
-    let mut v: String = reason
+    let mut v = String::new();
+    for c in reason.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            v.push(c);
+        } else if !v.ends_with('-') {
+            v.push('-');
+        }
+    }
+    let mut v: String = v
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
         .take(63)
         .collect();
     while v.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
         v.pop();
-    }
-    while v.starts_with(|c: char| !c.is_ascii_alphanumeric()) {
-        v.remove(0);
     }
     v
 }
@@ -229,10 +228,7 @@ mod tests {
         assert_eq!(a["architecture"].string.as_deref(), Some("Hopper"));
         assert!(a.contains_key("nvlinkDomain"));
         assert!(a.contains_key(dra::ATTR_PCIE_ROOT));
-        assert_eq!(
-            d[1].capacity.as_ref().unwrap()["memory"].value.0,
-            "81920Mi"
-        );
+        assert_eq!(d[1].capacity.as_ref().unwrap()["memory"].value.0, "81920Mi");
         assert!(d[0].taints.is_none());
     }
 
