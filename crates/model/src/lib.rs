@@ -20,6 +20,7 @@ pub mod resources;
 pub mod spec;
 pub mod topology;
 pub mod validate;
+pub mod volume;
 
 pub use gpu::{Gpu, GpuHealth};
 pub use node::{Node, Taint, TaintEffect};
@@ -34,3 +35,4 @@ pub use podapi::{
 pub use quantity::{Quantity, QuantityError};
 pub use queue::Queue;
 pub use resources::{GPU_MILLI, ResourceKind, ResourceLimit, ResourceVec};
+pub use volume::{ClaimNeed, ClaimPick, PvChoice, VolumeConflict, pick_volumes};

@@ -5,6 +5,7 @@
 
 use crate::node::Node;
 use crate::pod::{NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm};
+use crate::volume::ClaimNeed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -253,6 +254,13 @@ pub struct PodConstraints {
     /// Preferred node affinity.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferred_node_affinity: Vec<PreferredNodeTerm>,
+    /// Its PersistentVolumeClaims, resolved (only for a pending pod).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<ClaimNeed>,
+    /// `namespace/name` of its `ReadWriteOncePod` claims: no other pod
+    /// may use one at the same time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclusive_claims: Vec<String>,
 }
 
 impl PodConstraints {
@@ -265,6 +273,8 @@ impl PodConstraints {
             && self.spread.is_empty()
             && self.host_ports.is_empty()
             && self.preferred_node_affinity.is_empty()
+            && self.volumes.is_empty()
+            && self.exclusive_claims.is_empty()
     }
 
     /// Whether any inter-pod term (required or preferred) is present.

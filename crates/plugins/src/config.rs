@@ -24,6 +24,7 @@ use crate::packing::{self, PackerOptions};
 pub use crate::packing::{PackingConfig, PolicyName, UnknownPolicy};
 use crate::podapi::{
     InterPodAffinity, NodeAffinityPreference, NodePorts, PodTopologySpread, TaintPreference,
+    VolumeBinding,
 };
 use gpusched_core::{Filter, PodConstraint, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,8 @@ pub enum ConstraintName {
     PodTopologySpread,
     /// Host port conflicts.
     NodePorts,
+    /// PersistentVolumeClaims (VolumeBinding, VolumeZone, ReadWriteOncePod).
+    VolumeBinding,
     /// Preferred node affinity weights.
     NodeAffinityPreference,
     /// `PreferNoSchedule` taints.
@@ -91,6 +94,7 @@ impl ConstraintName {
             ConstraintName::InterPodAffinity => "inter-pod-affinity",
             ConstraintName::PodTopologySpread => "pod-topology-spread",
             ConstraintName::NodePorts => "node-ports",
+            ConstraintName::VolumeBinding => "volume-binding",
             ConstraintName::NodeAffinityPreference => "node-affinity-preference",
             ConstraintName::TaintPreference => "taint-preference",
         }
@@ -102,6 +106,7 @@ fn all_constraints() -> Vec<ConstraintName> {
         ConstraintName::InterPodAffinity,
         ConstraintName::PodTopologySpread,
         ConstraintName::NodePorts,
+        ConstraintName::VolumeBinding,
         ConstraintName::NodeAffinityPreference,
         ConstraintName::TaintPreference,
     ]
@@ -195,6 +200,7 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
             ConstraintName::InterPodAffinity => Box::new(InterPodAffinity),
             ConstraintName::PodTopologySpread => Box::new(PodTopologySpread),
             ConstraintName::NodePorts => Box::new(NodePorts),
+            ConstraintName::VolumeBinding => Box::new(VolumeBinding),
             ConstraintName::NodeAffinityPreference => Box::new(NodeAffinityPreference),
             ConstraintName::TaintPreference => Box::new(TaintPreference),
         });

@@ -8,6 +8,9 @@
 //! - [`PodTopologySpread`]: `DoNotSchedule` constraints filter,
 //!   `ScheduleAnyway` ones score.
 //! - [`NodePorts`]: host port conflicts per node.
+//! - [`VolumeBinding`]: PersistentVolumeClaims (bound volumes' node
+//!   affinity and zone, `WaitForFirstConsumer` volume choice,
+//!   `ReadWriteOncePod`).
 //! - [`NodeAffinityPreference`]: preferred node affinity weights.
 //! - [`TaintPreference`]: `PreferNoSchedule` taints the pod does not
 //!   tolerate.
@@ -21,8 +24,10 @@ mod interpod;
 mod ports;
 mod prefs;
 mod spread;
+mod volumes;
 
 pub use interpod::InterPodAffinity;
 pub use ports::NodePorts;
 pub use prefs::{NodeAffinityPreference, TaintPreference};
 pub use spread::PodTopologySpread;
+pub use volumes::{RWOP_CONFLICT, VolumeBinding};

@@ -1,0 +1,250 @@
+//! A pod's PersistentVolumeClaims as the scheduler needs them (the
+//! semantics of kube-scheduler's VolumeBinding, VolumeZone and
+//! VolumeRestrictions plugins): what each claim allows, already resolved
+//! against the cluster's claims, volumes and storage classes by the
+//! adapter; which nodes suit it is decided here, from node labels.
+
+use crate::pod::NodeSelectorTerm;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Node selector terms, ORed; empty: every node.
+pub fn terms_allow(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
+    terms.is_empty() || terms.iter().any(|t| t.matches(labels))
+}
+
+/// An available PersistentVolume a delayed claim could bind.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PvChoice {
+    /// The PersistentVolume's name.
+    pub name: String,
+    /// Its node affinity (with its zone and region labels as
+    /// requirements); empty: every node.
+    #[serde(default)]
+    pub nodes: Vec<NodeSelectorTerm>,
+}
+
+/// One PersistentVolumeClaim of a pod, resolved.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ClaimNeed {
+    /// The pod cannot be placed until the claim changes (missing, being
+    /// deleted, unbound with `Immediate` binding, bound to a missing
+    /// volume): no node suits it. The reason is kube-scheduler's phrase,
+    /// naming the claim.
+    Blocked {
+        /// Why.
+        reason: String,
+    },
+    /// Bound to a volume: only the nodes its node affinity (and zone
+    /// labels) allow.
+    Bound {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// The volume's node terms; empty: every node.
+        #[serde(default)]
+        nodes: Vec<NodeSelectorTerm>,
+    },
+    /// Unbound, `WaitForFirstConsumer`: the scheduler picks the node, then
+    /// binds one of `pvs` (the first usable one that allows the node) or
+    /// has the volume provisioned there.
+    Delayed {
+        /// `namespace/name` of the claim.
+        claim: String,
+        /// Matching available volumes, the preferred first (one already
+        /// reserved for the claim, then the smallest that fits, then by
+        /// name).
+        #[serde(default)]
+        pvs: Vec<PvChoice>,
+        /// Where its storage class can provision a volume: `None`: it
+        /// cannot; `Some(terms)`: on the nodes the class's
+        /// `allowedTopologies` allow (empty: every node).
+        #[serde(default)]
+        provision: Option<Vec<NodeSelectorTerm>>,
+    },
+}
+
+/// Why a node does not suit a pod's claims (kube-scheduler's reasons).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeConflict {
+    /// A claim blocks every node (its reason).
+    Blocked(String),
+    /// A bound volume's node affinity or zone excludes the node.
+    NodeAffinity,
+    /// No available volume for a delayed claim allows the node, and it
+    /// cannot be provisioned there.
+    NoVolume,
+}
+
+impl VolumeConflict {
+    /// kube-scheduler's phrase.
+    pub fn reason(&self) -> String {
+        match self {
+            VolumeConflict::Blocked(r) => r.clone(),
+            VolumeConflict::NodeAffinity => "node(s) had volume node affinity conflict".into(),
+            VolumeConflict::NoVolume => {
+                "node(s) didn't find available persistent volumes to bind".into()
+            }
+        }
+    }
+}
+
+/// What a delayed claim gets on a node.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClaimPick {
+    /// Bind this volume (its name).
+    Volume(String),
+    /// Provision a volume on the node.
+    Provision,
+}
+
+/// For a pod's claims on a node with labels `labels`: what each delayed
+/// claim gets (`(claim, pick)` in the pod's order), or why the node does
+/// not suit. `usable(pv, claim)` says whether a volume is still free for
+/// that claim (not taken by another claim); volumes picked for the pod's
+/// earlier claims are not picked again. The one rule the scheduler's
+/// filter and the binder both use.
+pub fn pick_volumes<'a>(
+    needs: &'a [ClaimNeed],
+    labels: &BTreeMap<String, String>,
+    usable: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<(&'a str, ClaimPick)>, VolumeConflict> {
+    let mut out: Vec<(&str, ClaimPick)> = Vec::new();
+    for n in needs {
+        match n {
+            ClaimNeed::Blocked { reason } => return Err(VolumeConflict::Blocked(reason.clone())),
+            ClaimNeed::Bound { nodes, .. } => {
+                if !terms_allow(nodes, labels) {
+                    return Err(VolumeConflict::NodeAffinity);
+                }
+            }
+            ClaimNeed::Delayed {
+                claim,
+                pvs,
+                provision,
+            } => {
+                let pv = pvs.iter().find(|pv| {
+                    terms_allow(&pv.nodes, labels)
+                        && usable(&pv.name, claim)
+                        && !out
+                            .iter()
+                            .any(|(_, p)| matches!(p, ClaimPick::Volume(v) if *v == pv.name))
+                });
+                let pick = match (pv, provision) {
+                    (Some(pv), _) => ClaimPick::Volume(pv.name.clone()),
+                    (None, Some(t)) if terms_allow(t, labels) => ClaimPick::Provision,
+                    (None, _) => return Err(VolumeConflict::NoVolume),
+                };
+                out.push((claim.as_str(), pick));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::{NodeSelectorOp, NodeSelectorRequirement};
+
+    fn host(h: &str) -> Vec<NodeSelectorTerm> {
+        vec![NodeSelectorTerm {
+            match_expressions: vec![NodeSelectorRequirement {
+                key: "kubernetes.io/hostname".into(),
+                operator: NodeSelectorOp::In,
+                values: vec![h.into()],
+            }],
+        }]
+    }
+
+    fn labels(h: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([("kubernetes.io/hostname".to_string(), h.to_string())])
+    }
+
+    fn pv(name: &str, on: &str) -> PvChoice {
+        PvChoice {
+            name: name.into(),
+            nodes: host(on),
+        }
+    }
+
+    #[test]
+    fn a_bound_volume_allows_only_its_nodes() {
+        let needs = [ClaimNeed::Bound {
+            claim: "ml/a".into(),
+            nodes: host("n3"),
+        }];
+        assert_eq!(pick_volumes(&needs, &labels("n3"), |_, _| true), Ok(vec![]));
+        assert_eq!(
+            pick_volumes(&needs, &labels("n1"), |_, _| true),
+            Err(VolumeConflict::NodeAffinity)
+        );
+        let anywhere = [ClaimNeed::Bound {
+            claim: "ml/a".into(),
+            nodes: vec![],
+        }];
+        assert!(pick_volumes(&anywhere, &labels("n1"), |_, _| true).is_ok());
+    }
+
+    #[test]
+    fn a_blocked_claim_blocks_every_node_with_its_reason() {
+        let needs = [ClaimNeed::Blocked {
+            reason: "persistentvolumeclaim \"data\" not found".into(),
+        }];
+        let e = pick_volumes(&needs, &labels("n1"), |_, _| true).unwrap_err();
+        assert_eq!(e.reason(), "persistentvolumeclaim \"data\" not found");
+    }
+
+    #[test]
+    fn a_delayed_claim_takes_the_first_free_volume_on_the_node_else_provisions() {
+        let needs = [ClaimNeed::Delayed {
+            claim: "ml/a".into(),
+            pvs: vec![pv("small", "n3"), pv("big", "n3"), pv("other", "n2")],
+            provision: None,
+        }];
+        assert_eq!(
+            pick_volumes(&needs, &labels("n3"), |_, _| true),
+            Ok(vec![("ml/a", ClaimPick::Volume("small".into()))])
+        );
+        assert_eq!(
+            pick_volumes(&needs, &labels("n3"), |pv, _| pv != "small"),
+            Ok(vec![("ml/a", ClaimPick::Volume("big".into()))])
+        );
+        assert_eq!(
+            pick_volumes(&needs, &labels("n1"), |_, _| true),
+            Err(VolumeConflict::NoVolume)
+        );
+        let prov = [ClaimNeed::Delayed {
+            claim: "ml/a".into(),
+            pvs: vec![pv("x", "n3")],
+            provision: Some(host("n1")),
+        }];
+        assert_eq!(
+            pick_volumes(&prov, &labels("n1"), |_, _| true),
+            Ok(vec![("ml/a", ClaimPick::Provision)])
+        );
+        assert_eq!(
+            pick_volumes(&prov, &labels("n2"), |_, _| true),
+            Err(VolumeConflict::NoVolume)
+        );
+    }
+
+    #[test]
+    fn two_claims_of_one_pod_never_get_one_volume() {
+        let needs = [
+            ClaimNeed::Delayed {
+                claim: "ml/a".into(),
+                pvs: vec![pv("v1", "n3")],
+                provision: None,
+            },
+            ClaimNeed::Delayed {
+                claim: "ml/b".into(),
+                pvs: vec![pv("v1", "n3")],
+                provision: None,
+            },
+        ];
+        assert_eq!(
+            pick_volumes(&needs, &labels("n3"), |_, _| true),
+            Err(VolumeConflict::NoVolume)
+        );
+    }
+}
