@@ -4,6 +4,7 @@
 //! against the cluster's claims, volumes and storage classes by the
 //! adapter; which nodes suit it is decided here, from node labels.
 
+use crate::node::Node;
 use crate::pod::NodeSelectorTerm;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -60,6 +61,11 @@ pub enum ClaimNeed {
         /// `allowedTopologies` allow (empty: every node).
         #[serde(default)]
         provision: Option<Vec<NodeSelectorTerm>>,
+        /// The node named in the claim's `volume.kubernetes.io/selected-node`
+        /// annotation (provisioning was asked there): only that node can
+        /// provision it.
+        #[serde(default)]
+        selected_node: Option<String>,
     },
 }
 
@@ -97,7 +103,7 @@ pub enum ClaimPick {
     Provision,
 }
 
-/// For a pod's claims on a node with labels `labels`: what each delayed
+/// For a pod's claims on `node`: what each delayed
 /// claim gets (`(claim, pick)` in the pod's order), or why the node does
 /// not suit. `usable(pv, claim)` says whether a volume is still free for
 /// that claim (not taken by another claim); volumes picked for the pod's
@@ -105,9 +111,10 @@ pub enum ClaimPick {
 /// filter and the binder both use.
 pub fn pick_volumes<'a>(
     needs: &'a [ClaimNeed],
-    labels: &BTreeMap<String, String>,
+    node: &Node,
     usable: impl Fn(&str, &str) -> bool,
 ) -> Result<Vec<(&'a str, ClaimPick)>, VolumeConflict> {
+    let labels = &node.labels;
     let mut out: Vec<(&str, ClaimPick)> = Vec::new();
     for n in needs {
         match n {
@@ -121,6 +128,7 @@ pub fn pick_volumes<'a>(
                 claim,
                 pvs,
                 provision,
+                selected_node,
             } => {
                 let pv = pvs.iter().find(|pv| {
                     terms_allow(&pv.nodes, labels)
@@ -131,7 +139,12 @@ pub fn pick_volumes<'a>(
                 });
                 let pick = match (pv, provision) {
                     (Some(pv), _) => ClaimPick::Volume(pv.name.clone()),
-                    (None, Some(t)) if terms_allow(t, labels) => ClaimPick::Provision,
+                    (None, Some(t))
+                        if terms_allow(t, labels)
+                            && selected_node.as_ref().is_none_or(|s| *s == node.name) =>
+                    {
+                        ClaimPick::Provision
+                    }
                     (None, _) => return Err(VolumeConflict::NoVolume),
                 };
                 out.push((claim.as_str(), pick));
@@ -156,8 +169,11 @@ mod tests {
         }]
     }
 
-    fn labels(h: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([("kubernetes.io/hostname".to_string(), h.to_string())])
+    fn labels(h: &str) -> Node {
+        let mut n = Node::new(h, Default::default(), Vec::new());
+        n.labels
+            .insert("kubernetes.io/hostname".to_string(), h.to_string());
+        n
     }
 
     fn pv(name: &str, on: &str) -> PvChoice {
@@ -200,6 +216,7 @@ mod tests {
             claim: "ml/a".into(),
             pvs: vec![pv("small", "n3"), pv("big", "n3"), pv("other", "n2")],
             provision: None,
+            selected_node: None,
         }];
         assert_eq!(
             pick_volumes(&needs, &labels("n3"), |_, _| true),
@@ -217,6 +234,7 @@ mod tests {
             claim: "ml/a".into(),
             pvs: vec![pv("x", "n3")],
             provision: Some(host("n1")),
+            selected_node: None,
         }];
         assert_eq!(
             pick_volumes(&prov, &labels("n1"), |_, _| true),
@@ -224,6 +242,18 @@ mod tests {
         );
         assert_eq!(
             pick_volumes(&prov, &labels("n2"), |_, _| true),
+            Err(VolumeConflict::NoVolume)
+        );
+        // provisioning already asked on n1: only n1
+        let asked = [ClaimNeed::Delayed {
+            claim: "ml/a".into(),
+            pvs: vec![],
+            provision: Some(vec![]),
+            selected_node: Some("n1".into()),
+        }];
+        assert!(pick_volumes(&asked, &labels("n1"), |_, _| true).is_ok());
+        assert_eq!(
+            pick_volumes(&asked, &labels("n2"), |_, _| true),
             Err(VolumeConflict::NoVolume)
         );
     }
@@ -235,11 +265,13 @@ mod tests {
                 claim: "ml/a".into(),
                 pvs: vec![pv("v1", "n3")],
                 provision: None,
+                selected_node: None,
             },
             ClaimNeed::Delayed {
                 claim: "ml/b".into(),
                 pvs: vec![pv("v1", "n3")],
                 provision: None,
+                selected_node: None,
             },
         ];
         assert_eq!(

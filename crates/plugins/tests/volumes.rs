@@ -47,6 +47,7 @@ fn delayed(claim: &str, pvs: Vec<PvChoice>) -> ClaimNeed {
         claim: claim.into(),
         pvs,
         provision: None,
+        selected_node: None,
     }
 }
 
@@ -223,6 +224,7 @@ fn provisioning_is_limited_to_the_classes_allowed_topologies() {
             claim: "ml/new".into(),
             pvs: vec![],
             provision: Some(on("n2")),
+            selected_node: None,
         }],
     );
     let snap = snapshot(nodes(3), vec![queue("default")], vec![], vec![p]);

@@ -76,7 +76,8 @@ impl<'s> State<'s> {
 
     /// What `p`'s delayed claims get on `n`, given what placed pods took.
     fn resolve(&self, p: PodId, n: NodeId) -> Result<Vec<(&'s str, ClaimPick)>, VolumeConflict> {
-        let labels = &self.snap.nodes[n as usize].labels;
+        let node = &self.snap.nodes[n as usize];
+        let labels = &node.labels;
         let needs = self.needs(p);
         // claims other placed pods resolved: the same volume, or node
         for need in needs {
@@ -94,7 +95,7 @@ impl<'s> State<'s> {
                 }
             }
         }
-        pick_volumes(needs, labels, |pv, claim| match self.fixed.get(claim) {
+        pick_volumes(needs, node, |pv, claim| match self.fixed.get(claim) {
             Some((ClaimPick::Volume(v), _, _)) => v == pv,
             Some((ClaimPick::Provision, _, _)) => false,
             None => self.taken.get(pv).is_none_or(|c| c == claim),
