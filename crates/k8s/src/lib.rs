@@ -19,6 +19,7 @@ pub mod rbac;
 pub mod snapshot;
 pub mod tls;
 pub mod translate;
+pub mod volumes;
 pub mod watch;
 pub mod workloads;
 pub mod world;

@@ -64,6 +64,36 @@ pub const CLUSTER: &[Permission] = &[
         "watch: disruption budgets of victims",
     ),
     p("batch", "jobs", WATCH, "watch: Jobs labelled as gangs"),
+    p(
+        "",
+        "persistentvolumeclaims",
+        WATCH,
+        "watch: pods' PersistentVolumeClaims (volumes)",
+    ),
+    p(
+        "",
+        "persistentvolumeclaims",
+        &["patch"],
+        "exec: volume.kubernetes.io/selected-node on a claim to provision (volumes)",
+    ),
+    p(
+        "",
+        "persistentvolumes",
+        WATCH,
+        "watch: PersistentVolumes (volumes)",
+    ),
+    p(
+        "",
+        "persistentvolumes",
+        &["patch"],
+        "exec: a volume's claimRef before the pod's Binding (volumes)",
+    ),
+    p(
+        "storage.k8s.io",
+        "storageclasses",
+        WATCH,
+        "watch: StorageClasses, binding mode and provisioner (volumes)",
+    ),
     p("gpusched.io", "queues", WATCH, "watch: queues"),
     p("gpusched.io", "podgroups", WATCH, "watch: pod groups"),
     p(

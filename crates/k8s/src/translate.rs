@@ -563,14 +563,6 @@ pub fn unsupported_field(p: &Pod) -> Option<String> {
     if some(&spec.resource_claims) {
         return Some("spec.resourceClaims".into());
     }
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        if v.persistent_volume_claim.is_some() {
-            return Some(format!("spec.volumes[{i}].persistentVolumeClaim"));
-        }
-        if v.ephemeral.is_some() {
-            return Some(format!("spec.volumes[{i}].ephemeral"));
-        }
-    }
     None
 }
 

@@ -443,6 +443,24 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         ns_key,
         |w, o| w.upsert_pdb(o)
     );
+    spawn!(
+        k8s_openapi::api::core::v1::PersistentVolumeClaim,
+        ObjectKind::Pvc,
+        ns_key,
+        |w, o| w.upsert_pvc(o)
+    );
+    spawn!(
+        k8s_openapi::api::core::v1::PersistentVolume,
+        ObjectKind::Pv,
+        name_key,
+        |w, o| w.upsert_pv(o)
+    );
+    spawn!(
+        k8s_openapi::api::storage::v1::StorageClass,
+        ObjectKind::StorageClass,
+        name_key,
+        |w, o| w.upsert_storage_class(o)
+    );
     macro_rules! optional {
         ($k:ty, $kind:expr, $apply:expr) => {{
             let h = Arc::new(WatchHealth::new($kind, false));

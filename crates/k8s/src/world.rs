@@ -6,13 +6,15 @@
 use crate::crd::{PodGroup, Queue, SpPodGroup};
 use crate::decision::{DecisionError, GpuDecision};
 use crate::translate::{self, DEFAULT_QUEUE, NodeView, PodKind, PodView};
+use crate::volumes::{PodClaim, Reservation, VolumeWrite, Volumes};
 use crate::workloads::{self, Workload, WorkloadKind};
 use gpusched_core::fairshare::QueueTree;
 use gpusched_core::{GpuAssignment, NodeId, PodPhase, PodState, Snapshot};
 use gpusched_model::{GpuRequest, PodGroup as MGroup, Queue as MQueue};
 use gpusched_plugins::classify::PendingClass;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::storage::v1::StorageClass;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The kinds of object the world keeps.
@@ -53,6 +55,12 @@ pub enum ObjectKind {
     MpiJob,
     /// training-operator MPIJobs (`kubeflow.org/v1`).
     MpiJobV1,
+    /// PersistentVolumeClaims (by `namespace/name`).
+    Pvc,
+    /// PersistentVolumes (by name).
+    Pv,
+    /// StorageClasses (by name).
+    StorageClass,
 }
 
 /// A placement the scheduler made and is binding.
@@ -190,6 +198,10 @@ pub struct World {
     /// The `spec.schedulerName`s whose pods are ours (empty:
     /// [`translate::SCHEDULER_NAME`]).
     scheduler_names: Vec<String>,
+    /// Claims, volumes, storage classes and the scheduler's reservations.
+    volumes: Volumes,
+    /// The claims of each pod's volumes, by uid (pods with none absent).
+    pod_claims: BTreeMap<String, Vec<PodClaim>>,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -248,6 +260,12 @@ impl World {
             self.succeeded.remove(&v.uid);
         }
         self.keep_first_decision(&mut v);
+        let claims = crate::volumes::pod_claims(p);
+        if claims.is_empty() {
+            self.pod_claims.remove(&v.uid);
+        } else {
+            self.pod_claims.insert(v.uid.clone(), claims);
+        }
         match &v.kind {
             PodKind::Pending { nominated, .. } => {
                 if nominated.is_some() {
@@ -260,8 +278,10 @@ impl World {
                 self.assumed.remove(&v.uid);
                 self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
+                self.release_volumes(&v.uid);
             }
             _ => {
+                self.release_volumes(&v.uid);
                 self.assumed.remove(&v.uid);
                 self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
@@ -317,6 +337,8 @@ impl World {
 
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.release_volumes(uid);
+        self.pod_claims.remove(uid);
         self.scheduling_groups.remove(uid);
         self.succeeded.remove(uid);
         self.decisions.remove(uid);
@@ -342,6 +364,9 @@ impl World {
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
             ObjectKind::Job => Vec::new(),
+            ObjectKind::Pvc => self.volumes.claims.keys().cloned().collect(),
+            ObjectKind::Pv => self.volumes.volumes.keys().cloned().collect(),
+            ObjectKind::StorageClass => self.volumes.classes.keys().cloned().collect(),
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
@@ -384,6 +409,18 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::Job => {}
+            ObjectKind::Pvc => {
+                self.volumes.claims.remove(key);
+                self.generation += 1;
+            }
+            ObjectKind::Pv => {
+                self.volumes.volumes.remove(key);
+                self.generation += 1;
+            }
+            ObjectKind::StorageClass => {
+                self.volumes.classes.remove(key);
+                self.generation += 1;
+            }
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
@@ -398,6 +435,77 @@ impl World {
                 }
             }
         }
+    }
+
+    /// A PersistentVolumeClaim was added or changed.
+    pub fn upsert_pvc(&mut self, c: &PersistentVolumeClaim) {
+        let k = key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref());
+        self.volumes.claims.insert(k, c.clone());
+        self.generation += 1;
+    }
+
+    /// A PersistentVolume was added or changed.
+    pub fn upsert_pv(&mut self, v: &PersistentVolume) {
+        let k = v.metadata.name.clone().unwrap_or_default();
+        self.volumes.volumes.insert(k, v.clone());
+        self.generation += 1;
+    }
+
+    /// A StorageClass was added or changed.
+    pub fn upsert_storage_class(&mut self, c: &StorageClass) {
+        let k = c.metadata.name.clone().unwrap_or_default();
+        self.volumes.classes.insert(k, c.clone());
+        self.generation += 1;
+    }
+
+    /// Decides the delayed claims of pod `uid`, just placed on `node`, as
+    /// the core did ([`gpusched_model::pick_volumes`] over the same
+    /// objects), reserves what they get until the pod is bound or
+    /// forgotten, and returns the writes that bind them. `Err`: they no
+    /// longer fit there (the pod should be forgotten and retried).
+    pub fn reserve_volumes(&mut self, uid: &str, node: &str) -> Result<Vec<VolumeWrite>, String> {
+        let (Some(claims), Some(v), Some(nv)) = (
+            self.pod_claims.get(uid),
+            self.pods.get(uid),
+            self.nodes.get(node),
+        ) else {
+            return Ok(Vec::new());
+        };
+        let (needs, _) = crate::volumes::resolve(&self.volumes, &v.namespace, uid, claims);
+        let picks =
+            gpusched_model::pick_volumes(&needs, &nv.node, |_, _| true).map_err(|e| e.reason())?;
+        let writes = crate::volumes::writes(&self.volumes, &picks, node);
+        for (claim, pick) in picks {
+            self.volumes.reserved.insert(
+                claim.to_string(),
+                Reservation {
+                    pick,
+                    node: node.to_string(),
+                    uid: uid.to_string(),
+                },
+            );
+        }
+        if !writes.is_empty() {
+            self.generation += 1;
+        }
+        Ok(writes)
+    }
+
+    /// Drops the volume reservations made for pod `uid`.
+    pub fn release_volumes(&mut self, uid: &str) {
+        let before = self.volumes.reserved.len();
+        self.volumes.reserved.retain(|_, r| r.uid != uid);
+        if self.volumes.reserved.len() != before {
+            self.generation += 1;
+        }
+    }
+
+    /// Whether claim `namespace/name` is bound to a volume (as last seen).
+    pub fn claim_bound(&self, claim: &str) -> bool {
+        self.volumes
+            .claims
+            .get(claim)
+            .is_some_and(crate::volumes::claim_bound)
     }
 
     /// A Queue was added or changed.
@@ -576,6 +684,7 @@ impl World {
 
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
+        self.release_volumes(uid);
         self.assumed_at.remove(uid);
         if self.assumed.remove(uid).is_some() {
             self.generation += 1;
@@ -900,6 +1009,13 @@ impl World {
                     };
                     out.pods.push(pref(v));
                     let mut pod = pod.clone();
+                    if let Some(claims) = self.pod_claims.get(&v.uid) {
+                        let (needs, exclusive) =
+                            crate::volumes::resolve(&self.volumes, &v.namespace, &v.uid, claims);
+                        let c = pod.constraints_mut();
+                        c.volumes = needs;
+                        c.exclusive_claims = exclusive;
+                    }
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
                     group_queue(&out.snapshot.groups, &mut pod);
@@ -1004,6 +1120,14 @@ impl World {
                     };
                     out.pods.push(pref(v));
                     let mut pod = pod.clone();
+                    if let Some(claims) = self.pod_claims.get(&v.uid) {
+                        // a running pod's ReadWriteOncePod claims keep others off them
+                        let exclusive =
+                            crate::volumes::exclusive(&self.volumes, &v.namespace, claims);
+                        if !exclusive.is_empty() {
+                            pod.constraints_mut().exclusive_claims = exclusive;
+                        }
+                    }
                     pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);

@@ -5,9 +5,13 @@ use super::{Executor, pod_ref};
 use crate::decision::{ANNOTATION_DECISION, GpuDecision};
 use crate::exec::events::{Event, EventType};
 use crate::metrics::KindLabel;
+use crate::volumes::{ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, VolumeWrite};
 use gpusched_core::GpuAssignment;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    Binding, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -90,6 +94,89 @@ pub(crate) fn overbooked(
     }
 }
 
+/// Binds a pod's delayed claims as kube-scheduler's VolumeBinding PreBind
+/// does: sets each chosen volume's `claimRef` (refused if the volume
+/// changed since the decision) or the claim's selected node, then waits
+/// until the PV controller shows every claim bound, up to `timeout`. On
+/// failure nothing is undone in the API (a volume whose `claimRef` was set
+/// is bound to the claim by the PV controller all the same, and the retried
+/// pod then follows the bound volume), as kube-scheduler does.
+async fn bind_volumes(
+    client: &kube::Client,
+    shared: &super::Shared,
+    writes: &[VolumeWrite],
+    timeout: Duration,
+) -> Result<(), String> {
+    let pp = PatchParams::default();
+    for w in writes {
+        match w {
+            VolumeWrite::BindVolume {
+                volume,
+                resource_version,
+                namespace,
+                claim,
+                claim_uid,
+            } => {
+                let api: Api<PersistentVolume> = Api::all(client.clone());
+                let patch = serde_json::json!({
+                    "metadata": {
+                        "resourceVersion": resource_version,
+                        "annotations": {ANN_BOUND_BY_CONTROLLER: "yes"},
+                    },
+                    "spec": {"claimRef": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": namespace,
+                        "name": claim,
+                        "uid": claim_uid,
+                    }},
+                });
+                api.patch(volume, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| {
+                        format!("setting persistentvolume {volume}'s claimRef to {namespace}/{claim}: {e}")
+                    })?;
+            }
+            VolumeWrite::SelectNode {
+                namespace,
+                claim,
+                node,
+            } => {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+                let patch = serde_json::json!({
+                    "metadata": {"annotations": {ANN_SELECTED_NODE: node}},
+                });
+                api.patch(claim, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| {
+                        format!("asking provisioning of persistentvolumeclaim {namespace}/{claim} on {node}: {e}")
+                    })?;
+            }
+        }
+    }
+    let claims: Vec<String> = writes.iter().map(VolumeWrite::claim_key).collect();
+    let deadline = Instant::now() + timeout;
+    loop {
+        let unbound: Vec<&String> =
+            shared.with(|w| claims.iter().filter(|c| !w.claim_bound(c)).collect());
+        if unbound.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "persistentvolumeclaim(s) {} not bound within {} s",
+                unbound
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 impl Executor {
     pub(super) fn spawn_bind(
         &self,
@@ -99,7 +186,9 @@ impl Executor {
         node: String,
         decision: GpuDecision,
         created_ms: u64,
+        volumes: Vec<VolumeWrite>,
     ) {
+        let volume_timeout = self.opts.volume_bind_timeout;
         let client = self.client.clone();
         let slots = self.bind_slots.clone();
         let limit = self.bind_limit.clone();
@@ -116,6 +205,32 @@ impl Executor {
             let Ok(_permit) = slots.acquire_owned().await else {
                 return;
             };
+            if !volumes.is_empty() {
+                limit.acquire().await;
+                if let Err(why) = bind_volumes(&client, &shared, &volumes, volume_timeout).await {
+                    tracing::info!("binding {ns}/{name} to {node}: {why}; the pod is retried");
+                    metrics
+                        .bind_errors
+                        .get_or_create(&KindLabel {
+                            kind: "volumes".into(),
+                        })
+                        .inc();
+                    metrics.attempt("error");
+                    let ev = recorder.prepare(
+                        Event {
+                            type_: EventType::Warning,
+                            reason: "FailedScheduling".into(),
+                            note: format!("binding volumes: {why}"),
+                            action: "Scheduling".into(),
+                        },
+                        pod_ref(&ns, &name, &uid),
+                    );
+                    let _ = ev.publish().await;
+                    shared.with(|w| w.forget(&uid));
+                    shared.changed.notify_one();
+                    return;
+                }
+            }
             let api: Api<Pod> = Api::namespaced(client, &ns);
             let binding = Binding {
                 metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

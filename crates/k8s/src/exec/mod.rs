@@ -66,6 +66,10 @@ pub struct ExecOptions {
     pub burst: u32,
     /// Reporting instance (pod name) for events.
     pub instance: String,
+    /// How long a binding waits for the PV controller to bind the pod's
+    /// delayed PersistentVolumeClaims before it gives up and the pod is
+    /// retried (kube-scheduler's `bindTimeoutSeconds`).
+    pub volume_bind_timeout: Duration,
 }
 
 impl Default for ExecOptions {
@@ -77,6 +81,7 @@ impl Default for ExecOptions {
             qps: 0.0,
             burst: 100,
             instance: "gpusched".into(),
+            volume_bind_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -300,7 +305,7 @@ impl Executor {
                     bind::add_held(&mut held, *node, gpus);
                     bound.insert(*pod);
                     let created_ms = snap.pods[*pod as usize].pod.arrival_ms;
-                    self.shared.with(|w| {
+                    let volumes = self.shared.with(|w| {
                         w.assume(
                             &pr.uid,
                             Assumed {
@@ -308,8 +313,27 @@ impl Executor {
                                 decision: decision.clone(),
                                 gpus: gpus.clone(),
                             },
-                        )
+                        );
+                        let r = w.reserve_volumes(&pr.uid, &n.name);
+                        if r.is_err() {
+                            w.forget(&pr.uid);
+                        }
+                        r
                     });
+                    let volumes = match volumes {
+                        Ok(v) => v,
+                        Err(why) => {
+                            // the claims changed since the snapshot: retried
+                            tracing::info!(
+                                "not binding {}/{} to {}: its volumes no longer fit there ({why}); retried",
+                                pr.namespace,
+                                pr.name,
+                                n.name
+                            );
+                            self.shared.changed.notify_one();
+                            continue;
+                        }
+                    };
                     self.explained.remove(&pr.uid);
                     self.spawn_bind(
                         pr.namespace.clone(),
@@ -318,6 +342,7 @@ impl Executor {
                         n.name.clone(),
                         decision,
                         created_ms,
+                        volumes,
                     );
                 }
                 Decision::Evict { pod, reason } => {
