@@ -528,3 +528,167 @@ async fn seeded_random_specs_agree_with_kube_scheduler() {
         s.stop().await;
     }
 }
+
+/// The volume rows, on kube-scheduler and gpusched in turn, with
+/// kube-controller-manager's PV controller binding the claims for real:
+/// a `WaitForFirstConsumer` claim whose only matching volume is local to
+/// n3 puts the pod on n3 and binds that volume; a missing claim and an
+/// unbound `Immediate` claim keep the pod pending, told which claim.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler and kube-controller-manager (e2e/run)"]
+async fn volumes_bind_as_with_kube_scheduler() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let mut e = env().await;
+    let mut kcm =
+        controllers::kube_controller_manager_with(&e.c, "persistentvolume-binder-controller");
+    let classes: Api<StorageClass> = Api::all(e.c.client.clone());
+    create_obj(
+        &classes,
+        json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    create_obj(
+        &classes,
+        json!({"metadata": {"name": "remote"}, "provisioner": "example.com/nobody",
+               "volumeBindingMode": "Immediate"}),
+    )
+    .await;
+    let pvs: Api<PersistentVolume> = Api::all(e.c.client.clone());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.c.client.clone(), "ml");
+    let pods = e.c.pods("ml");
+    let claim_pod = |name: &str, scheduler: &str, claim: &str| {
+        let mut p = spec_pod(
+            name,
+            1,
+            json!({}),
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+        );
+        p["spec"]["schedulerName"] = json!(scheduler);
+        p
+    };
+    for (tag, scheduler) in [("kube", "default-scheduler"), ("ours", "gpusched")] {
+        // a local volume on n3 only, a decoy on n1 that is too small
+        for (pv, node, size) in [
+            (format!("local-n3-{tag}"), "n3", "10Gi"),
+            (format!("small-n1-{tag}"), "n1", "1Gi"),
+        ] {
+            create_obj(
+                &pvs,
+                json!({"metadata": {"name": pv},
+                       "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                                "capacity": {"storage": size}, "local": {"path": "/mnt/disk"},
+                                "persistentVolumeReclaimPolicy": "Retain",
+                                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                    {"key": HOST, "operator": "In", "values": [node]}]}]}}}}),
+            )
+            .await;
+        }
+        let claim = format!("data-{tag}");
+        create_obj(
+            &pvcs,
+            json!({"metadata": {"name": claim},
+                   "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "5Gi"}}}}),
+        )
+        .await;
+        create_obj(
+            &pvcs,
+            json!({"metadata": {"name": format!("immediate-{tag}")},
+                   "spec": {"storageClassName": "remote", "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "5Gi"}}}}),
+        )
+        .await;
+        let wffc = format!("wffc-{tag}");
+        let missing = format!("missing-{tag}");
+        let immediate = format!("immediate-{tag}");
+        create(&pods, claim_pod(&wffc, scheduler, &claim)).await;
+        create(&pods, claim_pod(&missing, scheduler, "no-such-claim")).await;
+        create(
+            &pods,
+            claim_pod(&immediate, scheduler, &format!("immediate-{tag}")),
+        )
+        .await;
+        let node = wait_for(Duration::from_secs(90), || async {
+            pods.get(&wffc).await.ok()?.spec?.node_name
+        })
+        .await;
+        kcm.check();
+        assert_eq!(
+            node.as_deref(),
+            Some("n3"),
+            "{scheduler}: the volume's node"
+        );
+        let c = pvcs.get(&claim).await.unwrap();
+        assert_eq!(
+            c.spec.and_then(|s| s.volume_name).as_deref(),
+            Some(format!("local-n3-{tag}").as_str()),
+            "{scheduler}: the claim is bound to the local volume"
+        );
+        assert_eq!(
+            c.status.and_then(|s| s.phase).as_deref(),
+            Some("Bound"),
+            "{scheduler}"
+        );
+        let small = pvs.get(&format!("small-n1-{tag}")).await.unwrap();
+        assert!(
+            small.spec.and_then(|s| s.claim_ref).is_none(),
+            "{scheduler}: the decoy stays free"
+        );
+        for (pod, phrase) in [
+            (
+                &missing,
+                "persistentvolumeclaim \"no-such-claim\" not found",
+            ),
+            (&immediate, "unbound immediate PersistentVolumeClaims"),
+        ] {
+            let ev = wait_event(&e.c, "ml", pod, "FailedScheduling: ", 60)
+                .await
+                .unwrap_or_else(|| panic!("{scheduler}: {pod} told why"));
+            assert!(ev.iter().any(|m| m.contains(phrase)), "{scheduler}: {ev:?}");
+            if tag == "ours" && pod == &immediate {
+                assert!(
+                    ev.iter().any(|m| m.contains("immediate-ours")),
+                    "gpusched names the claim: {ev:?}"
+                );
+            }
+            assert!(
+                pods.get(pod)
+                    .await
+                    .unwrap()
+                    .spec
+                    .unwrap()
+                    .node_name
+                    .is_none(),
+                "{scheduler}: {pod} stays pending"
+            );
+        }
+        eprintln!(
+            "{scheduler}: {wffc} on n3 with local-n3-{tag}; missing and immediate claims pending"
+        );
+        pods.delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+            &ListParams::default(),
+        )
+        .await
+        .unwrap();
+        wait_for(Duration::from_secs(60), || async {
+            pods.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        })
+        .await
+        .expect("pods deleted");
+    }
+    kcm.check();
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}

@@ -119,6 +119,16 @@ pub fn free_port() -> u16 {
 /// build on: Jobs, StatefulSets, and garbage collection (deleting a
 /// workload deletes its pods).
 pub fn kube_controller_manager(c: &Cluster) -> Proc {
+    kube_controller_manager_with(
+        c,
+        "job-controller,statefulset-controller,garbage-collector-controller",
+    )
+}
+
+/// kube-controller-manager with only `controllers` (comma-separated;
+/// `persistentvolume-binder-controller` is the PV controller that binds
+/// PersistentVolumeClaims).
+pub fn kube_controller_manager_with(c: &Cluster, controllers: &str) -> Proc {
     let bin = paths()["GPUSCHED_E2E_KUBE_CONTROLLER_MANAGER_BIN"].clone();
     let kc = c.kubeconfig().display().to_string();
     let dir = c.dir.path();
@@ -134,8 +144,7 @@ pub fn kube_controller_manager(c: &Cluster) -> Proc {
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={}", free_port()),
             format!("--cert-dir={}", dir.join("kcm-certs").display()),
-            "--controllers=job-controller,statefulset-controller,garbage-collector-controller"
-                .into(),
+            format!("--controllers={controllers}"),
             "--use-service-account-credentials=false".into(),
             "--concurrent-job-syncs=5".into(),
         ],
