@@ -287,6 +287,7 @@ mod tests {
                 "inter-pod-affinity",
                 "pod-topology-spread",
                 "node-ports",
+                "volume-binding",
                 "node-affinity-preference",
                 "taint-preference"
             ]

@@ -177,17 +177,30 @@ async fn bind_volumes(
     }
 }
 
+/// One binding to carry out.
+pub(super) struct BindJob {
+    pub ns: String,
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    pub decision: GpuDecision,
+    /// The pod's creation (Unix ms), for the end-to-end latency.
+    pub created_ms: u64,
+    /// Writes that bind its delayed claims first.
+    pub volumes: Vec<VolumeWrite>,
+}
+
 impl Executor {
-    pub(super) fn spawn_bind(
-        &self,
-        ns: String,
-        name: String,
-        uid: String,
-        node: String,
-        decision: GpuDecision,
-        created_ms: u64,
-        volumes: Vec<VolumeWrite>,
-    ) {
+    pub(super) fn spawn_bind(&self, job: BindJob) {
+        let BindJob {
+            ns,
+            name,
+            uid,
+            node,
+            decision,
+            created_ms,
+            volumes,
+        } = job;
         let volume_timeout = self.opts.volume_bind_timeout;
         let client = self.client.clone();
         let slots = self.bind_slots.clone();

@@ -335,15 +335,15 @@ impl Executor {
                         }
                     };
                     self.explained.remove(&pr.uid);
-                    self.spawn_bind(
-                        pr.namespace.clone(),
-                        pr.name.clone(),
-                        pr.uid.clone(),
-                        n.name.clone(),
+                    self.spawn_bind(bind::BindJob {
+                        ns: pr.namespace.clone(),
+                        name: pr.name.clone(),
+                        uid: pr.uid.clone(),
+                        node: n.name.clone(),
                         decision,
                         created_ms,
                         volumes,
-                    );
+                    });
                 }
                 Decision::Evict { pod, reason } => {
                     if let Some(pr) = built.pods.get(*pod as usize) {
