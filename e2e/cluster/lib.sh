@@ -8,12 +8,12 @@ E2E_REPO_ROOT="$(cd "$E2E_CLUSTER_DIR/../.." && pwd)"
 E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 
 # All components, in build order. kube-controller-manager, jobset, lws,
-# kuberay, mpi-operator and training-operator are for the workload e2e tests
+# kuberay, mpi-operator, training-operator and trainer are for the workload e2e tests
 # (crates/k8s/tests/workloads_e2e.rs, operators_e2e.rs), which start them; `cluster up` does not. kubelet and fakecri are for the
 # real-kubelet suite (crates/node-agent/tests/kubelet_e2e.rs, started by
 # e2e/cluster/kubelet); fakecri is our own program (fakecri/), versioned by
 # a hash of its sources.
-E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws kuberay mpi-operator training-operator kubelet fakecri)
+E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws kuberay mpi-operator training-operator trainer kubelet fakecri)
 
 # component_module <component>: the wrapper module directory name.
 component_module() {
@@ -23,7 +23,7 @@ component_module() {
     kwok) echo kwok ;;
     jobset) echo jobset ;;
     lws) echo lws ;;
-    kuberay|mpi-operator|training-operator) echo "$1" ;;
+    kuberay|mpi-operator|training-operator|trainer) echo "$1" ;;
     fakecri) echo ../fakecri ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -40,6 +40,7 @@ component_upstream() {
     kuberay) echo github.com/ray-project/kuberay/ray-operator ;;
     mpi-operator) echo github.com/kubeflow/mpi-operator ;;
     training-operator) echo github.com/kubeflow/training-operator ;;
+    trainer) echo github.com/kubeflow/trainer/v2 ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -58,6 +59,7 @@ component_package() {
     kuberay) echo github.com/ray-project/kuberay/ray-operator ;;
     mpi-operator) echo github.com/kubeflow/mpi-operator/cmd/mpi-operator ;;
     training-operator) echo github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
+    trainer) echo github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager ;;
     fakecri) echo . ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -102,6 +104,7 @@ component_env_key() {
     kuberay) echo GPUSCHED_E2E_KUBERAY_BIN ;;
     mpi-operator) echo GPUSCHED_E2E_MPI_OPERATOR_BIN ;;
     training-operator) echo GPUSCHED_E2E_TRAINING_OPERATOR_BIN ;;
+    trainer) echo GPUSCHED_E2E_TRAINER_BIN ;;
     kubelet) echo GPUSCHED_E2E_KUBELET_BIN ;;
     fakecri) echo GPUSCHED_E2E_FAKECRI_BIN ;;
   esac

@@ -87,8 +87,11 @@ async fn kuberay(c: &Cluster) -> Proc {
 
 /// The training-operator with the PyTorchJob, TFJob and (v1) MPIJob
 /// controllers. Its validating webhooks are not registered (the apiserver
-/// could not reach a Service here); the operator still manages its own
-/// serving certificate, in the Secret its manifests create.
+/// could not reach a Service here); the operator still makes its own
+/// serving certificate, in the Secret its manifests create, and starts its
+/// controllers only once that certificate is in its certificate directory
+/// — which the kubelet would fill from the Secret and the test does here
+/// (`/tmp/k8s-webhook-server/serving-certs`, fixed in the operator).
 async fn training_operator(c: &Cluster) -> Proc {
     let (bin, home) = operator_home("training-operator");
     let crds = home.join("config/base/crds");
@@ -124,6 +127,34 @@ async fn training_operator(c: &Cluster) -> Proc {
             "--enable-scheme=mpijob".into(),
         ],
     );
+    // what a Secret volume would hold, once the operator has written it
+    let certs = PathBuf::from("/tmp/k8s-webhook-server/serving-certs");
+    let t0 = Instant::now();
+    loop {
+        p.check();
+        let data = secrets
+            .get("training-operator-webhook-cert")
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default();
+        if ["tls.crt", "tls.key", "ca.crt"]
+            .iter()
+            .all(|k| data.contains_key(*k))
+        {
+            std::fs::create_dir_all(&certs).unwrap();
+            for (k, v) in &data {
+                std::fs::write(certs.join(k), &v.0).unwrap();
+            }
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the training-operator wrote no certificate in 60 s; log {}",
+            p.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     until_ready(&mut p, probe).await;
     p
 }

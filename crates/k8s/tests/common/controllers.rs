@@ -231,11 +231,19 @@ pub async fn delete_workload(client: &Client, ns: &str, api_version: &str, kind:
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     api.delete(name, &DeleteParams::foreground()).await.unwrap();
 }
-/// Bound and existing pods per gang, now.
+
+/// Bound and existing pods per gang, now (pods that are terminating or
+/// finished are left out).
 pub async fn gangs(api: &Api<Pod>, gang_of: GangOf) -> BTreeMap<String, (usize, usize)> {
     let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for p in api.list(&ListParams::default()).await.unwrap().items {
-        if p.metadata.deletion_timestamp.is_some() {
+        // a terminating or finished pod is no longer a member (a failed
+        // member's replacement is)
+        let finished = matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Failed" | "Succeeded")
+        );
+        if p.metadata.deletion_timestamp.is_some() || finished {
             continue;
         }
         let Some(g) = gang_of(&p) else { continue };
