@@ -24,6 +24,8 @@ pub fn make(uid: &str, node: &Node, seq: u64, gpus: &GpuAssignment) -> GpuDecisi
             Some(ShareDecision {
                 milli: *milli,
                 memory_mib: *memory_mib,
+                resource: None,
+                replicas: None,
             }),
         ),
     };

@@ -16,6 +16,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod podapi;
 pub mod rbac;
+pub mod sharing;
 pub mod snapshot;
 pub mod tls;
 pub mod translate;

@@ -109,6 +109,8 @@ pub struct NodeView {
     /// `gpusched.io/allocations` annotation): where the kubelet really put
     /// each pod, which may differ from its decision (a same-size swap).
     pub allocations: BTreeMap<String, gpusched_model::protocol::PodAllocation>,
+    /// The node's time-sliced resources (its agent's `gpusched.io/sharing`).
+    pub sharing: Option<gpusched_model::sharing::NodeSharing>,
 }
 
 fn quantity_map(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, String> {
@@ -225,6 +227,35 @@ pub fn node(n: &Node) -> NodeView {
             })
             .collect();
     }
+    let mut sharing = None;
+    if let Some(text) = annotations.get(gpusched_model::sharing::ANNOTATION_NODE_SHARING) {
+        match gpusched_model::sharing::NodeSharing::parse(text) {
+            Ok(s) => sharing = Some(s),
+            Err(e) => warnings.push(format!(
+                "{obj}: {e}; its time-sliced resources are not placed as shares"
+            )),
+        }
+    }
+    // GPUs time-sliced (under their own name or renamed): the kubelet
+    // counts replicas, N per GPU, of the advertised name
+    if let Some(s) = &sharing {
+        let sliced = s
+            .time_slicing
+            .iter()
+            .filter(|t| t.of == RESOURCE_GPU)
+            .map(|t| {
+                let have = if t.resource == RESOURCE_GPU {
+                    gpu_alloc
+                } else {
+                    res.ext_get(&t.resource)
+                };
+                have / u64::from(t.replicas.max(1))
+            })
+            .max();
+        if let Some(m) = sliced {
+            gpu_alloc = m;
+        }
+    }
     // The kubelet's allocatable count is the truth of what it will hand out:
     // mark healthy GPUs beyond it not allocatable, highest index first (for
     // ~10 s after an agent starts its GPUs are published before the
@@ -280,6 +311,12 @@ pub fn node(n: &Node) -> NodeView {
     let mut mnode = MNode::new(name, res, gpus);
     mnode.labels = labels;
     mnode.taints = taints;
+    // renamed replicas: the kubelet offers no whole GPU here
+    mnode.replicas_only = sharing.as_ref().is_some_and(|s| {
+        s.time_slicing
+            .iter()
+            .any(|t| t.of == RESOURCE_GPU && t.resource != RESOURCE_GPU)
+    });
     mnode.unschedulable = n
         .spec
         .as_ref()
@@ -291,6 +328,7 @@ pub fn node(n: &Node) -> NodeView {
         ready,
         warnings,
         allocations,
+        sharing,
     }
 }
 

@@ -145,6 +145,10 @@ pub struct Built {
     pub pending_by_queue: BTreeMap<String, u32>,
     /// Pending pods the core never sees (gated, invalid), by queue and class.
     pub unseen_by_queue: BTreeMap<String, BTreeMap<PendingClass, u32>>,
+    /// Pods (by position in `snapshot.pods`) asking time-sliced replicas,
+    /// placed as shares (`crate::sharing`): their decisions name the
+    /// resource and the count.
+    pub replicas: BTreeMap<usize, crate::sharing::ReplicaAsk>,
 }
 
 /// The `status` of each Queue (by name) and gpusched PodGroup (by
@@ -840,6 +844,34 @@ impl World {
                 });
             }
         }
+        // what a request for a time-sliced resource means (crate::sharing)
+        let sharing = {
+            let ins: Vec<crate::sharing::NodeIn<'_>> = self
+                .nodes
+                .iter()
+                .map(|(name, v)| crate::sharing::NodeIn {
+                    name,
+                    sharing: v.sharing.as_ref(),
+                    has_gpus: !v.node.gpus.is_empty(),
+                })
+                .collect();
+            crate::sharing::table(&ins)
+        };
+        for &i in &sharing.withheld {
+            let n = &mut out.snapshot.nodes[i];
+            for g in &mut n.gpus {
+                if g.is_healthy() {
+                    g.health = gpusched_model::GpuHealth::NotAllocatable;
+                }
+            }
+            n.sync_gpu_allocatable();
+        }
+        for (i, w) in &sharing.warnings {
+            out.problems.push(Problem::NodeWarning {
+                node: out.snapshot.nodes[*i].name.clone(),
+                warning: w.clone(),
+            });
+        }
         // queues: the valid ones, plus an implicit default queue
         for (name, q) in &self.queues {
             match q {
@@ -955,6 +987,24 @@ impl World {
                     });
                 }
                 PodKind::Pending { pod, nominated } => {
+                    let mut pod = pod.clone();
+                    let replicas = match crate::sharing::resolve(&mut pod, &sharing) {
+                        Ok(r) => r,
+                        Err(why) => {
+                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
+                            *out.unseen_by_queue
+                                .entry(self.queue_name(v))
+                                .or_default()
+                                .entry(PendingClass::InvalidSpec)
+                                .or_default() += 1;
+                            out.problems.push(Problem::InvalidPod {
+                                pod: pref(v),
+                                error: format!("pod {}/{}: {why}", v.namespace, v.name),
+                            });
+                            continue;
+                        }
+                    };
+                    let pod = &pod;
                     // a queue that exists but cannot be used: the pod is
                     // told which and why (not that it does not exist)
                     let group = self.group_of(v);
@@ -1019,6 +1069,9 @@ impl World {
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
                     group_queue(&out.snapshot.groups, &mut pod);
+                    if let Some(r) = replicas {
+                        out.replicas.insert(out.snapshot.pods.len(), r);
+                    }
                     out.snapshot.pods.push(PodState { pod, phase });
                 }
                 PodKind::Bound {
@@ -1030,6 +1083,11 @@ impl World {
                     let Some(&n) = node_ids.get(node.as_str()) else {
                         continue;
                     };
+                    // counted as placed: replicas as their share (a pod
+                    // the table cannot resolve keeps its plain request)
+                    let mut pod = pod.clone();
+                    let replicas = crate::sharing::resolve(&mut pod, &sharing).ok().flatten();
+                    let pod = &pod;
                     if let Some(t) = self.tampered.get(&v.uid) {
                         out.problems.push(Problem::BadDecision {
                             pod: pref(v),
@@ -1120,6 +1178,9 @@ impl World {
                     };
                     out.pods.push(pref(v));
                     let mut pod = pod.clone();
+                    if let Some(r) = replicas {
+                        out.replicas.insert(out.snapshot.pods.len(), r);
+                    }
                     if let Some(claims) = self.pod_claims.get(&v.uid) {
                         // a running pod's ReadWriteOncePod claims keep others off them
                         let exclusive =

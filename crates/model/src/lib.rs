@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod quantity;
 pub mod queue;
 pub mod resources;
+pub mod sharing;
 pub mod spec;
 pub mod topology;
 pub mod validate;

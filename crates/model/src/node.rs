@@ -46,6 +46,11 @@ pub struct Node {
     pub gpus: Vec<Gpu>,
     /// `spec.unschedulable` (cordoned or draining).
     pub unschedulable: bool,
+    /// The kubelet offers this node's GPUs only as time-sliced replicas
+    /// under another name (`nvidia.com/gpu.shared`): no whole GPU can be
+    /// placed here, only replicas (as shares, `crate::sharing`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replicas_only: bool,
 }
 
 impl Node {
@@ -58,6 +63,7 @@ impl Node {
             allocatable,
             gpus,
             unschedulable: false,
+            replicas_only: false,
         };
         n.sync_gpu_allocatable();
         n

@@ -24,6 +24,15 @@ pub struct ShareDecision {
     /// MiB of the GPU's memory (0: no memory share asked).
     #[serde(default)]
     pub memory_mib: u64,
+    /// The time-sliced resource the pod asks (`nvidia.com/gpu.shared`, or
+    /// `nvidia.com/gpu` time-sliced under its own name); absent for a
+    /// `gpusched.io/gpu-milli` share. `milli` is then `replicas` replicas of
+    /// [`crate::sharing::replica_milli`] each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// Replicas of `resource` the pod asks (with `resource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 /// What the scheduler decided for one pod.

@@ -151,6 +151,10 @@ pub enum Grant {
         memory_mib: u64,
         served_milli: u32,
         slots: Vec<u32>,
+        /// The time-sliced resource of a replica decision (its calls come
+        /// for that resource, not `gpusched.io/gpu-milli`, and are served
+        /// as a plain time-slicing plugin would: docs/protocol.md).
+        resource: Option<String>,
     },
 }
 
@@ -321,12 +325,23 @@ fn validate(
             gpus: pos,
             served: BTreeSet::new(),
         }),
-        Some(ShareDecision { milli, memory_mib }) => {
+        Some(ShareDecision {
+            milli,
+            memory_mib,
+            resource,
+            ..
+        }) => {
             if pos.len() != 1 {
                 return Err(format!("a share names {} GPUs, not one", pos.len()));
             }
-            if *milli == 0 || *milli >= GPU_MILLI {
-                return Err(format!("share of {milli} milli is not 1..999"));
+            // replicas may fill their GPU (N of N); a milli share may not
+            let most = if resource.is_some() {
+                GPU_MILLI
+            } else {
+                GPU_MILLI - 1
+            };
+            if *milli == 0 || *milli > most {
+                return Err(format!("share of {milli} milli is not 1..{most}"));
             }
             if *memory_mib > gpus[pos[0]].memory_mib {
                 return Err(format!(
@@ -339,7 +354,13 @@ fn validate(
                 milli: *milli,
                 memory_mib: *memory_mib,
                 served_milli: 0,
-                slots: slots_for(pod, *milli, |c| c.milli),
+                // a replica decision expects no gpu-milli call
+                slots: if resource.is_some() {
+                    Vec::new()
+                } else {
+                    slots_for(pod, *milli, |c| c.milli)
+                },
+                resource: resource.clone(),
             })
         }
     }
@@ -736,6 +757,7 @@ impl Ledger {
                         milli,
                         served_milli,
                         slots,
+                        resource: None,
                         ..
                     }) => {
                         if exact {
@@ -939,6 +961,7 @@ impl Ledger {
             memory_mib,
             served_milli,
             slots,
+            ..
         }) = &mut e.state
         else {
             return Err(Miss::NoDecision("not a share".into()));
@@ -1237,7 +1260,12 @@ mod tests {
             seq: 1,
             indices: idx.to_vec(),
             gpus: idx.iter().map(|i| format!("GPU-{i}")).collect(),
-            share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+            share: share.map(|(milli, memory_mib)| ShareDecision {
+                milli,
+                memory_mib,
+                resource: None,
+                replicas: None,
+            }),
         };
         PodInfo {
             namespace: "ns".into(),

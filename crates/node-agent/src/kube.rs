@@ -11,6 +11,7 @@ use gpusched_model::protocol::{
     ALLOCATIONS_VERSION, ANNOTATION_DECISION, ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS,
     NodeAllocations, NodeGpu, PodAllocation,
 };
+use gpusched_model::sharing::{ANNOTATION_NODE_SHARING, NodeSharing, SHARING_VERSION, TimeSliced};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -272,6 +273,10 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
         ANNOTATION_NODE_GPUS.to_string(),
         serde_json::to_string(&gpus).unwrap_or_default(),
     );
+    annotations.insert(
+        ANNOTATION_NODE_SHARING.to_string(),
+        sharing(&agent.plans).to_annotation(),
+    );
     if let Some(coord) = agent.coord.get() {
         annotations.insert(
             ANNOTATION_NODE_ALLOCATIONS.to_string(),
@@ -294,6 +299,32 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
         labels: crate::labels::node_labels(&agent.inventory, &agent.settings),
         annotations,
         capacity,
+    }
+}
+
+/// The time-sliced resources of this node, for [`ANNOTATION_NODE_SHARING`]:
+/// every advertised resource of whole GPUs with more than one replica
+/// (time-sliced MIG devices are not listed: the scheduler does not place
+/// them).
+pub fn sharing(plans: &[crate::plan::ResourcePlan]) -> NodeSharing {
+    let mut time_slicing: Vec<TimeSliced> = plans
+        .iter()
+        .filter(|p| {
+            !p.is_share()
+                && p.replicas > 1
+                && !p.units.is_empty()
+                && p.units.iter().all(|u| u.mig.is_none())
+        })
+        .map(|p| TimeSliced {
+            resource: p.name.clone(),
+            of: gpusched_model::labels::RESOURCE_GPU.to_string(),
+            replicas: p.replicas,
+        })
+        .collect();
+    time_slicing.sort();
+    NodeSharing {
+        v: SHARING_VERSION,
+        time_slicing,
     }
 }
 
@@ -402,6 +433,8 @@ mod tests {
             share: share.map(|milli| ShareDecision {
                 milli,
                 memory_mib: 0,
+                resource: None,
+                replicas: None,
             }),
         };
         PodInfo {
@@ -464,6 +497,55 @@ mod tests {
         done.terminal = true;
         l.observe(done);
         assert_eq!(allocations(&l).pods.len(), 1);
+    }
+
+    #[test]
+    fn sharing_lists_time_sliced_whole_gpus_only() {
+        use crate::config::{MigStrategy, Replication, Settings};
+        let inv = |file: &str| {
+            let path = format!("{}/../../fixtures/nodes/{file}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap();
+            crate::backend::fake::FakeBackend::from_yaml(&text, &path)
+                .unwrap()
+                .inventory_ref()
+                .clone()
+        };
+        let rep = |name: &str, replicas: u32, advertised: &str| Replication {
+            name: name.into(),
+            replicas,
+            advertised: advertised.into(),
+        };
+        // own name, with shares beside it
+        let s = Settings {
+            replication: vec![rep("nvidia.com/gpu", 4, "nvidia.com/gpu")],
+            shares: true,
+            ..Default::default()
+        };
+        let plans = crate::plan::build_plans(&inv("pcie-l40s.yaml"), &s).unwrap();
+        assert_eq!(
+            sharing(&plans).to_annotation(),
+            r#"{"v":1,"timeSlicing":[{"resource":"nvidia.com/gpu","of":"nvidia.com/gpu","replicas":4}]}"#
+        );
+        // renamed
+        let s = Settings {
+            replication: vec![rep("nvidia.com/gpu", 8, "nvidia.com/gpu.shared")],
+            ..Default::default()
+        };
+        let plans = crate::plan::build_plans(&inv("pcie-l40s.yaml"), &s).unwrap();
+        let sh = sharing(&plans);
+        assert_eq!(sh.replicas_of("nvidia.com/gpu.shared"), Some(8));
+        assert_eq!(sh.time_slicing.len(), 1);
+        // no time-slicing, and time-sliced MIG devices: nothing listed
+        let plans = crate::plan::build_plans(&inv("pcie-l40s.yaml"), &Settings::default()).unwrap();
+        assert!(sharing(&plans).time_slicing.is_empty());
+        let s = Settings {
+            mig_strategy: MigStrategy::Mixed,
+            replication: vec![rep("nvidia.com/mig-1g.10gb", 2, "nvidia.com/mig-1g.10gb")],
+            ..Default::default()
+        };
+        let plans = crate::plan::build_plans(&inv("mig-a100.yaml"), &s).unwrap();
+        assert!(plans.iter().any(|p| p.replicas == 2));
+        assert!(sharing(&plans).time_slicing.is_empty());
     }
 
     #[test]

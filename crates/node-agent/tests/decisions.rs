@@ -41,7 +41,12 @@ fn decision(uid: &str, idx: &[u32], share: Option<(u32, u64)>) -> String {
         seq: 1,
         indices: idx.to_vec(),
         gpus: idx.iter().map(|&i| u[i as usize].clone()).collect(),
-        share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+        share: share.map(|(milli, memory_mib)| ShareDecision {
+            milli,
+            memory_mib,
+            resource: None,
+            replicas: None,
+        }),
     }
     .to_annotation()
 }
@@ -702,7 +707,12 @@ fn decided(name: &str, seq: u64, idx: &[u32], share: Option<(u32, u64)>) -> PodI
         seq,
         indices: idx.to_vec(),
         gpus: idx.iter().map(|&i| u[i as usize].clone()).collect(),
-        share: share.map(|(milli, memory_mib)| ShareDecision { milli, memory_mib }),
+        share: share.map(|(milli, memory_mib)| ShareDecision {
+            milli,
+            memory_mib,
+            resource: None,
+            replicas: None,
+        }),
     };
     // Created in the same second: the kubelet's order is the bindings'.
     pod(name, "2026-01-01T00:00:01Z", Some(d.to_annotation()))

@@ -94,6 +94,11 @@ impl Filter for GpuFit {
         if node.gpus.is_empty() {
             return FilterResult::Reject("node(s) had no GPUs".into());
         }
+        if node.replicas_only && matches!(pod.gpu, GpuRequest::Whole(_)) {
+            return FilterResult::Reject(
+                "node(s) offered their GPUs only as time-sliced replicas".into(),
+            );
+        }
         let model_ok: Vec<_> = node
             .gpus
             .iter()
@@ -292,5 +297,22 @@ mod tests {
             GpuFit.filter(&p, &n),
             FilterResult::Reject("node(s) had too few GPUs of the requested kind".into())
         );
+    }
+
+    #[test]
+    fn replicas_only_nodes_take_no_whole_gpu() {
+        let mut n = node();
+        n.replicas_only = true;
+        let mut p = Pod::new("p", "q");
+        p.gpu = GpuRequest::Whole(1);
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) offered their GPUs only as time-sliced replicas".into())
+        );
+        p.gpu = GpuRequest::Share {
+            milli: 250,
+            memory_mib: 0,
+        };
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Pass);
     }
 }

@@ -278,7 +278,14 @@ impl Executor {
                         continue;
                     }
                     let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-                    let decision = crate::decision::make(&pr.uid, n, seq, gpus);
+                    let mut decision = crate::decision::make(&pr.uid, n, seq, gpus);
+                    if let (Some(share), Some(r)) = (
+                        decision.share.as_mut(),
+                        built.replicas.get(&(*pod as usize)),
+                    ) {
+                        share.resource = Some(r.resource.clone());
+                        share.replicas = Some(r.replicas);
+                    }
                     let size = decision.to_annotation().len();
                     if size > crate::decision::MAX_DECISION_BYTES {
                         // the agent would refuse it at Allocate: say so now
