@@ -153,21 +153,22 @@ impl Coordinator {
     pub async fn allocate_share(
         &self,
         n: u32,
+        resource: Option<&str>,
         hint: Option<usize>,
         healthy: &[bool],
     ) -> Result<ShareGrant, Miss> {
         // (as for whole GPUs: no exact match, fresh LIST first)
-        let unexpected = !self.ledger().expects_share(n);
+        let unexpected = !self.ledger().expects_share(n, resource);
         if unexpected && let Err(e) = self.refresh().await {
             tracing::warn!("pod list on an unexpected allocate failed: {e}");
         }
-        let first = self.ledger().allocate_share(n, hint, healthy);
+        let first = self.ledger().allocate_share(n, resource, hint, healthy);
         match first {
             Err(Miss::NoDecision(_)) => {
                 if let Err(e) = self.refresh().await {
                     tracing::warn!("pod list on an allocate miss failed: {e}");
                 }
-                self.ledger().allocate_share(n, hint, healthy)
+                self.ledger().allocate_share(n, resource, hint, healthy)
             }
             r => r,
         }

@@ -354,9 +354,10 @@ fn validate(
                 milli: *milli,
                 memory_mib: *memory_mib,
                 served_milli: 0,
-                // a replica decision expects no gpu-milli call
+                // a replica decision expects one call of its whole size,
+                // for its resource (containers' asks of it are not read)
                 slots: if resource.is_some() {
-                    Vec::new()
+                    vec![*milli]
                 } else {
                     slots_for(pod, *milli, |c| c.milli)
                 },
@@ -666,12 +667,15 @@ impl Ledger {
         })
     }
 
-    /// Whether a live share decision expects a call of exactly `n` milli.
-    pub fn expects_share(&self, n: u32) -> bool {
+    /// Whether a live share decision of `resource` (`None`:
+    /// `gpusched.io/gpu-milli`; else a time-sliced resource) expects a call
+    /// of exactly `n` milli.
+    pub fn expects_share(&self, n: u32, resource: Option<&str>) -> bool {
         self.entries.values().any(|e| {
-            e.state
-                .as_ref()
-                .is_ok_and(|g| matches!(g, Grant::Share { slots, .. } if slots.contains(&n)))
+            e.state.as_ref().is_ok_and(|g| {
+                matches!(g, Grant::Share { slots, resource: r, .. }
+                    if slots.contains(&n) && r.as_deref() == resource)
+            })
         })
     }
 
@@ -739,15 +743,15 @@ impl Ledger {
     /// The GPU to take share tokens from: that of the pending share
     /// decision expecting a call of exactly `size` milli (else one with
     /// that much unserved).
-    pub fn preferred_share(&self, size: u32) -> Option<usize> {
-        let cands = self.share_candidates(size);
+    pub fn preferred_share(&self, size: u32, resource: Option<&str>) -> Option<usize> {
+        let cands = self.share_candidates(size, resource);
         match &self.rank(&cands, |_| false)?.state {
             Ok(Grant::Share { gpu, .. }) => Some(*gpu),
             _ => None,
         }
     }
 
-    fn share_candidates(&self, n: u32) -> Vec<&Entry> {
+    fn share_candidates(&self, n: u32, resource: Option<&str>) -> Vec<&Entry> {
         for exact in [true, false] {
             let v: Vec<&Entry> = self
                 .live_order()
@@ -757,9 +761,9 @@ impl Ledger {
                         milli,
                         served_milli,
                         slots,
-                        resource: None,
+                        resource: r,
                         ..
-                    }) => {
+                    }) if r.as_deref() == resource => {
                         if exact {
                             slots.contains(&n)
                         } else {
@@ -937,16 +941,20 @@ impl Ledger {
     pub fn allocate_share(
         &mut self,
         n: u32,
+        resource: Option<&str>,
         hint: Option<usize>,
         healthy: &[bool],
     ) -> Result<ShareGrant, Miss> {
-        let cands = self.share_candidates(n);
+        let cands = self.share_candidates(n, resource);
         let same_gpu =
             |e: &Entry| matches!(&e.state, Ok(Grant::Share { gpu, .. }) if Some(*gpu) == hint);
         let Some(uid) = self.rank(&cands, same_gpu).map(|e| e.pod.uid.clone()) else {
             return Err(Miss::NoDecision(format!(
-                "no pod placed on node {} by gpusched has a pending GPU share of {n} milli; {}",
+                "no pod placed on node {} by gpusched has a pending {} of {n} milli; {}",
                 self.node,
+                resource.map_or("GPU share".to_string(), |r| format!(
+                    "share of {r} replicas"
+                )),
                 self.summary()
             )));
         };

@@ -309,12 +309,7 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
 pub fn sharing(plans: &[crate::plan::ResourcePlan]) -> NodeSharing {
     let mut time_slicing: Vec<TimeSliced> = plans
         .iter()
-        .filter(|p| {
-            !p.is_share()
-                && p.replicas > 1
-                && !p.units.is_empty()
-                && p.units.iter().all(|u| u.mig.is_none())
-        })
+        .filter(|p| p.is_time_sliced_gpu())
         .map(|p| TimeSliced {
             resource: p.name.clone(),
             of: gpusched_model::labels::RESOURCE_GPU.to_string(),
@@ -471,7 +466,7 @@ mod tests {
             l.allocate_whole(&[0, 1], &healthy).unwrap().decision,
             "ml/a"
         );
-        l.allocate_share(250, Some(3), &healthy).unwrap();
+        l.allocate_share(250, None, Some(3), &healthy).unwrap();
         let a = allocations(&l);
         assert_eq!(a.v, ALLOCATIONS_VERSION);
         let got: Vec<(&str, Vec<&str>, Option<u32>)> = a

@@ -584,6 +584,32 @@ impl ResourcePlan {
         self.name == RESOURCE_GPU_MILLI
     }
 
+    /// This plan is time-sliced replicas of whole GPUs (under
+    /// `nvidia.com/gpu` or a renamed resource; not MIG): the scheduler
+    /// places a pod's replicas as a share of one GPU
+    /// (`gpusched_model::sharing`), and decisions govern.
+    pub fn is_time_sliced_gpu(&self) -> bool {
+        !self.is_share()
+            && self.replicas > 1
+            && !self.units.is_empty()
+            && self.units.iter().all(|u| u.mig.is_none())
+    }
+
+    /// What a call for `n` devices of this plan is in the decisions'
+    /// measure: `(milli, resource)`, the resource `None` for
+    /// `gpusched.io/gpu-milli` tokens, else the time-sliced resource.
+    pub fn share_call(&self, n: usize) -> (u32, Option<&str>) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        if self.is_share() {
+            (n, None)
+        } else {
+            (
+                n.saturating_mul(gpusched_model::sharing::replica_milli(self.replicas)),
+                Some(self.name.as_str()),
+            )
+        }
+    }
+
     /// This plan is whole, non-shared GPUs (`nvidia.com/gpu`, no MIG, no
     /// time-slicing): the resource decisions govern.
     pub fn is_whole_gpu(&self) -> bool {

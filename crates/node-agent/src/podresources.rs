@@ -35,7 +35,8 @@ pub async fn list(socket: &Path) -> Result<Held, String> {
 }
 
 /// What each listed pod holds of the resources decisions govern (whole
-/// GPUs as inventory positions, share tokens counted).
+/// GPUs as inventory positions, share tokens counted, time-sliced replicas
+/// as their milli).
 pub fn held_pods(agent: &Agent, held: &Held) -> BTreeMap<(String, String), HeldPod> {
     let mut out = BTreeMap::new();
     for (key, res) in held {
@@ -57,6 +58,10 @@ pub fn held_pods(agent: &Agent, held: &Held) -> BTreeMap<(String, String), HeldP
                 h.milli = h
                     .milli
                     .saturating_add(u32::try_from(distinct.len()).unwrap_or(u32::MAX));
+            } else if plan.is_time_sliced_gpu() {
+                // replicas, in the decisions' measure (k·⌊1000/N⌋)
+                let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+                h.milli = h.milli.saturating_add(plan.share_call(distinct.len()).0);
             }
         }
         if !h.whole.is_empty() || h.milli > 0 {

@@ -105,7 +105,9 @@ impl PluginService {
     ) -> Result<api::AllocateResponse, Status> {
         let plan = &self.agent.plans[self.res];
         let coord = match self.agent.coord.get() {
-            Some(c) if plan.is_whole_gpu() || plan.is_share() => c.clone(),
+            Some(c) if plan.is_whole_gpu() || plan.is_share() || plan.is_time_sliced_gpu() => {
+                c.clone()
+            }
             _ if plan.is_share() => {
                 return Err(Status::failed_precondition(format!(
                     "allocate: {} needs the scheduler's decisions; run the agent with --node-name",
@@ -161,21 +163,41 @@ impl PluginService {
                     }
                 }
             } else {
-                let n = u32::try_from(c.devices_ids.len()).unwrap_or(u32::MAX);
+                // gpu-milli tokens, or time-sliced replicas (k of a GPU
+                // shared N ways = k·⌊1000/N⌋ milli: gpusched_model::sharing)
+                let (n, resource) = plan.share_call(c.devices_ids.len());
                 let first = units.first().map(|&u| plan.units[u].gpu);
                 let hint = first.filter(|&g| units.iter().all(|&u| plan.units[u].gpu == g));
-                match coord.allocate_share(n, hint, &healthy).await {
+                match coord.allocate_share(n, resource, hint, &healthy).await {
                     Ok(g) => {
                         tracing::info!(resource = %plan.name, decision_of = %g.pod, gpu = g.gpu, milli = n, "allocate: share charged to the decision of pod {} (or another pending pod of the same size)", g.pod);
                         let Some(u) = plan.units.iter().position(|x| x.gpu == g.gpu) else {
                             return Err(Status::internal("share GPU not in plan"));
                         };
-                        let token = format!("{}::0", plan.units[u].uuid);
+                        // the answer names the decided GPU, whatever the
+                        // ids' prefix (they are counters)
+                        let Some(token) = plan.devices.iter().find(|d| d.unit == u) else {
+                            return Err(Status::internal("share GPU has no device"));
+                        };
                         let mut r = plan
-                            .allocate(&[token], &view.unit_healthy, s, inv)
+                            .allocate(std::slice::from_ref(&token.id), &view.unit_healthy, s, inv)
                             .map_err(|e| e.into_status())?;
-                        share_env(&mut r, &plan.units[u].uuid, n, g.memory_mib);
+                        if resource.is_none() {
+                            share_env(&mut r, &plan.units[u].uuid, n, g.memory_mib);
+                        } else {
+                            r.envs
+                                .insert("GPUSCHED_GPU_UUID".into(), plan.units[u].uuid.clone());
+                        }
                         self.agent.mark_allocated(g.gpu);
+                        out.container_responses.push(r);
+                    }
+                    Err(Miss::NoDecision(m))
+                        if resource.is_some() && !coord.side.require_decision =>
+                    {
+                        tracing::info!(resource = %plan.name, "allocate: {m}; served as asked (--require-decision=false)");
+                        for &u in &units {
+                            self.agent.mark_allocated(plan.units[u].gpu);
+                        }
                         out.container_responses.push(r);
                     }
                     Err(m) => {
@@ -221,8 +243,9 @@ impl PluginService {
                 })
                 .collect();
             (ids.len() == size).then_some(ids)
-        } else if plan.is_share() {
-            let g = coord.ledger().preferred_share(u32::try_from(size).ok()?)?;
+        } else if plan.is_share() || plan.is_time_sliced_gpu() {
+            let (milli, resource) = plan.share_call(size);
+            let g = coord.ledger().preferred_share(milli, resource)?;
             let mut ids: Vec<String> = c.must_include_device_i_ds.clone();
             for id in &c.available_device_i_ds {
                 if ids.len() >= size {
@@ -345,10 +368,11 @@ impl DevicePlugin for PluginService {
             if plan.is_whole_gpu() {
                 c.must_include_device_i_ds.is_empty() && !l.expects_whole(size)
             } else {
-                !l.expects_share(u32::try_from(size).unwrap_or(0))
+                let (milli, resource) = plan.share_call(size);
+                !l.expects_share(milli, resource)
             }
         };
-        if (plan.is_whole_gpu() || plan.is_share())
+        if (plan.is_whole_gpu() || plan.is_share() || plan.is_time_sliced_gpu())
             && let Some(coord) = self.agent.coord.get()
             && req
                 .container_requests

@@ -79,10 +79,20 @@ struct Rig {
     t: TestSide,
     agent: Option<RunningAgent>,
     control: std::path::PathBuf,
+    replication: Vec<gpusched_node_agent::config::Replication>,
 }
 
 impl Rig {
     async fn start(pods: Vec<PodInfo>, watch: bool, require: bool) -> Rig {
+        Rig::start_with(pods, watch, require, Vec::new()).await
+    }
+
+    async fn start_with(
+        pods: Vec<PodInfo>,
+        watch: bool,
+        require: bool,
+        replication: Vec<gpusched_node_agent::config::Replication>,
+    ) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         let kubelet = FakeKubelet::start(dir.path()).await;
         let pr = FakePodResources::start(&dir.path().join("pod-resources.sock"));
@@ -97,6 +107,7 @@ impl Rig {
             t,
             agent: None,
             control,
+            replication,
         };
         r.boot(require).await;
         r
@@ -109,6 +120,7 @@ impl Rig {
         s.shares = true;
         s.pod_resources_socket = dir.join("pod-resources.sock");
         s.control_file = Some(self.control.clone());
+        s.replication = self.replication.clone();
         s
     }
 
@@ -1232,4 +1244,139 @@ async fn decision_onto_a_gpu_a_swapped_pod_holds_gets_the_free_one() {
     let p = preferred(&mut c, &ids(&[1, 2, 3, 4, 5, 6, 7]), 1).await;
     assert_eq!(p, ids(&[1]));
     allocate(&mut c, &p).await.unwrap();
+}
+
+/// A pod asking `k` replicas of `resource` (time-sliced `n` ways), decided
+/// onto GPU `gpu` as the scheduler does: a share of `k·⌊1000/n⌋` milli.
+fn replica_pod(name: &str, seq: u64, gpu: u32, k: u32, n: u32, resource: &str) -> PodInfo {
+    let u = uuids();
+    let d = GpuDecision {
+        v: DECISION_VERSION,
+        uid: format!("uid-{name}"),
+        node: NODE.into(),
+        seq,
+        indices: vec![gpu],
+        gpus: vec![u[gpu as usize].clone()],
+        share: Some(ShareDecision {
+            milli: k * gpusched_model::sharing::replica_milli(n),
+            memory_mib: 0,
+            resource: Some(resource.into()),
+            replicas: Some(k),
+        }),
+    };
+    pod(name, "2026-01-01T00:00:01Z", Some(d.to_annotation()))
+}
+
+/// Issue 29 item 5: time-sliced replicas of 1 and 2 bound at once onto two
+/// GPUs shared 4 ways (filling both), admitted in any order, the kubelet
+/// following the preference or picking replica ids of its own (of GPUs no
+/// decision names). Every call must be served a decision of exactly its
+/// size, each decision once, so that each GPU gets exactly the replicas
+/// decided onto it; a ninth replica is refused.
+async fn replica_rounds(resource: &str, sock: &str, follow: bool) {
+    use gpusched_node_agent::config::Replication;
+    let r = Rig::start_with(
+        vec![],
+        true,
+        true,
+        vec![Replication {
+            name: "nvidia.com/gpu".into(),
+            replicas: 4,
+            advertised: resource.into(),
+        }],
+    )
+    .await;
+    let mut c = r.kubelet.client(sock).await;
+    let u = uuids();
+    let rid = |g: usize, k: usize| format!("{}::{k}", u[g]);
+    // GPU 1: 2+1+1, GPU 6: 1+2+1
+    let layout = [(1u32, 2u32), (1, 1), (1, 1), (6, 1), (6, 2), (6, 1)];
+    for round in 0..20u64 {
+        let mut rng = Rng::new(round + if follow { 2000 } else { 3000 });
+        let pods: Vec<PodInfo> = layout
+            .iter()
+            .enumerate()
+            .map(|(i, &(g, k))| {
+                replica_pod(&format!("r{round}-{i}"), i as u64 + 1, g, k, 4, resource)
+            })
+            .collect();
+        sync_pods(&r, pods).await;
+        let mut order: Vec<usize> = (0..layout.len()).collect();
+        rng.shuffle(&mut order);
+        // the kubelet's view: replica ids in use
+        let mut used: std::collections::BTreeSet<String> = Default::default();
+        let mut got: Vec<(u32, u32)> = Vec::new();
+        for &p in &order {
+            let k = layout[p].1 as usize;
+            let avail: Vec<String> = (0..8)
+                .flat_map(|g| (0..4).map(move |j| (g, j)))
+                .map(|(g, j)| rid(g, j))
+                .filter(|id| !used.contains(id))
+                .collect();
+            let pick: Vec<String> = if follow {
+                let pref = preferred(&mut c, &avail, k as i32).await;
+                assert_eq!(pref.len(), k, "round {round}: preference {pref:?}");
+                pref
+            } else {
+                // its own choice: the lowest free ids (GPU 0 first, which no
+                // decision names)
+                avail[..k].to_vec()
+            };
+            let resp = allocate(&mut c, &pick).await.unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: pod {p} ({k} replicas) refused: {}",
+                    e.message()
+                )
+            });
+            let g = u
+                .iter()
+                .position(|x| *x == visible(&resp))
+                .unwrap_or_else(|| {
+                    panic!("round {round}: answer names no single GPU: {:?}", resp.envs)
+                });
+            assert_eq!(resp.envs.get("GPUSCHED_GPU_UUID"), Some(&u[g]));
+            if follow {
+                assert!(
+                    pick.iter().all(|id| id.starts_with(&u[g])),
+                    "{pick:?} not of GPU {g}"
+                );
+            }
+            got.push((g as u32, k as u32));
+            used.extend(pick);
+        }
+        got.sort();
+        let mut want = layout.to_vec();
+        want.sort();
+        assert_eq!(
+            got, want,
+            "round {round}: each decision served once, on its GPU"
+        );
+        // both GPUs are full as decided: a ninth replica has no decision
+        let avail: Vec<String> = (0..8)
+            .flat_map(|g| (0..4).map(move |j| (g, j)))
+            .map(|(g, j)| rid(g, j))
+            .filter(|id| !used.contains(id))
+            .collect();
+        let e = allocate(&mut c, &avail[..1]).await.unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "round {round}");
+        assert!(
+            e.message()
+                .contains(&format!("share of {resource} replicas of 250 milli")),
+            "{}",
+            e.message()
+        );
+    }
+}
+
+#[tokio::test]
+async fn time_sliced_replicas_under_their_own_name_follow_the_decisions() {
+    replica_rounds("nvidia.com/gpu", GPU_SOCK, true).await;
+    replica_rounds("nvidia.com/gpu", GPU_SOCK, false).await;
+}
+
+#[tokio::test]
+async fn renamed_time_sliced_replicas_follow_the_decisions() {
+    let sock = "gpusched-nvidia.com-gpu.shared.sock";
+    replica_rounds("nvidia.com/gpu.shared", sock, true).await;
+    replica_rounds("nvidia.com/gpu.shared", sock, false).await;
 }
