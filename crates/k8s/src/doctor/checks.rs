@@ -131,8 +131,27 @@ fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
     let st = n.status.as_ref();
     let cap = st.and_then(|s| s.capacity.as_ref());
     let alloc = st.and_then(|s| s.allocatable.as_ref());
-    let gpu_cap = quantity(cap, "nvidia.com/gpu");
-    let gpu_alloc = quantity(alloc, "nvidia.com/gpu").unwrap_or(0);
+    // GPUs time-sliced by the agent (gpusched.io/sharing): the kubelet
+    // counts replicas of the advertised name, N per GPU
+    let sliced = annotation(n, gpusched_model::sharing::ANNOTATION_NODE_SHARING)
+        .and_then(|t| gpusched_model::sharing::NodeSharing::parse(t).ok())
+        .and_then(|s| {
+            s.time_slicing
+                .into_iter()
+                .find(|t| t.of == "nvidia.com/gpu")
+        });
+    let (res, per_gpu) = match &sliced {
+        Some(t) => (t.resource.as_str(), u64::from(t.replicas.max(1))),
+        None => ("nvidia.com/gpu", 1),
+    };
+    let gpu_cap = quantity(cap, res);
+    let res_alloc = quantity(alloc, res).unwrap_or(0);
+    let gpu_alloc = res_alloc / per_gpu;
+    let counted = if per_gpu > 1 {
+        format!("{res_alloc} {res} allocatable ({gpu_alloc} GPUs × {per_gpu} replicas)")
+    } else {
+        format!("{gpu_alloc} nvidia.com/gpu allocatable")
+    };
     let published: Option<Result<Vec<NodeGpu>, String>> = annotation(n, ANNOTATION_NODE_GPUS)
         .map(|t| serde_json::from_str::<Vec<NodeGpu>>(t).map_err(|e| e.to_string()));
     let before = out.len();
@@ -142,7 +161,7 @@ fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
             Status::Fail,
             &subject,
             format!(
-                "no nvidia.com/gpu allocatable (capacity {})",
+                "no {res} allocatable (capacity {})",
                 gpu_cap.map(|c| c.to_string()).unwrap_or_else(|| "absent".into())
             ),
             "the device plugin is not registered with the kubelet, or every GPU is unhealthy: check the gpusched-agent pod on this node and its log",
@@ -155,7 +174,7 @@ fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
                 continue;
             }
             let a = alloc.and_then(|m| m.get(k)).map(|q| q.0.clone());
-            if a.as_deref() != Some(c.0.as_str()) && !(k == "nvidia.com/gpu" && gpu_alloc == 0) {
+            if a.as_deref() != Some(c.0.as_str()) && !(k == res && gpu_alloc == 0) {
                 out.push(Finding::new(
                     "gpu-resources",
                     Status::Warn,
@@ -193,7 +212,7 @@ fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
                     Status::Warn,
                     &subject,
                     format!(
-                        "the agent reports {healthy} healthy GPUs but the kubelet has {gpu_alloc} nvidia.com/gpu allocatable"
+                        "the agent reports {healthy} healthy GPUs but the kubelet has {counted}"
                     ),
                     "the kubelet's count wins: the scheduler takes the extra GPUs as unhealthy; restart the agent if it persists",
                 ));
@@ -213,7 +232,7 @@ fn gpu_resources(n: &Node, out: &mut Vec<Finding>) {
             "gpu-resources",
             Status::Ok,
             &subject,
-            format!("{gpu_alloc} nvidia.com/gpu allocatable, all healthy"),
+            format!("{counted}, all healthy"),
             "",
         ));
     }

@@ -229,6 +229,74 @@ fn every_planted_problem_is_found_and_named() {
 }
 
 #[test]
+fn time_sliced_gpus_are_counted_in_gpus_not_replicas() {
+    let sharing = |res: &str| {
+        json!({"v": 1, "timeSlicing": [{"resource": res, "of": "nvidia.com/gpu", "replicas": 4}]})
+            .to_string()
+    };
+    // own name: 4 GPUs × 4 replicas = 16 nvidia.com/gpu
+    let own = node(
+        "ts",
+        4,
+        &[],
+        json!({"metadata": {"annotations": {"gpusched.io/sharing": sharing("nvidia.com/gpu")}},
+               "status": {"capacity": {"nvidia.com/gpu": "16"}, "allocatable": {"nvidia.com/gpu": "16"}}}),
+    );
+    // renamed: 16 nvidia.com/gpu.shared, no nvidia.com/gpu
+    let mut renamed = node(
+        "tr",
+        4,
+        &[],
+        json!({"metadata": {"annotations": {"gpusched.io/sharing": sharing("nvidia.com/gpu.shared")}},
+               "status": {"capacity": {"nvidia.com/gpu.shared": "16"},
+                          "allocatable": {"nvidia.com/gpu.shared": "16"}}}),
+    );
+    renamed["status"]["capacity"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nvidia.com/gpu");
+    renamed["status"]["allocatable"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nvidia.com/gpu");
+    let f = Facts {
+        nodes: vec![obj(own), obj(renamed)],
+        now_ms: 1_796_119_300_000,
+        ..Facts::default()
+    };
+    let r = run_on(&f);
+    for (node, res) in [("ts", "nvidia.com/gpu"), ("tr", "nvidia.com/gpu.shared")] {
+        let g = find(&r, "gpu-resources", &format!("node/{node}"));
+        assert_eq!(g.len(), 1, "{g:#?}");
+        assert_eq!(g[0].status, Status::Ok, "{g:#?}");
+        assert_eq!(
+            g[0].message,
+            format!("16 {res} allocatable (4 GPUs × 4 replicas), all healthy")
+        );
+    }
+    // a GPU withheld: 12 replicas are 3 GPUs, not what the agent reports
+    let mut f2 = f.clone();
+    f2.nodes[0]
+        .status
+        .as_mut()
+        .unwrap()
+        .allocatable
+        .as_mut()
+        .unwrap()
+        .insert(
+            "nvidia.com/gpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("12".into()),
+        );
+    let r = run_on(&f2);
+    let g = find(&r, "gpu-resources", "node/ts");
+    assert!(
+        g.iter().any(|x| x.message
+            == "the agent reports 4 healthy GPUs but the kubelet has 12 nvidia.com/gpu allocatable (3 GPUs × 4 replicas)"),
+        "{g:#?}"
+    );
+}
+
+#[test]
 fn a_healthy_cluster_exits_zero() {
     let mut f = Facts {
         nodes: vec![obj(node("gpu-a", 4, &[], json!({})))],
