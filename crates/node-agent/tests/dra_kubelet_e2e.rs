@@ -1,0 +1,402 @@
+//! The DRA mode end to end on a **real kubelet** (v1.37.2,
+//! `e2e/cluster/kubelet`, fake CRI runtime recording every container's
+//! config) and a real kube-apiserver: `gpusched-node-agent --mode dra` (a
+//! separate process, fake backend, 4 H100s) registers on the kubelet's
+//! plugin registry and publishes the node's ResourceSlice; a claim the test
+//! allocates by hand (status.allocation + reservedFor, as a scheduler
+//! would) and a pod bound to the node run, and the container's CDI devices
+//! are exactly the allocated GPUs; a claim allocated on another node's pool
+//! fails to prepare with the agent's error in the pod's events; the agent
+//! restarts without losing what it prepared, and deleting the pod
+//! unprepares it.
+//!
+//! Needs root (the kubelet runs in a private mount namespace) and the
+//! binaries of `e2e/cluster/build`; run by `e2e/run`.
+//! `GPUSCHED_E2E_KEEP=1` keeps the node's directory.
+
+#[path = "../../k8s/tests/common/mod.rs"]
+mod k8s;
+
+use k8s::{Cluster, wait_for};
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const NODE: &str = "kdra";
+const NS: &str = "ml";
+const DRIVER: &str = "gpu.gpusched.io";
+
+fn node_yaml() -> String {
+    format!(
+        "nodes:\n  - name: {NODE}\n    cpu: \"64\"\n    memory: 512Gi\n    gpus:\n      count: 4\n      model: H100-SXM5-80GB\n      memory: 80Gi\n      interconnect: nvswitch\n      numa_nodes: 2\n"
+    )
+}
+
+fn kubelet_script() -> PathBuf {
+    k8s::repo_root().join("e2e/cluster/kubelet")
+}
+
+fn script(args: &[&str]) -> BTreeMap<String, String> {
+    let out = Command::new(kubelet_script())
+        .args(args)
+        .output()
+        .expect("running e2e/cluster/kubelet (build first: e2e/cluster/build)");
+    assert!(
+        out.status.success(),
+        "e2e/cluster/kubelet {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+struct RealNode {
+    dir: tempfile::TempDir,
+    env: BTreeMap<String, String>,
+    node_file: PathBuf,
+    kubeconfig: PathBuf,
+    agent: Option<Child>,
+    starts: u32,
+}
+
+impl RealNode {
+    fn up(c: &Cluster) -> RealNode {
+        // (short path: unix socket paths are limited to 108 bytes)
+        let dir = tempfile::Builder::new()
+            .prefix("gpusched-dra-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let kdir = dir.path().join("k");
+        let env = script(&[
+            "up",
+            kdir.to_str().unwrap(),
+            "--cluster",
+            c.dir.path().to_str().unwrap(),
+            "--node",
+            NODE,
+        ]);
+        let node_file = dir.path().join("node.yaml");
+        std::fs::write(&node_file, node_yaml()).unwrap();
+        std::fs::write(dir.path().join("control"), "").unwrap();
+        let mut n = RealNode {
+            dir,
+            env,
+            node_file,
+            kubeconfig: c.kubeconfig(),
+            agent: None,
+            starts: 0,
+        };
+        n.start_agent();
+        n
+    }
+
+    fn kdir(&self) -> PathBuf {
+        PathBuf::from(&self.env["GPUSCHED_KUBELET_DIR"])
+    }
+
+    fn cdi_dir(&self) -> PathBuf {
+        self.dir.path().join("cdi")
+    }
+
+    fn plugin_dir(&self) -> PathBuf {
+        self.kdir().join("root/plugins").join(DRIVER)
+    }
+
+    fn start_agent(&mut self) {
+        assert!(self.agent.is_none());
+        self.starts += 1;
+        let log =
+            std::fs::File::create(self.dir.path().join(format!("agent-{}.log", self.starts)))
+                .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gpusched-node-agent"))
+            .args(["--mode", "dra", "--backend", "fake", "--node-name", NODE])
+            .arg("--node-file")
+            .arg(&self.node_file)
+            .arg("--control-file")
+            .arg(self.dir.path().join("control"))
+            .arg("--dra-registry-dir")
+            .arg(self.kdir().join("root/plugins_registry"))
+            .arg("--dra-plugin-dir")
+            .arg(self.plugin_dir())
+            .arg("--dra-kubelet-plugin-dir")
+            .arg(format!("/var/lib/kubelet/plugins/{DRIVER}"))
+            .arg("--cdi-dir")
+            .arg(self.cdi_dir())
+            .args(["--dra-slice-resync", "1s"])
+            .args(["--pass-device-specs", "--metrics-address", "", "--feature-file", ""])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gpusched-node-agent");
+        self.agent = Some(child);
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(mut ch) = self.agent.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &ch.id().to_string()])
+                .status();
+            let _ = ch.wait();
+        }
+    }
+
+    fn logs(&self) -> String {
+        let agent = std::fs::read_to_string(
+            self.dir.path().join(format!("agent-{}.log", self.starts)),
+        )
+        .unwrap_or_default();
+        let k = std::fs::read_to_string(self.kdir().join("kubelet.log")).unwrap_or_default();
+        let tail: Vec<&str> = k
+            .lines()
+            .filter(|l| l.contains("dra") || l.contains("DRA") || l.contains("claim"))
+            .collect();
+        let tail = &tail[tail.len().saturating_sub(40)..];
+        format!(
+            "---- agent log ----\n{agent}\n---- kubelet log (DRA lines, last 40) ----\n{}",
+            tail.join("\n")
+        )
+    }
+
+    fn uuid(&self, index: u32) -> String {
+        gpusched_node_agent::backend::fake::FakeBackend::from_file(&self.node_file, None)
+            .unwrap()
+            .inventory_ref()
+            .gpus
+            .iter()
+            .find(|g| g.index == index)
+            .unwrap()
+            .uuid
+            .clone()
+    }
+
+    /// The CDI device names the runtime was given for (pod uid, container).
+    fn cdi_devices(&self, pod_uid: &str, container: &str) -> Option<Vec<String>> {
+        let dir = Path::new(&self.env["GPUSCHED_KUBELET_RECORDS"]);
+        let mut best: Option<(u64, Vec<String>)> = None;
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            if v["pod"]["uid"] != pod_uid || v["config"]["metadata"]["name"] != container {
+                continue;
+            }
+            let attempt = v["config"]["metadata"]["attempt"].as_u64().unwrap_or(0);
+            let cfg = &v["config"];
+            let list = cfg.get("CDIDevices").or_else(|| cfg.get("cdiDevices"));
+            let mut names: Vec<String> = list
+                .and_then(|l| l.as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["name"].as_str().map(String::from))
+                .collect();
+            names.sort();
+            if best.as_ref().is_none_or(|(a, _)| *a <= attempt) {
+                best = Some((attempt, names));
+            }
+        }
+        best.map(|(_, n)| n)
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        self.stop_agent();
+        if std::env::var_os("GPUSCHED_E2E_KEEP").is_some() {
+            self.dir.disable_cleanup(true);
+            eprintln!("kept {}", self.dir.path().display());
+        }
+        let _ = Command::new(kubelet_script())
+            .args(["down", self.kdir().to_str().unwrap()])
+            .output();
+    }
+}
+
+fn claim_spec(name: &str, count: u32) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": count}}]}}})
+}
+
+/// A pod (not scheduled: no scheduler runs) with a container using claim
+/// `claim` and one without.
+fn pod_spec(name: &str, claim: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": NS},
+        "spec": {"schedulerName": "nobody",
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"claims": [{"name": "gpus"}]}},
+                {"name": "side", "image": "registry.k8s.io/pause:3.10"}]}})
+}
+
+/// Allocates `devices` of pool `pool` to the claim for `pod` (what a
+/// scheduler writes before binding), then binds the pod to the node.
+async fn allocate_and_bind(c: &Cluster, claim: &str, pool: &str, devices: &[&str], pod: &Pod) {
+    let claims: Api<ResourceClaim> = Api::namespaced(c.client.clone(), NS);
+    let results: Vec<Value> = devices
+        .iter()
+        .map(|d| json!({"request": "gpus", "driver": DRIVER, "pool": pool, "device": d}))
+        .collect();
+    let status = json!({"status": {
+        "allocation": {
+            "devices": {"results": results},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [NODE]}]}]}},
+        "reservedFor": [{"resource": "pods",
+            "name": pod.metadata.name, "uid": pod.metadata.uid}]}});
+    claims
+        .patch_status(claim, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap_or_else(|e| panic!("allocating claim {claim}: {e}"));
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let name = pod.metadata.name.clone().unwrap();
+    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": NS},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
+    let _: Value = pods
+        .create_subresource(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("binding pod {name}: {e}"));
+}
+
+fn phase(p: &Pod) -> String {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane and a real kubelet (root): e2e/run"]
+async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
+    let c = Cluster::up().await;
+    let mut n = RealNode::up(&c);
+
+    // The agent registers and publishes the node's slice (again after the
+    // kubelet wipes the node's slices at its start).
+    let slices: Api<ResourceSlice> = Api::all(c.client.clone());
+    let slice_name = format!("{NODE}-{DRIVER}");
+    let s = wait_for(Duration::from_secs(60), || async {
+        let s = slices.get_opt(&slice_name).await.ok()??;
+        (s.spec.devices.as_ref()?.len() == 4).then_some(s)
+    })
+    .await
+    .unwrap_or_else(|| panic!("no ResourceSlice {slice_name} with 4 devices\n{}", n.logs()));
+    assert_eq!(s.spec.driver, DRIVER);
+    assert_eq!(s.spec.pool.name, NODE);
+    let devs = s.spec.devices.unwrap();
+    assert_eq!(
+        devs[2].attributes.as_ref().unwrap()["uuid"].string.as_deref(),
+        Some(n.uuid(2).as_str())
+    );
+    assert_eq!(
+        devs[2].capacity.as_ref().unwrap()["memory"].value.0,
+        "81920Mi"
+    );
+    let owner = s.metadata.owner_references.unwrap_or_default();
+    assert!(
+        owner.iter().any(|o| o.kind == "Node" && o.name == NODE),
+        "slice owned by the Node: {owner:?}"
+    );
+
+    // A claim of two GPUs, allocated by hand, and its pod.
+    let claims: Api<ResourceClaim> = Api::namespaced(c.client.clone(), NS);
+    let claim: ResourceClaim = serde_json::from_value(claim_spec("two", 2)).unwrap();
+    let claim = claims.create(&PostParams::default(), &claim).await.unwrap();
+    let claim_uid = claim.metadata.uid.clone().unwrap();
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let pod: Pod = serde_json::from_value(pod_spec("trainer", "two")).unwrap();
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let pod_uid = pod.metadata.uid.clone().unwrap();
+    allocate_and_bind(&c, "two", NODE, &["gpu-1", "gpu-3"], &pod).await;
+
+    wait_for(Duration::from_secs(90), || async {
+        let p = pods.get("trainer").await.ok()?;
+        (phase(&p) == "Running").then_some(())
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!("pod trainer never ran\n{}", n.logs());
+    });
+    let mut want = vec![
+        format!("k8s.gpu.gpusched.io/gpu={}", n.uuid(1)),
+        format!("k8s.gpu.gpusched.io/gpu={}", n.uuid(3)),
+    ];
+    want.sort();
+    assert_eq!(
+        n.cdi_devices(&pod_uid, "main"),
+        Some(want),
+        "the container's CDI devices are the allocated GPUs\n{}",
+        n.logs()
+    );
+    assert_eq!(
+        n.cdi_devices(&pod_uid, "side"),
+        Some(vec![]),
+        "a container without the claim gets no GPU"
+    );
+    let spec_file = n
+        .cdi_dir()
+        .join(format!("k8s.gpu.gpusched.io-claim_{claim_uid}.json"));
+    assert!(spec_file.exists(), "CDI spec {}", spec_file.display());
+
+    // A claim allocated in another node's pool: the kubelet's prepare
+    // fails with the agent's reason, and the pod does not run.
+    let bad: ResourceClaim = serde_json::from_value(claim_spec("elsewhere", 1)).unwrap();
+    claims.create(&PostParams::default(), &bad).await.unwrap();
+    let bad_pod: Pod = serde_json::from_value(pod_spec("stray", "elsewhere")).unwrap();
+    let bad_pod = pods.create(&PostParams::default(), &bad_pod).await.unwrap();
+    allocate_and_bind(&c, "elsewhere", "other-node", &["gpu-0"], &bad_pod).await;
+    let events: Api<Event> = Api::namespaced(c.client.clone(), NS);
+    let msg = wait_for(Duration::from_secs(60), || async {
+        let l = events
+            .list(&ListParams::default().fields("involvedObject.name=stray"))
+            .await
+            .ok()?;
+        l.items
+            .into_iter()
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("not in this node's pool"))
+    })
+    .await
+    .unwrap_or_else(|| panic!("no prepare failure event for pod stray\n{}", n.logs()));
+    assert!(msg.contains("ml/elsewhere"), "{msg}");
+    assert_ne!(phase(&pods.get("stray").await.unwrap()), "Running");
+
+    // The agent restarts: what it prepared is still prepared.
+    n.stop_agent();
+    n.start_agent();
+    assert!(spec_file.exists());
+
+    // Deleting the pod unprepares the claim: its CDI spec goes, and the
+    // checkpoint forgets it.
+    pods.delete("trainer", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let checkpoint = n.plugin_dir().join("checkpoint.json");
+    wait_for(Duration::from_secs(90), || async {
+        let cp = std::fs::read_to_string(&checkpoint).ok()?;
+        (!spec_file.exists() && !cp.contains(&claim_uid)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("claim two never unprepared\n{}", n.logs()));
+}
