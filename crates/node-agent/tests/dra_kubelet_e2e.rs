@@ -114,9 +114,8 @@ impl RealNode {
     fn start_agent(&mut self) {
         assert!(self.agent.is_none());
         self.starts += 1;
-        let log =
-            std::fs::File::create(self.dir.path().join(format!("agent-{}.log", self.starts)))
-                .unwrap();
+        let log = std::fs::File::create(self.dir.path().join(format!("agent-{}.log", self.starts)))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_gpusched-node-agent"))
             .args(["--mode", "dra", "--backend", "fake", "--node-name", NODE])
             .arg("--node-file")
@@ -132,7 +131,13 @@ impl RealNode {
             .arg("--cdi-dir")
             .arg(self.cdi_dir())
             .args(["--dra-slice-resync", "1s"])
-            .args(["--pass-device-specs", "--metrics-address", "", "--feature-file", ""])
+            .args([
+                "--pass-device-specs",
+                "--metrics-address",
+                "",
+                "--feature-file",
+                "",
+            ])
             .env("KUBECONFIG", &self.kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -153,10 +158,9 @@ impl RealNode {
     }
 
     fn logs(&self) -> String {
-        let agent = std::fs::read_to_string(
-            self.dir.path().join(format!("agent-{}.log", self.starts)),
-        )
-        .unwrap_or_default();
+        let agent =
+            std::fs::read_to_string(self.dir.path().join(format!("agent-{}.log", self.starts)))
+                .unwrap_or_default();
         let k = std::fs::read_to_string(self.kdir().join("kubelet.log")).unwrap_or_default();
         let tail: Vec<&str> = k
             .lines()
@@ -269,12 +273,7 @@ async fn allocate_and_bind(c: &Cluster, claim: &str, pool: &str, devices: &[&str
         "metadata": {"name": name, "namespace": NS},
         "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}});
     let _: Value = pods
-        .create_subresource(
-            "binding",
-            &name,
-            &PostParams::default(),
-            &binding,
-        )
+        .create_subresource("binding", &name, &PostParams::default(), &binding)
         .await
         .unwrap_or_else(|e| panic!("binding pod {name}: {e}"));
 }
@@ -306,12 +305,22 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     assert_eq!(s.spec.pool.name, NODE);
     let devs = s.spec.devices.unwrap();
     assert_eq!(
-        devs[2].attributes.as_ref().unwrap()["uuid"].string.as_deref(),
+        devs[2].attributes.as_ref().unwrap()["uuid"]
+            .string
+            .as_deref(),
         Some(n.uuid(2).as_str())
     );
+    assert_eq!(devs[2].capacity.as_ref().unwrap()["memory"].value.0, "80Gi");
+    // What the agent publishes is what the API server keeps (no canonical
+    // form differs): the periodic check (1 s) does not write again.
+    let gen0 = s.spec.pool.generation;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = slices.get(&slice_name).await.unwrap();
     assert_eq!(
-        devs[2].capacity.as_ref().unwrap()["memory"].value.0,
-        "81920Mi"
+        again.spec.pool.generation,
+        gen0,
+        "the slice is rewritten without a change\n{}",
+        n.logs()
     );
     let owner = s.metadata.owner_references.unwrap_or_default();
     assert!(

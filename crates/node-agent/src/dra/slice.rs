@@ -107,6 +107,18 @@ fn architecture(g: &GpuInfo) -> Option<String> {
     )
 }
 
+/// MiB as the API server writes the quantity back (its canonical form: the
+/// largest binary suffix that divides exactly, `81920` → `80Gi`), so the
+/// published slice compares equal to what the agent computes.
+pub fn mib_quantity(mib: u64) -> String {
+    for (shift, suffix) in [(40, "Ei"), (30, "Pi"), (20, "Ti"), (10, "Gi")] {
+        if mib > 0 && mib.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", mib >> shift);
+        }
+    }
+    format!("{mib}Mi")
+}
+
 /// The device of one whole GPU.
 pub fn gpu_device(g: &GpuInfo, cond: &GpuCondition) -> Device {
     let mut attrs = BTreeMap::new();
@@ -135,7 +147,7 @@ pub fn gpu_device(g: &GpuInfo, cond: &GpuCondition) -> Device {
     capacity.insert(
         dra::CAPACITY_MEMORY.to_string(),
         DeviceCapacity {
-            value: Quantity(format!("{}Mi", g.memory_mib)),
+            value: Quantity(mib_quantity(g.memory_mib)),
             ..Default::default()
         },
     );
@@ -228,8 +240,12 @@ mod tests {
         assert_eq!(a["architecture"].string.as_deref(), Some("Hopper"));
         assert!(a.contains_key("nvlinkDomain"));
         assert!(a.contains_key(dra::ATTR_PCIE_ROOT));
-        assert_eq!(d[1].capacity.as_ref().unwrap()["memory"].value.0, "81920Mi");
+        assert_eq!(d[1].capacity.as_ref().unwrap()["memory"].value.0, "80Gi");
         assert!(d[0].taints.is_none());
+        assert_eq!(mib_quantity(81920), "80Gi");
+        assert_eq!(mib_quantity(1536), "1536Mi");
+        assert_eq!(mib_quantity(2 << 20), "2Ti");
+        assert_eq!(mib_quantity(0), "0Mi");
     }
 
     #[test]
