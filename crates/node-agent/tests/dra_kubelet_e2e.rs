@@ -297,10 +297,23 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     let slice_name = format!("{NODE}-{DRIVER}");
     let s = wait_for(Duration::from_secs(60), || async {
         let s = slices.get_opt(&slice_name).await.ok()??;
-        (s.spec.devices.as_ref()?.len() == 4).then_some(s)
+        // (owned by the Node: a slice published before the kubelet
+        // registered the Node is written again with its owner)
+        let owned = s
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.name == NODE);
+        (s.spec.devices.as_ref()?.len() == 4 && owned).then_some(s)
     })
     .await
-    .unwrap_or_else(|| panic!("no ResourceSlice {slice_name} with 4 devices\n{}", n.logs()));
+    .unwrap_or_else(|| {
+        panic!(
+            "no ResourceSlice {slice_name} with 4 devices, owned by the Node\n{}",
+            n.logs()
+        )
+    });
     assert_eq!(s.spec.driver, DRIVER);
     assert_eq!(s.spec.pool.name, NODE);
     let devs = s.spec.devices.unwrap();
@@ -321,11 +334,6 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
         gen0,
         "the slice is rewritten without a change\n{}",
         n.logs()
-    );
-    let owner = s.metadata.owner_references.unwrap_or_default();
-    assert!(
-        owner.iter().any(|o| o.kind == "Node" && o.name == NODE),
-        "slice owned by the Node: {owner:?}"
     );
 
     // A claim of two GPUs, allocated by hand, and its pod.

@@ -92,11 +92,27 @@ impl KubeSlices {
 impl SliceStore for KubeSlices {
     fn get(&self) -> BoxFuture<'_, Result<Option<ResourceSliceSpec>, String>> {
         Box::pin(async move {
-            Api::<ResourceSlice>::all(self.client.clone())
-                .get_opt(&slice::slice_name(&self.node))
+            let name = slice::slice_name(&self.node);
+            let Some(s) = Api::<ResourceSlice>::all(self.client.clone())
+                .get_opt(&name)
                 .await
-                .map(|s| s.map(|s| s.spec))
-                .map_err(|e| format!("get ResourceSlice {}: {e}", slice::slice_name(&self.node)))
+                .map_err(|e| format!("get ResourceSlice {name}: {e}"))?
+            else {
+                return Ok(None);
+            };
+            // Published before the Node existed (no owner): once the Node
+            // is there, the slice counts as not published, so it is
+            // written again with its owner.
+            let owned = s
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Node" && o.name == self.node);
+            if !owned && self.node_uid().await.is_some() {
+                return Ok(None);
+            }
+            Ok(Some(s.spec))
         })
     }
 
