@@ -384,3 +384,223 @@ async fn leader_worker_groups_start_whole_or_not_at_all_and_queues_share() {
     ctl.check();
     s.stop().await;
 }
+
+/// The pods of a JobSet's restart attempt `attempt` that are bound and
+/// running.
+async fn attempt_running(pods: &Api<Pod>, jobset: &str, attempt: &str) -> usize {
+    pods.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| {
+            let l = p.metadata.labels.clone().unwrap_or_default();
+            l.get("jobset.sigs.k8s.io/jobset-name").map(String::as_str) == Some(jobset)
+                && l.get("jobset.sigs.k8s.io/restart-attempt")
+                    .map(String::as_str)
+                    == Some(attempt)
+        })
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the e2e control plane and the workload controllers: e2e/run"]
+async fn a_failed_jobset_member_restarts_the_jobset_as_a_new_whole_gang() {
+    let c = Cluster::up().await;
+    let mut kcm = kube_controller_manager(&c);
+    let mut ctl = workload_controller(&c, Kind::JobSet).await;
+    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
+    c.queue("a", json!({"weight": 1})).await;
+    let pods = c.pods("ml");
+    let size = |_: &str| 3;
+    let s = c.scheduler(opts()).await;
+    // 3 pods × 4 GPUs, a Job failing at its first failed pod, the JobSet
+    // restarting at most twice
+    let mut js = jobset("r", "a", &[("w", 3, 1, 4)]);
+    js["spec"]["failurePolicy"] = json!({"maxRestarts": 2});
+    create_workload(&c.client, "ml", js).await;
+    poll_gangs(&pods, &size, 120, "attempt 0 starts whole", |g| {
+        bound_of(g, "r") == 3
+    })
+    .await;
+    wait_for(Duration::from_secs(60), || async {
+        (attempt_running(&pods, "r", "0").await == 3).then_some(())
+    })
+    .await
+    .expect("attempt 0 runs");
+    // one member fails: its Job fails, the JobSet controller deletes every
+    // Job and makes them again as attempt 1 — a new gang, placed whole
+    let victim = bound(&pods)
+        .await
+        .into_keys()
+        .next()
+        .expect("a bound member");
+    pods.patch(
+        &victim,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"gpusched.io/e2e-fail-exit-code": "1"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    // only attempt 1's pods: attempt 0 is partly bound while it is torn down
+    fn attempt_1(p: &Pod) -> Option<String> {
+        let l = p.metadata.labels.as_ref()?;
+        (l.get("jobset.sigs.k8s.io/restart-attempt")? == "1")
+            .then(|| l.get("jobset.sigs.k8s.io/jobset-name").cloned())?
+    }
+    poll_gangs_by(
+        &pods,
+        &attempt_1,
+        &size,
+        120,
+        "attempt 1 starts whole",
+        |g| bound_of(g, "r") == 3,
+    )
+    .await;
+    wait_for(Duration::from_secs(120), || async {
+        (attempt_running(&pods, "r", "1").await == 3).then_some(())
+    })
+    .await
+    .expect("the JobSet restarted as attempt 1, all three members running");
+    assert_no_double_booking(&c.client).await;
+    kcm.check();
+    ctl.check();
+    s.stop().await;
+}
+
+/// Kubeflow Trainer v2's controller manager: its CRDs, the upstream
+/// `torch-distributed` ClusterTrainingRuntime with `schedulerName:
+/// gpusched` added to its pod template (what a platform team running
+/// gpusched does to its runtimes: a TrainJob cannot name a scheduler), its
+/// webhook server on loopback from a certificate the test makes (certificate
+/// management off; the trainer reads it from controller-runtime's fixed
+/// directory). Its webhook configurations are not registered: the trainer
+/// validates, it does not default.
+async fn trainer(c: &Cluster) -> Proc {
+    let bin = paths()["GPUSCHED_E2E_TRAINER_BIN"].clone();
+    let home = Path::new(&bin).parent().unwrap().to_path_buf();
+    let crd_files: Vec<PathBuf> = std::fs::read_dir(home.join("config/base/crds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    install_crds(&c.client, &crd_files).await;
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let certs = Path::new("/tmp/k8s-webhook-server/serving-certs");
+    std::fs::create_dir_all(certs).unwrap();
+    std::fs::write(certs.join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(certs.join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    let dir = c.dir.path();
+    let probe = free_port();
+    let config = dir.join("trainer-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n\
+             leaderElection: {{leaderElect: false}}\ncertManagement: {{enable: false}}\n\
+             webhook: {{port: {}, host: 127.0.0.1}}\nmetrics: {{bindAddress: \"0\"}}\n\
+             health: {{healthProbeBindAddress: \"127.0.0.1:{probe}\"}}\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let mut p = Proc::start(
+        dir,
+        "trainer",
+        &bin,
+        &[
+            format!("--kubeconfig={}", c.kubeconfig().display()),
+            format!("--config={}", config.display()),
+        ],
+    );
+    for mut rt in yaml_docs(&home.join("config/base/runtimes/torch_distributed.yaml")) {
+        let pod = &mut rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+            ["spec"];
+        pod["schedulerName"] = json!("gpusched");
+        pod["terminationGracePeriodSeconds"] = json!(1);
+        create_dynamic(&c.client, &rt).await;
+    }
+    let t0 = Instant::now();
+    while !ready(probe) {
+        p.check();
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "trainer not ready in 90 s; log {}",
+            p.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    p
+}
+
+/// A TrainJob on the `torch-distributed` runtime: `nodes` trainer nodes of
+/// `gpus` GPUs, in queue `queue` (its labels reach the JobSet).
+fn train_job(name: &str, queue: &str, nodes: u32, gpus: u32) -> Value {
+    json!({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+           "metadata": {"name": name, "labels": {"gpusched.io/queue": queue}},
+           "spec": {"runtimeRef": {"name": "torch-distributed"},
+                    "labels": {"gpusched.io/queue": queue},
+                    "trainer": {"numNodes": nodes,
+                                "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the e2e control plane and the workload controllers: e2e/run"]
+async fn train_jobs_start_whole_or_not_at_all_through_their_jobsets() {
+    let c = Cluster::up().await;
+    let mut kcm = kube_controller_manager(&c);
+    let mut js = workload_controller(&c, Kind::JobSet).await;
+    let mut tr = trainer(&c).await;
+    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
+    c.queue("a", json!({"weight": 1})).await;
+    let pods = c.pods("ml");
+    let size = |n: &str| if n == "fits" { 3 } else { 2 };
+    let s = c.scheduler(opts()).await;
+    // 3 nodes × 4 GPUs: starts whole
+    create_workload(&c.client, "ml", train_job("fits", "a", 3, 4)).await;
+    poll_gangs(&pods, &size, 120, "fits starts whole", |g| {
+        bound_of(g, "fits") == 3
+    })
+    .await;
+    // 2 nodes × 4 GPUs with 4 free: none starts until fits is gone
+    create_workload(&c.client, "ml", train_job("toobig", "a", 2, 4)).await;
+    poll_gangs(&pods, &size, 120, "toobig's pods exist", |g| {
+        existing_of(g, "toobig") == 2
+    })
+    .await;
+    let until = Instant::now() + Duration::from_secs(8);
+    poll_gangs(&pods, &size, 30, "toobig stays unbound", |g| {
+        assert_eq!(bound_of(g, "toobig"), 0, "{g:?}");
+        Instant::now() > until
+    })
+    .await;
+    delete_workload(
+        &c.client,
+        "ml",
+        "trainer.kubeflow.org/v1alpha1",
+        "TrainJob",
+        "fits",
+    )
+    .await;
+    poll_gangs(&pods, &size, 120, "toobig starts once fits is gone", |g| {
+        bound_of(g, "toobig") == 2
+    })
+    .await;
+    // the pods are the JobSet's the trainer made for the TrainJob
+    for p in bound(&pods).await.values() {
+        let l = p.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            l.get("jobset.sigs.k8s.io/jobset-name").map(String::as_str),
+            Some("toobig")
+        );
+    }
+    assert_no_double_booking(&c.client).await;
+    kcm.check();
+    js.check();
+    tr.check();
+    s.stop().await;
+}
