@@ -64,6 +64,15 @@ pub struct OpenbArgs {
         requires = "openb"
     )]
     pub tune_ratio: f64,
+    /// Show progress (runs done of all, elapsed, ETA) on stderr as a line
+    /// per finished run even when stderr is not a terminal (on a terminal
+    /// a progress bar shows without this flag). Never on stdout.
+    #[arg(
+        long,
+        help_heading = "FGD evaluation on an openb trace (--openb)",
+        requires = "openb"
+    )]
+    pub progress: bool,
     /// Worker threads (0: all cores).
     #[arg(
         long,
@@ -171,6 +180,7 @@ fn default_published(pods: &Path) -> PathBuf {
 }
 
 #[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 struct JsonOut<'a> {
     nodes_csv: String,
     pods_csv: String,
@@ -181,6 +191,7 @@ struct JsonOut<'a> {
 }
 
 #[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 struct JsonPolicy<'a> {
     policy: &'a str,
     mean: f64,
@@ -224,6 +235,94 @@ fn published_mean(published: &Published, policy: &str, seeds: &[u64]) -> Option<
     Some(fgd_method::mean_stdev(use_v).0)
 }
 
+/// Progress over the runs of one invocation (a run: one policy over every
+/// seed, for one variant or move budget): N of M, elapsed and an ETA from
+/// the mean run so far, on stderr only — a bar when stderr is a terminal,
+/// a line per finished run with `--progress` otherwise, nothing else.
+struct Progress {
+    total: usize,
+    done: usize,
+    start: Instant,
+    bar: Option<indicatif::ProgressBar>,
+    lines: bool,
+}
+
+impl Progress {
+    fn new(total: usize, flag: bool) -> Self {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::with_draw_target(
+                Some(total as u64),
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{wide_bar}] {pos}/{len} runs, ETA {eta} {msg}",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b
+        });
+        Progress {
+            total,
+            done: 0,
+            start: Instant::now(),
+            lines: flag && bar.is_none(),
+            bar,
+        }
+    }
+
+    /// A run begins.
+    fn begin(&self, what: &str) {
+        if let Some(b) = &self.bar {
+            b.set_message(what.to_string());
+        }
+    }
+
+    /// A run ended after `secs`; `note` (when not quiet) is its line.
+    fn end(&mut self, note: Option<String>) {
+        self.done += 1;
+        match &self.bar {
+            Some(b) => {
+                if let Some(n) = note {
+                    b.println(n);
+                }
+                b.inc(1);
+            }
+            None => {
+                if let Some(n) = note {
+                    eprintln!("{n}");
+                }
+                if self.lines {
+                    eprintln!("{}", self.line());
+                }
+            }
+        }
+    }
+
+    /// `progress: 3 of 12 runs, 1m 20s elapsed, ETA 4m` (the ETA: the mean
+    /// run so far times the runs left).
+    fn line(&self) -> String {
+        let elapsed = self.start.elapsed().as_millis() as u64;
+        let left = (self.total - self.done.min(self.total)) as u64;
+        let eta = elapsed / self.done.max(1) as u64 * left;
+        format!(
+            "progress: {} of {} runs, {} elapsed, ETA {}",
+            self.done,
+            self.total,
+            gpusched_model::duration::fmt_duration(elapsed),
+            gpusched_model::duration::fmt_duration(eta)
+        )
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
 fn run_policies(
     method: &FgdMethod,
     nodes: &[gpusched_model::Node],
@@ -231,15 +330,15 @@ fn run_policies(
     policies: &[String],
     seeds: &[u64],
     quiet: bool,
+    progress: &mut Progress,
 ) -> anyhow::Result<Rows> {
     let mut rows = Vec::new();
     for p in policies {
+        progress.begin(p);
         let t0 = Instant::now();
         let r = fgd_method::run(method, nodes, pods, p, seeds)?;
         let secs = t0.elapsed().as_secs_f64();
-        if !quiet {
-            eprintln!("  {p}: {secs:.1} s");
-        }
+        progress.end((!quiet).then(|| format!("  {p}: {secs:.1} s")));
         rows.push((p.clone(), r, secs));
     }
     Ok(rows)
@@ -369,21 +468,24 @@ pub fn run(args: &OpenbArgs, config: Option<&Path>) -> anyhow::Result<()> {
             "--move-budget and --variants cannot be combined"
         );
         let mut rows = Vec::new();
+        let mut progress = Progress::new(budgets.len() * policies.len(), args.progress);
         for &budget in &budgets {
             for p in &policies {
                 let m = FgdMethod {
                     move_budget: budget,
                     ..method.clone()
                 };
+                progress.begin(&format!("budget {budget}, {p}"));
                 let t0 = Instant::now();
                 let result = fgd_method::run(&m, &nodes, &pods, p, &seeds)?;
-                eprintln!(
+                progress.end(Some(format!(
                     "  budget {budget}, {p}: {:.1} s",
                     t0.elapsed().as_secs_f64()
-                );
+                )));
                 rows.push(BudgetRow { budget, result });
             }
         }
+        drop(progress);
         if args.json {
             let v: Vec<_> = rows.iter().map(|r| (r.budget, &r.result)).collect();
             println!("{}", serde_json::to_string_pretty(&v)?);
@@ -418,7 +520,17 @@ pub fn run(args: &OpenbArgs, config: Option<&Path>) -> anyhow::Result<()> {
     } else {
         published_note
     };
-    let rows = run_policies(&method, &nodes, &pods, &policies, &seeds, json)?;
+    let mut progress = Progress::new(policies.len(), args.progress);
+    let rows = run_policies(
+        &method,
+        &nodes,
+        &pods,
+        &policies,
+        &seeds,
+        json,
+        &mut progress,
+    )?;
+    drop(progress);
     if json {
         let out = JsonOut {
             nodes_csv: nodes_csv.display().to_string(),
@@ -472,16 +584,21 @@ fn run_variants(
 ) -> anyhow::Result<()> {
     let json = args.json;
     let mut all = Vec::new();
+    let mut progress = Progress::new(list.len() * policies.len(), args.progress);
     for &v in list {
         let pods = variants::build(v, base, nodes, args.variant_seed)?;
         let workload = v.workload_name();
         let published = published_for(published_text, &workload)?;
         if !json {
-            eprintln!("{v}: {} pods", pods.len());
+            match &progress.bar {
+                Some(b) => b.println(format!("{v}: {} pods", pods.len())),
+                None => eprintln!("{v}: {} pods", pods.len()),
+            }
         }
-        let rows = run_policies(method, nodes, &pods, policies, seeds, json)?;
+        let rows = run_policies(method, nodes, &pods, policies, seeds, json, &mut progress)?;
         all.push((v, pods.len(), published, rows));
     }
+    drop(progress);
     if json {
         let out: Vec<JsonOut> = all
             .iter()

@@ -105,9 +105,9 @@ fn a_quota_pending_pod_from_the_simulator() {
         .unwrap_or_else(|| panic!("{p}"));
     assert_eq!(quota["queue"], "capped");
     assert_eq!(quota["dimension"], "Gpu");
-    assert_eq!(quota["would_use"], 6000);
+    assert_eq!(quota["wouldUse"], 6000);
     assert_eq!(quota["cap"], 4000);
-    assert_eq!(v["at_ms"], 600_000, "the last cycle at or before 10m");
+    assert_eq!(v["atMs"], 600_000, "the last cycle at or before 10m");
     // the text form says the same in words
     let (ok, text, err) = explain(&["pod", "more-p0", "--at", "10m"]);
     assert!(ok, "{err}");
@@ -128,11 +128,11 @@ fn a_gang_that_does_not_fit_and_its_queue_from_the_simulator() {
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let g = &v["gang"];
-    assert_eq!(g["min_member"], 3);
+    assert_eq!(g["minMember"], 3);
     assert_eq!(g["pending"], 3);
     assert_eq!(g["running"], 0);
     // 1h from its arrival at 2m, seen at 4m
-    assert_eq!(g["timeout_left_ms"], 58 * 60_000);
+    assert_eq!(g["timeoutLeftMs"], 58 * 60_000);
     let reasons = v["status"]["Pending"]["reasons"].as_array().unwrap();
     let short = reasons
         .iter()
@@ -196,4 +196,69 @@ fn the_pending_list_from_the_simulator() {
     assert!(out.contains("wide-p0") && !out.contains("more-p0"), "{out}");
     let (ok, _, err) = sim(&["pending", "--at", "10m", "--queue", "nope"]);
     assert!(!ok && err.contains("queue nope"), "{err}");
+}
+
+/// Every JSON the CLI prints uses Kubernetes' camelCase field names:
+/// `explain` (the core's reports), `pending` and `simulate --json` (no key
+/// with an underscore anywhere), and the names scripts read are pinned.
+#[test]
+fn json_field_names_are_camel_case() {
+    fn keys(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    out.push(format!("{path}.{k}"));
+                    keys(x, &format!("{path}.{k}"), out);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| keys(x, path, out)),
+            _ => {}
+        }
+    }
+    let runs: [&[&str]; 4] = [
+        &["explain", "pod", "more-p0", "--at", "10m", "-o", "json"],
+        &["explain", "pod", "wide-p1", "--at", "4m", "-o", "json"],
+        &["explain", "queue", "capped", "--at", "10m", "-o", "json"],
+        &["pending", "--at", "10m", "-o", "json"],
+    ];
+    let mut all = Vec::new();
+    for args in runs {
+        let (ok, out, err) = sim(args);
+        assert!(ok, "{args:?}: {err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        keys(&v, args[0], &mut all);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_gpusched"))
+        .args(["simulate", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    keys(&v, "simulate", &mut all);
+    let snake: Vec<&String> = all
+        .iter()
+        .filter(|k| k.rsplit('.').next().unwrap().contains('_'))
+        .collect();
+    assert!(snake.is_empty(), "snake_case keys: {snake:?}");
+    for pinned in [
+        "explain.queues.canBorrow",
+        "explain.queues.fairShare",
+        "explain.queues.usage.gpuMilli",
+        "explain.queues.sharePpm",
+        "explain.gang.minMember",
+        "explain.gang.timeoutLeftMs",
+        "explain.atMs",
+        "explain.pendingByReason",
+        "explain.runningPods",
+        "pending.pods.waitingMs",
+        "pending.atMs",
+        "simulate.totals.allocMeanPct",
+        "simulate.totals.jobsCompleted",
+        "simulate.queues.waitP50S",
+    ] {
+        assert!(
+            all.iter().any(|k| k == pinned),
+            "{pinned} missing; keys: {all:?}"
+        );
+    }
 }

@@ -63,10 +63,7 @@ fn final_alloc(out: &Output) -> f64 {
     let runs = v["results"][0]["result"]["runs"]
         .as_array()
         .unwrap_or_else(|| panic!("no runs in {v}"));
-    let sum: f64 = runs
-        .iter()
-        .map(|r| r["final_alloc"].as_f64().unwrap())
-        .sum();
+    let sum: f64 = runs.iter().map(|r| r["finalAlloc"].as_f64().unwrap()).sum();
     sum / runs.len() as f64
 }
 
@@ -171,4 +168,56 @@ fn a_users_error_is_one_line_without_a_backtrace() {
     assert!(err.contains("/nonexistent/cluster.yaml"), "{err}");
     assert!(!err.contains("backtrace"), "{err}");
     assert!(!err.contains("Stack"), "{err}");
+}
+
+/// `--progress` prints N of M runs and an ETA on stderr (a line per run
+/// when stderr is not a terminal); stdout keeps only the result. Without
+/// the flag a non-terminal stderr gets no progress lines.
+#[test]
+fn progress_goes_to_stderr_only_when_asked() {
+    let dir = trace();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpusched"))
+            .arg("simulate")
+            .arg("--openb")
+            .arg(dir.join("nodes.csv"))
+            .arg(dir.join("pods.csv"))
+            .args([
+                "--policies",
+                "gpusched,fgd",
+                "--seeds",
+                "1-2",
+                "--threads",
+                "1",
+            ])
+            .args(["--variants", "default,multigpu50"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (stdout, stderr) = run(&["--progress", "--json"]);
+    // two variants × two policies
+    for n in 1..=4 {
+        assert!(
+            stderr.contains(&format!("progress: {n} of 4 runs, ")),
+            "{stderr}"
+        );
+    }
+    assert!(stderr.contains("ETA "), "{stderr}");
+    assert!(!stdout.contains("progress"), "{stdout}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    let (stdout, stderr) = run(&[]);
+    assert!(!stderr.contains("progress:"), "{stderr}");
+    assert!(!stdout.contains("progress:"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

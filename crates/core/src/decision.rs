@@ -19,6 +19,7 @@ pub enum GroupPhase {
 
 /// One thing the scheduler decided.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum Decision {
     /// Bind a pending pod to a node with these GPUs.
     Bind {
@@ -73,6 +74,7 @@ pub enum Verdict {
 /// nvidia.com/gpu, 5 node(s) had untolerated taint(s). pod group "g": only 2
 /// of the 4 required pods fit now (all-or-nothing).`
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Explanation {
     /// The pending pod.
     pub pod: PodId,
@@ -92,6 +94,7 @@ pub struct Explanation {
 /// A job's place in its queue's order (nominated jobs first, then
 /// priority, arrival, name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueuePosition {
     /// 1 for the job tried first.
     pub position: u32,
@@ -119,6 +122,7 @@ impl std::fmt::Display for Explanation {
 
 /// Counters of one cycle.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CycleStats {
     /// Pods pending in the snapshot.
     pub pending: u32,
@@ -138,6 +142,7 @@ pub struct CycleStats {
 
 /// Everything a cycle produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct CycleOutput {
     /// What to do, in order (evictions before the nominations they free).
     pub decisions: Vec<Decision>,

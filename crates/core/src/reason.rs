@@ -15,6 +15,7 @@ use std::fmt;
 /// Why one node does not take a pod now (one entry of kube-scheduler's
 /// `0/N nodes are available: …` list).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum NodeReason {
     /// A filter refused the node (static: labels, taints, GPU model …).
     Filter {
@@ -47,6 +48,7 @@ impl fmt::Display for NodeReason {
 /// kube-scheduler's node summary: of `total` nodes none takes the pod;
 /// how many nodes gave each reason (a node counts once per reason it has).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeSummary {
     /// Nodes in the snapshot.
     pub total: u32,
@@ -63,6 +65,7 @@ pub struct NodeSummary {
 /// The node that passes a pod's filters and has the most of what the pod's
 /// GPU request needs free now.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NearestNode {
     /// The node.
     pub node: String,
@@ -97,6 +100,7 @@ pub enum QuotaRule {
 /// A placement would break a quota of `queue` (the job's queue or an
 /// ancestor) on one dimension.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QuotaViolation {
     /// The queue whose rule is broken.
     pub queue: String,
@@ -153,6 +157,7 @@ impl fmt::Display for QuotaViolation {
 /// Why a pod is still pending beyond (or instead of) the node summary:
 /// queue, quota, gang, topology and reservation reasons.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum PendingReason {
     /// No node takes the pod now (kube-scheduler's summary).
     Nodes(NodeSummary),
@@ -411,6 +416,7 @@ impl fmt::Display for CandidateRejection {
 
 /// Why the preempt or reclaim pass did not try to free room for a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum EvictionSkip {
     /// A pod of the job has `preemptionPolicy: Never`.
     PreemptionPolicyNever,
@@ -464,6 +470,7 @@ impl fmt::Display for EvictionSkip {
 
 /// What came of the preempt or reclaim pass for a job that stays pending.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum EvictionOutcome {
     /// The pass did not look for victims.
     Skipped(EvictionSkip),
@@ -480,6 +487,7 @@ pub enum EvictionOutcome {
 
 /// One eviction pass tried (or skipped) for a pending pod's job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EvictionAttempt {
     /// Preempt or reclaim.
     pub kind: EvictionKind,
@@ -512,6 +520,7 @@ impl fmt::Display for EvictionAttempt {
 
 /// Why a pod is evicted, with its facts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum EvictionReason {
     /// Preempted by a higher-priority job of its own queue.
     Preempted {
@@ -571,6 +580,7 @@ impl fmt::Display for EvictionReason {
 /// queue hangs off the root, or the first definition wins); callers should
 /// surface these (Queue conditions, events, warnings).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum QueueProblem {
     /// The queue is defined more than once; the first definition is used.
     Duplicate {

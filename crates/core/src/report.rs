@@ -40,6 +40,7 @@ pub struct CycleView<'a> {
 
 /// One GPU a pod holds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GpuRef {
     /// Its index on the node (as `nvidia-smi` shows it).
     pub index: u32,
@@ -53,6 +54,7 @@ pub struct GpuRef {
 /// costs against the best possible for its size (`gpusched_model::topology`;
 /// equal means every pair shares an NVLink domain and NUMA node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TopologyScore {
     /// The set's cost.
     pub cost: u64,
@@ -62,6 +64,7 @@ pub struct TopologyScore {
 
 /// Where a pod is placed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Placement {
     /// The node.
     pub node: String,
@@ -75,6 +78,7 @@ pub struct Placement {
 
 /// Where a pod stands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum PodStatus {
     /// Bound and holding its resources.
     Bound {
@@ -123,6 +127,7 @@ pub enum PodStatus {
 
 /// A queue's quota and fair-share state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueState {
     /// The queue.
     pub name: String,
@@ -153,6 +158,7 @@ pub struct QueueState {
 
 /// A gang's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GangState {
     /// The pod group.
     pub group: String,
@@ -178,6 +184,7 @@ pub struct GangState {
 
 /// What would make a pending pod fit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum Hint {
     /// Nothing: it fits now and is placed in a following cycle.
     FitsNow,
@@ -423,6 +430,7 @@ impl fmt::Display for Hint {
 
 /// A pod's report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodReport {
     /// The pod (`namespace/name` on Kubernetes).
     pub pod: String,
@@ -479,6 +487,7 @@ impl PodReport {
 
 /// A queue's report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueReport {
     /// The queue.
     pub queue: QueueState,

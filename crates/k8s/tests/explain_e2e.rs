@@ -261,18 +261,18 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     assert_eq!(q["queue"], "capped");
     assert_eq!(q["dimension"], "Gpu");
     assert_eq!(
-        (q["would_use"].as_u64(), q["cap"].as_u64()),
+        (q["wouldUse"].as_u64(), q["cap"].as_u64()),
         (Some(3000), Some(2000))
     );
     assert_eq!(v["queues"][0]["name"], "capped");
-    assert_eq!(v["queues"][0]["usage"]["gpu_milli"], 2000);
+    assert_eq!(v["queues"][0]["usage"]["gpuMilli"], 2000);
 
     // a gang missing members
     let v = report_until(addr, &reader, "/debug/pods/ml/trio-0", |v| {
         v["gang"].is_object()
     })
     .await;
-    assert_eq!(v["gang"]["min_member"], 3);
+    assert_eq!(v["gang"]["minMember"], 3);
     assert_eq!(v["gang"]["pending"], 1);
     assert!(
         reasons(&v)
@@ -298,16 +298,16 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
 
     // the queue: usage, limit, pending by reason
     let v = report_until(addr, &reader, "/debug/queues/capped", |v| {
-        v["pending_by_reason"]["QueueQuota"] == 1
+        v["pendingByReason"]["QueueQuota"] == 1
     })
     .await;
-    assert_eq!(v["queue"]["limit"]["gpu_milli"], 2000);
-    assert_eq!(v["running_pods"], 1);
+    assert_eq!(v["queue"]["limit"]["gpuMilli"], 2000);
+    assert_eq!(v["runningPods"], 1);
     let v = report_until(addr, &reader, "/debug/queues/default", |v| {
-        v["pending_by_reason"]["SchedulingGated"] == 1
+        v["pendingByReason"]["SchedulingGated"] == 1
     })
     .await;
-    assert_eq!(v["pending_by_reason"]["GangIncomplete"], 1, "{v}");
+    assert_eq!(v["pendingByReason"]["GangIncomplete"], 1, "{v}");
 
     step("queues");
     // unknown names

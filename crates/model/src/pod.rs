@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 /// What a pod asks of GPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all_fields = "camelCase")]
 pub enum GpuRequest {
     /// No GPU.
     #[default]
@@ -20,6 +21,7 @@ pub enum GpuRequest {
         /// Thousandths of the GPU's compute (0–1000).
         milli: u32,
         /// GPU memory, MiB.
+        #[serde(alias = "memory_mib")]
         memory_mib: u64,
     },
 }

@@ -55,15 +55,23 @@ impl fmt::Display for ResourceKind {
 }
 
 /// A vector of integer resource amounts.
+///
+/// JSON field names are camelCase (`cpuMilli`, `gpuMilli`, `gpuMemMib`), as
+/// every JSON gpusched writes; the snake_case names of files written before
+/// 0.2 are still read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceVec {
     /// CPU, milli-cores.
+    #[serde(alias = "cpu_milli")]
     pub cpu_milli: u64,
     /// Memory, bytes.
     pub memory: u64,
     /// GPUs, milli-GPU (1000 = one whole GPU).
+    #[serde(alias = "gpu_milli")]
     pub gpu_milli: u64,
     /// GPU memory, MiB.
+    #[serde(alias = "gpu_mem_mib")]
     pub gpu_mem_mib: u64,
     /// Other extended resources, by name, in their own integer units.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -220,18 +228,23 @@ impl ResourceVec {
 /// and every extended resource free (a `ResourceVec` would read the missing
 /// dimensions as a cap of zero).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ResourceLimit {
     /// CPU cap, milli-cores; `None`: uncapped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "cpu_milli")]
     pub cpu_milli: Option<u64>,
     /// Memory cap, bytes; `None`: uncapped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
     /// GPU cap, milli-GPU; `None`: uncapped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "gpu_milli")]
     pub gpu_milli: Option<u64>,
     /// GPU memory cap, MiB; `None`: uncapped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "gpu_mem_mib"
+    )]
     pub gpu_mem_mib: Option<u64>,
     /// Caps on extended resources, by name; a name not listed is uncapped.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -409,7 +422,12 @@ mod tests {
     fn a_limit_round_trips_and_reads_older_files_as_fully_named() {
         let l = ResourceLimit::gpus(2000);
         let j = serde_json::to_string(&l).unwrap();
-        assert_eq!(j, r#"{"gpu_milli":2000}"#);
+        assert_eq!(j, r#"{"gpuMilli":2000}"#);
+        // the snake_case names of files written before 0.2 still read
+        assert_eq!(
+            serde_json::from_str::<ResourceLimit>(r#"{"gpu_milli":2000}"#).unwrap(),
+            l
+        );
         assert_eq!(serde_json::from_str::<ResourceLimit>(&j).unwrap(), l);
         // A limit written as a full ResourceVec (older snapshot files) caps
         // every dimension it lists, as it did then.

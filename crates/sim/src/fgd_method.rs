@@ -96,6 +96,7 @@ impl Default for FgdMethod {
 
 /// One seed's run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SeedRun {
     /// The seed of the sampling and shuffling.
     pub seed: u64,
@@ -123,6 +124,7 @@ pub struct SeedRun {
 
 /// All seeds of one policy.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct MethodResult {
     /// The packing policy.
     pub policy: String,

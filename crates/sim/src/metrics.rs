@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 /// The result of one run. Serialises to the `--json` output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SimResult {
     /// Name of the scenario.
     pub scenario: String,
@@ -46,6 +47,7 @@ pub struct SimResult {
 
 /// Whole-run counters and summaries.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Totals {
     /// Job instances that arrived.
     pub jobs: u64,
@@ -140,6 +142,7 @@ pub struct Totals {
 
 /// Per-queue results.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueReport {
     /// Queue name.
     pub name: String,
@@ -182,6 +185,7 @@ pub struct QueueReport {
 
 /// Time series in equal buckets (time-weighted averages).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Series {
     /// Bucket width, ms.
     pub bucket_ms: u64,
@@ -203,6 +207,7 @@ pub struct Series {
 
 /// Per-node GPU occupancy over time.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Heatmap {
     /// Bucket width, ms.
     pub bucket_ms: u64,
@@ -217,6 +222,7 @@ pub struct Heatmap {
 
 /// Empirical CDF of queue wait: `(seconds, fraction ≤)`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Cdf {
     /// Queue name.
     pub queue: String,
@@ -226,6 +232,7 @@ pub struct Cdf {
 
 /// A cluster event as it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Incident {
     /// Virtual time, ms.
     pub t_ms: u64,
@@ -352,6 +359,7 @@ pub fn gpus(milli: f64) -> f64 {
 /// Wall-clock timing of a run, measured by the caller through
 /// [`crate::Hooks`]. Never part of [`SimResult`]: it differs run to run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WallTiming {
     /// Whole run, seconds.
     pub total_s: f64,

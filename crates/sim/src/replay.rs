@@ -43,6 +43,7 @@ pub struct ReplayInput {
 
 /// One decision of a replay.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReplayDecision {
     /// Cycle number (from 1).
     pub cycle: u64,
@@ -68,6 +69,7 @@ pub struct ReplayDecision {
 
 /// What a replay produced.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReplayOutput {
     /// Every bind, eviction and nomination, in order.
     pub decisions: Vec<ReplayDecision>,
