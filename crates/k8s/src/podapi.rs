@@ -98,8 +98,8 @@ pub fn node_term(
     })
 }
 
-/// Whether a namespace selector selects more than every namespace (gpusched
-/// does not watch namespaces, so only `{}` is understood).
+/// Whether a namespace selector selects less than every namespace (has a
+/// requirement).
 pub fn narrow_namespace_selector(s: &meta::LabelSelector) -> bool {
     s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
         || s.match_expressions.as_ref().is_some_and(|m| !m.is_empty())
@@ -128,14 +128,22 @@ fn affinity_term(
         ),
         None => None,
     };
-    // a namespace selector narrower than `{}` is refused for pending pods
-    // (unsupported_field); on a bound pod it is read as every namespace,
-    // which errs on the side of keeping pods apart
-    let all_namespaces = t.namespace_selector.is_some();
+    // `{}`: every namespace; narrower: the namespaces it selects, which
+    // the world fills in from the Namespaces it watches
+    let (all_namespaces, namespace_selector) = match &t.namespace_selector {
+        None => (false, None),
+        Some(s) if !narrow_namespace_selector(s) => (true, None),
+        Some(s) => (
+            false,
+            Some(selector(s, obj, &format!("{field}.namespaceSelector"))?),
+        ),
+    };
     Ok(PodAffinityTerm {
         selector: sel,
         namespaces: t.namespaces.clone().unwrap_or_default(),
         all_namespaces,
+        namespace_selector,
+        selected_namespaces: Vec::new(),
         topology_key: t.topology_key.clone(),
     })
 }

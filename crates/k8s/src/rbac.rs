@@ -66,6 +66,12 @@ pub const CLUSTER: &[Permission] = &[
     p("batch", "jobs", WATCH, "watch: Jobs labelled as gangs"),
     p(
         "",
+        "namespaces",
+        WATCH,
+        "watch: namespace labels for affinity terms' namespaceSelector",
+    ),
+    p(
+        "",
         "persistentvolumeclaims",
         WATCH,
         "watch: pods' PersistentVolumeClaims (volumes)",

@@ -542,61 +542,15 @@ fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
 /// Pod fields whose constraints gpusched does not check yet. A pending pod
 /// that uses one is refused (never placed as if the field were absent):
 /// kube-scheduler honours them, and binding without checking would break
-/// what the pod asks (a local volume on another node, a claim that is
-/// never allocated, affinity to namespaces chosen by labels gpusched does
-/// not watch). Returns the field path of the first one found. Inter-pod
-/// affinity, topology spread, host ports and preferred node affinity are
-/// honoured (see [`crate::podapi`]).
+/// what the pod asks (a claim that is never allocated). Returns the field
+/// path of the first one found. Inter-pod affinity (namespace selectors
+/// included), topology spread, host ports and preferred node affinity are
+/// honoured (see [`crate::podapi`]), and so are PersistentVolumeClaims
+/// ([`crate::volumes`]).
 pub fn unsupported_field(p: &Pod) -> Option<String> {
     let spec = p.spec.as_ref()?;
     fn some<T>(v: &Option<Vec<T>>) -> bool {
         v.as_ref().is_some_and(|v| !v.is_empty())
-    }
-    if let Some(a) = spec.affinity.as_ref() {
-        let sets = [
-            (
-                "podAffinity",
-                a.pod_affinity.as_ref().map(|t| {
-                    (
-                        &t.required_during_scheduling_ignored_during_execution,
-                        &t.preferred_during_scheduling_ignored_during_execution,
-                    )
-                }),
-            ),
-            (
-                "podAntiAffinity",
-                a.pod_anti_affinity.as_ref().map(|t| {
-                    (
-                        &t.required_during_scheduling_ignored_during_execution,
-                        &t.preferred_during_scheduling_ignored_during_execution,
-                    )
-                }),
-            ),
-        ];
-        for (which, terms) in sets {
-            let Some((req, pref)) = terms else { continue };
-            for (i, t) in req.iter().flatten().enumerate() {
-                if t.namespace_selector
-                    .as_ref()
-                    .is_some_and(crate::podapi::narrow_namespace_selector)
-                {
-                    return Some(format!(
-                        "spec.affinity.{which}.requiredDuringSchedulingIgnoredDuringExecution[{i}].namespaceSelector"
-                    ));
-                }
-            }
-            for (i, w) in pref.iter().flatten().enumerate() {
-                if w.pod_affinity_term
-                    .namespace_selector
-                    .as_ref()
-                    .is_some_and(crate::podapi::narrow_namespace_selector)
-                {
-                    return Some(format!(
-                        "spec.affinity.{which}.preferredDuringSchedulingIgnoredDuringExecution[{i}].podAffinityTerm.namespaceSelector"
-                    ));
-                }
-            }
-        }
     }
     if some(&spec.resource_claims) {
         return Some("spec.resourceClaims".into());

@@ -444,6 +444,12 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         |w, o| w.upsert_pdb(o)
     );
     spawn!(
+        k8s_openapi::api::core::v1::Namespace,
+        ObjectKind::Namespace,
+        name_key,
+        |w, o| w.upsert_namespace(o)
+    );
+    spawn!(
         k8s_openapi::api::core::v1::PersistentVolumeClaim,
         ObjectKind::Pvc,
         ns_key,

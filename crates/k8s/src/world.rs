@@ -55,6 +55,8 @@ pub enum ObjectKind {
     MpiJob,
     /// training-operator MPIJobs (`kubeflow.org/v1`).
     MpiJobV1,
+    /// Namespaces (by name), for affinity terms' namespace selectors.
+    Namespace,
     /// PersistentVolumeClaims (by `namespace/name`).
     Pvc,
     /// PersistentVolumes (by name).
@@ -204,6 +206,8 @@ pub struct World {
     scheduler_names: Vec<String>,
     /// Claims, volumes, storage classes and the scheduler's reservations.
     volumes: Volumes,
+    /// Namespaces' labels, by name.
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The claims of each pod's volumes, by uid (pods with none absent).
     pod_claims: BTreeMap<String, Vec<PodClaim>>,
     /// Bumped on every change; the loop runs a cycle when it moved.
@@ -368,6 +372,7 @@ impl World {
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
             ObjectKind::Job => Vec::new(),
+            ObjectKind::Namespace => self.namespaces.keys().cloned().collect(),
             ObjectKind::Pvc => self.volumes.claims.keys().cloned().collect(),
             ObjectKind::Pv => self.volumes.volumes.keys().cloned().collect(),
             ObjectKind::StorageClass => self.volumes.classes.keys().cloned().collect(),
@@ -413,6 +418,10 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::Job => {}
+            ObjectKind::Namespace => {
+                self.namespaces.remove(key);
+                self.generation += 1;
+            }
             ObjectKind::Pvc => {
                 self.volumes.claims.remove(key);
                 self.generation += 1;
@@ -437,6 +446,39 @@ impl World {
                     self.workloads.remove(&(k, key.to_string()));
                     self.generation += 1;
                 }
+            }
+        }
+    }
+
+    /// A Namespace was added or changed.
+    pub fn upsert_namespace(&mut self, n: &k8s_openapi::api::core::v1::Namespace) {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        if self.namespaces.get(&name) != Some(&labels) {
+            self.namespaces.insert(name, labels);
+            self.generation += 1;
+        }
+    }
+
+    /// Fills in the namespaces each of `pod`'s affinity terms'
+    /// `namespaceSelector` selects, from the Namespaces watched (as
+    /// kube-scheduler resolves them when it evaluates the pod).
+    fn select_namespaces(&self, pod: &mut gpusched_model::Pod) {
+        if !pod
+            .constraints
+            .as_deref()
+            .is_some_and(|c| c.has_namespace_selectors())
+        {
+            return;
+        }
+        for t in pod.constraints_mut().terms_mut() {
+            if let Some(sel) = &t.namespace_selector {
+                t.selected_namespaces = self
+                    .namespaces
+                    .iter()
+                    .filter(|(_, labels)| sel.matches(labels))
+                    .map(|(name, _)| name.clone())
+                    .collect();
             }
         }
     }
@@ -1066,6 +1108,7 @@ impl World {
                         c.volumes = needs;
                         c.exclusive_claims = exclusive;
                     }
+                    self.select_namespaces(&mut pod);
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
                     group_queue(&out.snapshot.groups, &mut pod);
@@ -1189,6 +1232,7 @@ impl World {
                             pod.constraints_mut().exclusive_claims = exclusive;
                         }
                     }
+                    self.select_namespaces(&mut pod);
                     pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);

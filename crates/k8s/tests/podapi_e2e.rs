@@ -692,3 +692,70 @@ async fn volumes_bind_as_with_kube_scheduler() {
         s.stop().await;
     }
 }
+
+/// `namespaceSelector` narrower than `{}`: the same `app=db` pod runs in
+/// namespace team-a (label team=a) on n3 and in team-b on n1; a pod
+/// affine to `app=db` in namespaces labelled team=a goes to n3 under both
+/// schedulers, and replicas that repel `app=db` in team a or b keep off
+/// n1 and n3.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler (e2e/run)"]
+async fn namespace_selectors_as_with_kube_scheduler() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let mut e = env().await;
+    let nss: Api<Namespace> = Api::all(e.c.client.clone());
+    for (ns, team, node) in [("team-a", "a", "n3"), ("team-b", "b", "n1")] {
+        create_obj(
+            &nss,
+            json!({"metadata": {"name": ns, "labels": {"team": team}}}),
+        )
+        .await;
+        let mut db = spec_pod("db", 1, json!({"app": "db"}), json!({}));
+        db["spec"]["nodeName"] = json!(node);
+        db["metadata"]["namespace"] = json!(ns);
+        create(&e.c.pods(ns), db).await;
+    }
+    let term_in = |teams: Value| {
+        json!({"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": HOST,
+               "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": teams}]}})
+    };
+    let pods = vec![spec_pod(
+        "client",
+        1,
+        json!({}),
+        json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term_in(json!(["a"]))]}}}),
+    )];
+    // (the brute-force checker sees only the case's pods, not the anchors
+    // in other namespaces: the outcome is asserted here instead)
+    let c = &e.c;
+    let both = |pods: Vec<Value>| async move {
+        let kube = run_case(c, "default-scheduler", &pods).await;
+        let ours = run_case(c, "gpusched", &pods).await;
+        eprintln!("kube-scheduler {kube:?}\ngpusched       {ours:?}");
+        Outcome { kube, ours }
+    };
+    let o = both(pods).await;
+    assert_eq!(o.kube["client"].as_deref(), Some("n3"));
+    assert_eq!(o.ours["client"].as_deref(), Some("n3"));
+
+    let pods: Vec<Value> = (0..3)
+        .map(|i| {
+            spec_pod(
+                &format!("web-{i}"),
+                1,
+                json!({"app": "web"}),
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    term_in(json!(["a", "b"])),
+                    term("app", "web", HOST)]}}}),
+            )
+        })
+        .collect();
+    let o = both(pods).await;
+    for p in [&o.kube, &o.ours] {
+        let nodes: BTreeSet<&str> = p.values().flatten().map(String::as_str).collect();
+        assert_eq!(nodes, BTreeSet::from(["n2", "n4"]), "{p:?}");
+    }
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}

@@ -505,3 +505,35 @@ fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
         "NotIn refused"
     );
 }
+
+#[test]
+fn affinity_namespace_selectors_resolve_to_the_namespaces_watched() {
+    let mut w = World::default();
+    w.upsert_node(&serde_json::from_value(node("n1", 8, true)).unwrap());
+    for (ns, team) in [("team-a1", "a"), ("team-a2", "a"), ("team-b", "b")] {
+        w.upsert_namespace(
+            &serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"team": team}}}))
+                .unwrap(),
+        );
+    }
+    let mut p = gpu_pod("picky", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "a"}}}]}});
+    w.upsert_pod(&pod(p));
+    let selected = |w: &World| {
+        let b = w.build();
+        b.snapshot.pods[0].pod.constraints().required_affinity[0]
+            .selected_namespaces
+            .clone()
+    };
+    assert_eq!(selected(&w), ["team-a1", "team-a2"]);
+    // a namespace relabelled: the next snapshot follows
+    w.upsert_namespace(
+        &serde_json::from_value(json!({"metadata": {"name": "team-b", "labels": {"team": "a"}}}))
+            .unwrap(),
+    );
+    assert_eq!(selected(&w), ["team-a1", "team-a2", "team-b"]);
+    w.remove(gpusched_k8s::world::ObjectKind::Namespace, "team-a1");
+    assert_eq!(selected(&w), ["team-a2", "team-b"]);
+}

@@ -32,24 +32,10 @@ fn term() -> Value {
 
 #[test]
 fn each_unchecked_constraint_is_refused_naming_its_field() {
-    let cases = [
-        (
-            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
-                 "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}}),
-            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
-        ),
-        (
-            json!({"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm":
-                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone",
-                 "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]}}}]}}}),
-            "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector",
-        ),
-        (
-            json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}),
-            "spec.resourceClaims",
-        ),
-    ];
+    let cases = [(
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}),
+        "spec.resourceClaims",
+    )];
     for (extra, field) in cases {
         let v = translate::pod(&pod(extra.clone(), false));
         let PodKind::Invalid { error } = &v.kind else {
@@ -125,6 +111,29 @@ fn honoured_pod_api_constraints_are_translated_not_refused() {
 }
 
 #[test]
+fn namespace_selectors_are_kept_for_the_world_to_resolve() {
+    let v = translate::pod(&pod(
+        json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {"matchLabels": {"team": "a"}}},
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {}}]}}}),
+        false,
+    ));
+    let PodKind::Pending { pod, .. } = &v.kind else {
+        panic!("refused: {:?}", v.kind)
+    };
+    let t = &pod.constraints().required_anti_affinity;
+    let sel = t[0]
+        .namespace_selector
+        .as_ref()
+        .expect("narrow selector kept");
+    assert!(sel.matches(&[("team".to_string(), "a".to_string())].into()));
+    assert!(!t[0].all_namespaces && t[0].selected_namespaces.is_empty());
+    assert!(t[1].all_namespaces && t[1].namespace_selector.is_none());
+}
+
+#[test]
 fn bad_pod_api_values_are_refused_naming_the_field() {
     let cases = [
         (
@@ -135,6 +144,12 @@ fn bad_pod_api_values_are_refused_naming_the_field() {
             json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "topologyKey": "zone"}]}}}),
             "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].operator",
+        ),
+        (
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "zone",
+                 "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Lt", "values": ["1"]}]}}]}}}),
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector.matchExpressions[0].operator",
         ),
         (
             json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [

@@ -80,6 +80,15 @@ pub struct PodAffinityTerm {
     /// `namespaceSelector: {}`: pods of every namespace.
     #[serde(default)]
     pub all_namespaces: bool,
+    /// A `namespaceSelector` narrower than `{}`: pods of the namespaces
+    /// whose labels it selects count too (and the owner's namespace no
+    /// longer counts by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// The namespaces `namespace_selector` selects, as the adapter saw them
+    /// (it watches Namespaces and fills this in).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub selected_namespaces: Vec<String>,
     /// The node label whose value is the domain (`kubernetes.io/hostname`,
     /// `topology.kubernetes.io/zone`, …).
     pub topology_key: String,
@@ -93,6 +102,8 @@ impl PodAffinityTerm {
             selector: Some(LabelSelector::equals([(key, value)])),
             namespaces: Vec::new(),
             all_namespaces: false,
+            namespace_selector: None,
+            selected_namespaces: Vec::new(),
             topology_key: topology_key.to_string(),
         }
     }
@@ -100,12 +111,12 @@ impl PodAffinityTerm {
     /// Whether the term, carried by a pod of namespace `owner_ns`, is about
     /// a pod of namespace `ns` with labels `labels`.
     pub fn matches(&self, owner_ns: &str, ns: &str, labels: &BTreeMap<String, String>) -> bool {
+        // kube-scheduler: `namespaces` ∪ the selector's namespaces; the
+        // owner's namespace only when both are absent
         let ns_ok = self.all_namespaces
-            || if self.namespaces.is_empty() {
-                ns == owner_ns
-            } else {
-                self.namespaces.iter().any(|n| n == ns)
-            };
+            || self.namespaces.iter().any(|n| n == ns)
+            || self.selected_namespaces.iter().any(|n| n == ns)
+            || (self.namespaces.is_empty() && self.namespace_selector.is_none() && ns == owner_ns);
         ns_ok && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 }
@@ -277,6 +288,26 @@ impl PodConstraints {
             && self.exclusive_claims.is_empty()
     }
 
+    /// Every inter-pod affinity term, mutable (for resolving namespace
+    /// selectors).
+    pub fn terms_mut(&mut self) -> impl Iterator<Item = &mut PodAffinityTerm> {
+        self.required_affinity
+            .iter_mut()
+            .chain(self.required_anti_affinity.iter_mut())
+            .chain(self.preferred_affinity.iter_mut().map(|w| &mut w.term))
+            .chain(self.preferred_anti_affinity.iter_mut().map(|w| &mut w.term))
+    }
+
+    /// Whether any term has a `namespaceSelector` narrower than `{}`.
+    pub fn has_namespace_selectors(&self) -> bool {
+        self.required_affinity
+            .iter()
+            .chain(&self.required_anti_affinity)
+            .chain(self.preferred_affinity.iter().map(|w| &w.term))
+            .chain(self.preferred_anti_affinity.iter().map(|w| &w.term))
+            .any(|t| t.namespace_selector.is_some())
+    }
+
     /// Whether any inter-pod term (required or preferred) is present.
     pub fn has_pod_terms(&self) -> bool {
         !(self.required_affinity.is_empty()
@@ -319,6 +350,29 @@ mod tests {
             ..t.clone()
         };
         assert!(listed.matches("a", "b", &web) && !listed.matches("a", "a", &web));
+        let narrow = PodAffinityTerm {
+            namespace_selector: Some(LabelSelector::equals([("team", "x")])),
+            selected_namespaces: vec!["b".into()],
+            ..t.clone()
+        };
+        assert!(narrow.matches("a", "b", &web));
+        assert!(
+            !narrow.matches("a", "a", &web),
+            "a selector replaces the owner's namespace"
+        );
+        let nothing = PodAffinityTerm {
+            selected_namespaces: Vec::new(),
+            ..narrow.clone()
+        };
+        assert!(
+            !nothing.matches("a", "a", &web) && !nothing.matches("a", "b", &web),
+            "a selector that selects no namespace selects no pod"
+        );
+        let both = PodAffinityTerm {
+            namespaces: vec!["c".into()],
+            ..narrow
+        };
+        assert!(both.matches("a", "c", &web) && both.matches("a", "b", &web));
         let null = PodAffinityTerm {
             selector: None,
             ..t.clone()

@@ -630,3 +630,49 @@ fn preemption_frees_a_host_port_and_a_gang_spreads_over_zones() {
     let out = run(&mut sched(), &snap);
     assert!(node_of(&snap, &out).is_empty(), "all or nothing");
 }
+
+#[test]
+fn a_pod_nominated_to_a_node_counts_there_for_other_pods_checks() {
+    // "pre" waits on n0 for a victim that is terminating (it was
+    // nominated there by a preemption); kube-scheduler counts it on n0
+    // when it checks other pods against n0 (its own terms and theirs).
+    // gpusched keeps n0 for pre's job altogether, so an anti-affine pod
+    // and a pod pre repels both go elsewhere, although packing prefers
+    // the fuller n0.
+    let mut snap = snapshot(
+        nodes(2, &["a"]),
+        vec![queue("default")],
+        vec![],
+        vec![
+            pod("victim").gpus(6).build(),
+            pod("pre")
+                .gpus(4)
+                .label("app", "web")
+                .anti_affinity("app", "db", HOST)
+                .build(),
+            pod("web-2")
+                .gpus(1)
+                .label("app", "other")
+                .anti_affinity("app", "web", HOST)
+                .build(),
+            pod("db").gpus(1).label("app", "db").build(),
+            pod("busy").gpus(5).build(),
+        ],
+    );
+    snap.pods[0].phase = PodPhase::Terminating {
+        node: 0,
+        gpus: GpuAssignment::Whole((0..6).collect()),
+    };
+    // n1 has 3 GPUs free: not enough for pre, enough for the others
+    snap.pods[4].phase = PodPhase::Running {
+        node: 1,
+        gpus: GpuAssignment::Whole((0..5).collect()),
+        since_ms: 0,
+    };
+    snap.pods[1].phase = PodPhase::Pending { nominated: Some(0) };
+    let out = run(&mut sched(), &snap);
+    let placed = node_of(&snap, &out);
+    assert!(!placed.contains_key("pre"), "still waiting: {placed:?}");
+    assert_eq!(placed.get("web-2").map(String::as_str), Some("n1"));
+    assert_eq!(placed.get("db").map(String::as_str), Some("n1"));
+}
