@@ -604,3 +604,59 @@ async fn train_jobs_start_whole_or_not_at_all_through_their_jobsets() {
     tr.check();
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs the e2e control plane and the workload controllers: e2e/run"]
+async fn a_lost_leader_worker_member_recreates_its_group_as_a_whole_gang() {
+    let c = Cluster::up().await;
+    let mut kcm = kube_controller_manager(&c);
+    let mut ctl = workload_controller(&c, Kind::Lws).await;
+    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
+    c.queue("a", json!({"weight": 1})).await;
+    let pods = c.pods("ml");
+    let size = |_: &str| 3;
+    let s = c.scheduler(opts()).await;
+    // one group of 3 × 4 GPUs (restartPolicy RecreateGroupOnPodRestart,
+    // the default)
+    create_workload(&c.client, "ml", lws("g", "a", 1, 3, 4)).await;
+    poll_gangs(&pods, &size, 120, "the group starts whole", |g| {
+        bound_of(g, "g/0") == 3
+    })
+    .await;
+    let before: BTreeMap<String, String> = bound(&pods)
+        .await
+        .into_iter()
+        .map(|(n, p)| (n, p.metadata.uid.unwrap()))
+        .collect();
+    // a worker is lost: the controller deletes the leader, and the whole
+    // group is made again — placed whole, every member new
+    let worker = before
+        .keys()
+        .find(|n| n.matches('-').count() >= 2)
+        .expect("a worker pod (name <set>-<group>-<index>)")
+        .clone();
+    pods.delete(&worker, &Default::default()).await.unwrap();
+    let all_new = wait_for(Duration::from_secs(120), || async {
+        let now = bound(&pods).await;
+        let fresh = now
+            .iter()
+            .filter(|(n, p)| before.get(*n) != p.metadata.uid.as_ref())
+            .filter(|(_, p)| p.metadata.deletion_timestamp.is_none())
+            .count();
+        (fresh == 3).then_some(())
+    })
+    .await;
+    assert!(
+        all_new.is_some(),
+        "the group was not recreated whole: {:?}",
+        gangs(&pods, &gang_of).await
+    );
+    poll_gangs(&pods, &size, 30, "the new group is whole", |g| {
+        bound_of(g, "g/0") == 3
+    })
+    .await;
+    assert_no_double_booking(&c.client).await;
+    kcm.check();
+    ctl.check();
+    s.stop().await;
+}
