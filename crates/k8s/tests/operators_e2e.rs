@@ -45,21 +45,6 @@ async fn namespace(c: &Cluster, name: &str) {
     .unwrap();
 }
 
-/// Waits until the operator's probe port answers `/readyz` with 200.
-async fn until_ready(p: &mut Proc, probe: u16) {
-    let t0 = Instant::now();
-    while !ready(probe) {
-        p.check();
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "{} not ready in 120 s; log {}",
-            p.name,
-            p.log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// KubeRay's operator with its three CRDs; no webhooks (off by default).
 async fn kuberay(c: &Cluster) -> Proc {
     let (bin, home) = operator_home("kuberay");
@@ -81,7 +66,7 @@ async fn kuberay(c: &Cluster) -> Proc {
             "--enable-leader-election=false".into(),
         ],
     );
-    until_ready(&mut p, probe).await;
+    until_ready(&mut p, probe, 120).await;
     p
 }
 
@@ -155,7 +140,7 @@ async fn training_operator(c: &Cluster) -> Proc {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    until_ready(&mut p, probe).await;
+    until_ready(&mut p, probe, 120).await;
     p
 }
 
@@ -437,17 +422,79 @@ async fn stays_whole_or_nothing(
     assert_eq!(bound_of(&g, name), 0, "{name}: {g:?}");
 }
 
+/// The e2e control plane with kube-controller-manager, the operator
+/// `start` starts, two 8-GPU nodes, queues `a` and `b` of equal weight and
+/// gpusched.
+struct Bed {
+    c: Cluster,
+    kcm: Proc,
+    op: Proc,
+    pods: Api<Pod>,
+    s: RunningScheduler,
+}
+
+impl Bed {
+    async fn up(op: &str) -> Bed {
+        let c = Cluster::up().await;
+        let kcm = kube_controller_manager(&c);
+        let op = match op {
+            "kuberay" => kuberay(&c).await,
+            "training-operator" => training_operator(&c).await,
+            _ => mpi_operator(&c).await,
+        };
+        c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
+        c.queue("a", json!({"weight": 1})).await;
+        c.queue("b", json!({"weight": 1})).await;
+        let pods = c.pods("ml");
+        let s = c.scheduler(opts()).await;
+        Bed {
+            c,
+            kcm,
+            op,
+            pods,
+            s,
+        }
+    }
+
+    /// `toobig` (created by the caller) waits whole while the workloads in
+    /// `first` (`(apiVersion, kind, name)`) hold the GPUs, starts whole
+    /// once they are deleted, and goes; then two queues share (`share`
+    /// makes a workload of 8 GPUs); no GPU is ever held twice.
+    async fn toobig_waits_then_queues_share(
+        mut self,
+        size: &dyn Fn(&str) -> usize,
+        toobig: (&str, &str),
+        first: &[(&str, &str, &str)],
+        share: &dyn Fn(&str, &str) -> Value,
+    ) {
+        let pods = &self.pods;
+        stays_whole_or_nothing(pods, size, "toobig", 10).await;
+        for (api, kind, name) in first {
+            delete_workload(&self.c.client, "ml", api, kind, name).await;
+        }
+        poll(
+            pods,
+            size,
+            120,
+            "toobig starts once the others are gone",
+            |g| bound_of(g, "toobig") == size("toobig"),
+        )
+        .await;
+        delete_workload(&self.c.client, "ml", toobig.0, toobig.1, "toobig").await;
+        poll(pods, size, 120, "all gone", |g| g.is_empty()).await;
+        queues_share(&self.c, pods, share, size).await;
+        assert_no_double_booking(&self.c.client).await;
+        self.kcm.check();
+        self.op.check();
+        self.s.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the e2e control plane and the operators: e2e/run"]
 async fn ray_clusters_start_whole_replace_failed_workers_and_share() {
-    let c = Cluster::up().await;
-    let mut kcm = kube_controller_manager(&c);
-    let mut op = kuberay(&c).await;
-    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
-    c.queue("a", json!({"weight": 1})).await;
-    c.queue("b", json!({"weight": 1})).await;
-    let pods = c.pods("ml");
-    let s = c.scheduler(opts()).await;
+    let bed = Bed::up("kuberay").await;
+    let (c, pods) = (&bed.c, &bed.pods);
     // head + workers
     let size = |name: &str| -> usize {
         match name {
@@ -459,50 +506,37 @@ async fn ray_clusters_start_whole_replace_failed_workers_and_share() {
 
     // head + 3 workers × 4 GPUs (12 of 16): starts whole
     create_workload(&c.client, "ml", ray_cluster("fits", "a", 3, 4)).await;
-    poll(&pods, &size, 120, "fits starts whole", |g| {
+    poll(pods, &size, 120, "fits starts whole", |g| {
         bound_of(g, "fits") == 4
     })
     .await;
     // a worker fails: KubeRay deletes it and makes another, which gpusched
     // places beside the running gang
-    let worker = running_members(&pods, "fits")
+    let worker = running_members(pods, "fits")
         .await
         .into_keys()
         .find(|n| n.contains("-gpu-"))
         .expect("a worker of fits");
-    let new = fail_and_replace(&pods, "fits", &worker, 1, 4).await;
+    let new = fail_and_replace(pods, "fits", &worker, 1, 4).await;
     assert!(new.contains("-gpu-"), "the replacement is a worker: {new}");
 
     // head + 2 workers × 4 GPUs with 4 free: none starts, the head neither
     create_workload(&c.client, "ml", ray_cluster("toobig", "a", 2, 4)).await;
-    stays_whole_or_nothing(&pods, &size, "toobig", 10).await;
-    delete_workload(&c.client, "ml", "ray.io/v1", "RayCluster", "fits").await;
-    poll(&pods, &size, 120, "toobig starts once fits is gone", |g| {
-        bound_of(g, "toobig") == 3
-    })
+    bed.toobig_waits_then_queues_share(
+        &size,
+        ("ray.io/v1", "RayCluster"),
+        &[("ray.io/v1", "RayCluster", "fits")],
+        // head + 1 worker × 8 GPUs
+        &|n, q| ray_cluster(n, q, 1, 8),
+    )
     .await;
-    delete_workload(&c.client, "ml", "ray.io/v1", "RayCluster", "toobig").await;
-    poll(&pods, &size, 120, "all gone", |g| g.is_empty()).await;
-
-    // head + 1 worker × 8 GPUs each: two fit, one per queue
-    queues_share(&c, &pods, &|n, q| ray_cluster(n, q, 1, 8), &size).await;
-    assert_no_double_booking(&c.client).await;
-    kcm.check();
-    op.check();
-    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the e2e control plane and the operators: e2e/run"]
 async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
-    let c = Cluster::up().await;
-    let mut kcm = kube_controller_manager(&c);
-    let mut op = training_operator(&c).await;
-    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
-    c.queue("a", json!({"weight": 1})).await;
-    c.queue("b", json!({"weight": 1})).await;
-    let pods = c.pods("ml");
-    let s = c.scheduler(opts()).await;
+    let bed = Bed::up("training-operator").await;
+    let (c, pods) = (&bed.c, &bed.pods);
     let size = |name: &str| -> usize {
         match name {
             "pt" => 4,
@@ -526,13 +560,13 @@ async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
         ),
     )
     .await;
-    poll(&pods, &size, 120, "the PyTorchJob starts whole", |g| {
+    poll(pods, &size, 120, "the PyTorchJob starts whole", |g| {
         bound_of(g, "pt") == 4
     })
     .await;
     // a worker fails with a retryable exit code: the operator deletes it and
     // makes it again, and gpusched places it
-    let new = fail_and_replace(&pods, "pt", "pt-worker-1", 137, 4).await;
+    let new = fail_and_replace(pods, "pt", "pt-worker-1", 137, 4).await;
     assert_eq!(new, "pt-worker-1", "recreated under its own name");
 
     // TFJob: 1 parameter server without GPUs + 2 workers × 2 GPUs: starts
@@ -543,7 +577,7 @@ async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
         kubeflow("TFJob", "v1", "tf", "a", &[("PS", 1, 0), ("Worker", 2, 2)]),
     )
     .await;
-    poll(&pods, &size, 120, "the TFJob starts whole", |g| {
+    poll(pods, &size, 120, "the TFJob starts whole", |g| {
         bound_of(g, "tf") == 3
     })
     .await;
@@ -562,7 +596,7 @@ async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
         ),
     )
     .await;
-    poll(&pods, &size, 120, "the v1 MPIJob starts whole", |g| {
+    poll(pods, &size, 120, "the v1 MPIJob starts whole", |g| {
         bound_of(g, "mpi") == 3
     })
     .await;
@@ -580,25 +614,15 @@ async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
         ),
     )
     .await;
-    stays_whole_or_nothing(&pods, &size, "toobig", 10).await;
-    for (kind, name) in [("PyTorchJob", "pt"), ("TFJob", "tf"), ("MPIJob", "mpi")] {
-        delete_workload(&c.client, "ml", "kubeflow.org/v1", kind, name).await;
-    }
-    poll(
-        &pods,
+    bed.toobig_waits_then_queues_share(
         &size,
-        120,
-        "toobig starts once the others are gone",
-        |g| bound_of(g, "toobig") == 3,
-    )
-    .await;
-    delete_workload(&c.client, "ml", "kubeflow.org/v1", "PyTorchJob", "toobig").await;
-    poll(&pods, &size, 120, "all gone", |g| g.is_empty()).await;
-
-    // master + worker × 4 GPUs each: two fit, one per queue
-    queues_share(
-        &c,
-        &pods,
+        ("kubeflow.org/v1", "PyTorchJob"),
+        &[
+            ("kubeflow.org/v1", "PyTorchJob", "pt"),
+            ("kubeflow.org/v1", "TFJob", "tf"),
+            ("kubeflow.org/v1", "MPIJob", "mpi"),
+        ],
+        // master + worker × 4 GPUs
         &|n, q| {
             kubeflow(
                 "PyTorchJob",
@@ -608,26 +632,15 @@ async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
                 &[("Master", 1, 4), ("Worker", 1, 4)],
             )
         },
-        &size,
     )
     .await;
-    assert_no_double_booking(&c.client).await;
-    kcm.check();
-    op.check();
-    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the e2e control plane and the operators: e2e/run"]
 async fn mpi_operator_jobs_start_whole_retry_a_failed_launcher_and_share() {
-    let c = Cluster::up().await;
-    let mut kcm = kube_controller_manager(&c);
-    let mut op = mpi_operator(&c).await;
-    c.nodes_from_yaml(H100).await; // 2 × 8 GPUs
-    c.queue("a", json!({"weight": 1})).await;
-    c.queue("b", json!({"weight": 1})).await;
-    let pods = c.pods("ml");
-    let s = c.scheduler(opts()).await;
+    let bed = Bed::up("mpi-operator").await;
+    let (c, pods) = (&bed.c, &bed.pods);
     // launcher + workers
     let size = |name: &str| -> usize {
         match name {
@@ -650,18 +663,18 @@ async fn mpi_operator_jobs_start_whole_retry_a_failed_launcher_and_share() {
         ),
     )
     .await;
-    poll(&pods, &size, 120, "fits starts whole", |g| {
+    poll(pods, &size, 120, "fits starts whole", |g| {
         bound_of(g, "fits") == 4
     })
     .await;
     // the launcher fails: its Job (backoffLimit 3) makes another launcher
     // pod, which gpusched places beside the running workers
-    let launcher = running_members(&pods, "fits")
+    let launcher = running_members(pods, "fits")
         .await
         .into_keys()
         .find(|n| n.contains("launcher"))
         .expect("the launcher of fits");
-    let new = fail_and_replace(&pods, "fits", &launcher, 1, 4).await;
+    let new = fail_and_replace(pods, "fits", &launcher, 1, 4).await;
     assert!(
         new.contains("launcher"),
         "the replacement is a launcher: {new}"
@@ -680,19 +693,11 @@ async fn mpi_operator_jobs_start_whole_retry_a_failed_launcher_and_share() {
         ),
     )
     .await;
-    stays_whole_or_nothing(&pods, &size, "toobig", 10).await;
-    delete_workload(&c.client, "ml", "kubeflow.org/v2beta1", "MPIJob", "fits").await;
-    poll(&pods, &size, 120, "toobig starts once fits is gone", |g| {
-        bound_of(g, "toobig") == 3
-    })
-    .await;
-    delete_workload(&c.client, "ml", "kubeflow.org/v2beta1", "MPIJob", "toobig").await;
-    poll(&pods, &size, 120, "all gone", |g| g.is_empty()).await;
-
-    // launcher + 1 worker × 8 GPUs: two fit, one per queue
-    queues_share(
-        &c,
-        &pods,
+    bed.toobig_waits_then_queues_share(
+        &size,
+        ("kubeflow.org/v2beta1", "MPIJob"),
+        &[("kubeflow.org/v2beta1", "MPIJob", "fits")],
+        // launcher + 1 worker × 8 GPUs
         &|n, q| {
             kubeflow(
                 "MPIJob",
@@ -702,11 +707,6 @@ async fn mpi_operator_jobs_start_whole_retry_a_failed_launcher_and_share() {
                 &[("Launcher", 1, 0), ("Worker", 1, 8)],
             )
         },
-        &size,
     )
     .await;
-    assert_no_double_booking(&c.client).await;
-    kcm.check();
-    op.check();
-    s.stop().await;
 }

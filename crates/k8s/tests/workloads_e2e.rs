@@ -123,16 +123,7 @@ async fn workload_controller(c: &Cluster, kind: Kind) -> Proc {
         create_dynamic(&c.client, &doc).await;
     }
     // ready: the probe answers 200 once its webhook server listens
-    let t0 = Instant::now();
-    while !ready(probe) {
-        p.check();
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "{comp} not ready in 90 s; log {}",
-            p.log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_ready(&mut p, probe, 90).await;
     p
 }
 
@@ -524,16 +515,7 @@ async fn trainer(c: &Cluster) -> Proc {
         pod["terminationGracePeriodSeconds"] = json!(1);
         create_dynamic(&c.client, &rt).await;
     }
-    let t0 = Instant::now();
-    while !ready(probe) {
-        p.check();
-        assert!(
-            t0.elapsed() < Duration::from_secs(90),
-            "trainer not ready in 90 s; log {}",
-            p.log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_ready(&mut p, probe, 90).await;
     p
 }
 

@@ -184,6 +184,22 @@ pub async fn create_dynamic(client: &Client, doc: &Value) {
 /// Starts the JobSet or LeaderWorkerSet controller: its CRDs, its webhook
 /// server on loopback (a self-signed certificate for 127.0.0.1, the same
 /// bytes as the webhook configurations' caBundle), its webhook
+/// Waits until `p`'s probe port answers `/readyz` with 200 (panics with
+/// its log's tail if it exits, or after `secs`).
+pub async fn until_ready(p: &mut Proc, probe: u16, secs: u64) {
+    let t0 = Instant::now();
+    while !ready(probe) {
+        p.check();
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "{} not ready in {secs} s; log {}",
+            p.name,
+            p.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Whether `GET /readyz` on the probe port answers 200.
 pub fn ready(port: u16) -> bool {
     use std::io::{Read, Write};
