@@ -395,6 +395,17 @@ impl Server {
                         error: error.clone(),
                     },
                 ),
+                Problem::ClaimsPending { pod, message, .. } => (
+                    pod,
+                    PodStatus::Pending {
+                        verdict: None,
+                        message: message.clone(),
+                        reasons: Vec::new(),
+                        evictions: Vec::new(),
+                        queue_position: None,
+                        nominated: None,
+                    },
+                ),
                 _ => return None,
             };
             (format!("{}/{}", pod.namespace, pod.name) == key).then(|| {

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod debug;
 pub mod decision;
 pub mod doctor;
+pub mod dra;
 pub mod exec;
 pub mod kwok;
 pub mod limiter;

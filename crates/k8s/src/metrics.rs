@@ -265,6 +265,7 @@ impl Metrics {
         for p in &built.problems {
             match p {
                 Problem::GatedPod { .. } => *by.entry(PendingClass::Gated).or_default() += 1,
+                Problem::ClaimsPending { class, .. } => *by.entry(*class).or_default() += 1,
                 Problem::InvalidPod { .. } => {
                     *by.entry(PendingClass::InvalidSpec).or_default() += 1
                 }

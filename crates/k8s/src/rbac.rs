@@ -170,6 +170,42 @@ pub const CLUSTER: &[Permission] = &[
         "watch: LeaderWorkerSets, each group a gang (workloads)",
     ),
     p(
+        "resource.k8s.io",
+        "resourceclaims",
+        WATCH,
+        "watch: DRA ResourceClaims (when served)",
+    ),
+    p(
+        "resource.k8s.io",
+        "resourceslices",
+        WATCH,
+        "watch: DRA ResourceSlices, the devices (when served)",
+    ),
+    p(
+        "resource.k8s.io",
+        "deviceclasses",
+        WATCH,
+        "watch: DRA DeviceClasses (when served)",
+    ),
+    p(
+        "resource.k8s.io",
+        "resourceclaims",
+        &["get", "update"],
+        "exec: a claim's finalizer before allocating it, and its removal on rollback (dra)",
+    ),
+    p(
+        "resource.k8s.io",
+        "resourceclaims/status",
+        &["update"],
+        "exec: a claim's allocation and reservedFor before the Binding (dra)",
+    ),
+    p(
+        "resource.k8s.io",
+        "resourceclaims/binding",
+        &["update"],
+        "exec: the API server (1.37) also requires it to change a claim's allocation or reservedFor (dra)",
+    ),
+    p(
         "authentication.k8s.io",
         "tokenreviews",
         &["create"],

@@ -399,6 +399,9 @@ pub struct PodView {
     pub running: bool,
     /// `metadata.labels` (for PodDisruptionBudget selectors).
     pub labels: BTreeMap<String, String>,
+    /// The ResourceClaims it references (`spec.resourceClaims`), which
+    /// gpusched allocates before binding it ([`crate::dra`]).
+    pub claims: Vec<crate::dra::PodClaim>,
     /// What to do with it.
     pub kind: PodKind,
 }
@@ -537,25 +540,6 @@ fn tolerations(p: &Pod, obj: &str) -> Result<Vec<Toleration>, TranslateError> {
         });
     }
     Ok(out)
-}
-
-/// Pod fields whose constraints gpusched does not check yet. A pending pod
-/// that uses one is refused (never placed as if the field were absent):
-/// kube-scheduler honours them, and binding without checking would break
-/// what the pod asks (a claim that is never allocated). Returns the field
-/// path of the first one found. Inter-pod affinity (namespace selectors
-/// included), topology spread, host ports and preferred node affinity are
-/// honoured (see [`crate::podapi`]), and so are PersistentVolumeClaims
-/// ([`crate::volumes`]).
-pub fn unsupported_field(p: &Pod) -> Option<String> {
-    let spec = p.spec.as_ref()?;
-    fn some<T>(v: &Option<Vec<T>>) -> bool {
-        v.as_ref().is_some_and(|v| !v.is_empty())
-    }
-    if some(&spec.resource_claims) {
-        return Some("spec.resourceClaims".into());
-    }
-    None
 }
 
 /// The core's pod from a Kubernetes pod (its queue is the label's, or
@@ -715,6 +699,7 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
         bound_ms: bound_since(p),
         running: phase == "Running",
         labels: labels.clone(),
+        claims: crate::dra::translate::pod_claims(p),
         kind: PodKind::Ignored,
     };
     if phase == "Succeeded" || phase == "Failed" {
@@ -763,15 +748,6 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
                 .unwrap_or_default();
             if !gates.is_empty() {
                 PodKind::Gated { gates }
-            } else if let Some(field) = unsupported_field(p) {
-                PodKind::Invalid {
-                    error: field_err(
-                        &format!("pod {}/{}", view.namespace, view.name),
-                        &field,
-                        "not supported by gpusched yet, so the pod is not placed (its constraint would be ignored); remove the field or leave the pod to kube-scheduler",
-                    )
-                    .to_string(),
-                }
             } else {
                 match model_pod(p) {
                     Ok(pod) => PodKind::Pending {

@@ -492,6 +492,21 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         Ok(g) => w.upsert_sp_group(g),
         Err((key, e)) => w.invalid_sp_group(key, e),
     });
+    // DRA (resource.k8s.io/v1): watched while served, so a cluster
+    // without it (before 1.34) still works
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    optional!(ResourceClaim, ObjectKind::ResourceClaim, |w, r| match r {
+        Ok(c) => w.upsert_claim(c),
+        Err((key, e)) => tracing::warn!("ResourceClaim {key}: {e}"),
+    });
+    optional!(ResourceSlice, ObjectKind::ResourceSlice, |w, r| match r {
+        Ok(s) => w.upsert_slice(s),
+        Err((key, e)) => tracing::warn!("ResourceSlice {key}: {e}"),
+    });
+    optional!(DeviceClass, ObjectKind::DeviceClass, |w, r| match r {
+        Ok(c) => w.upsert_device_class(c),
+        Err((key, e)) => tracing::warn!("DeviceClass {key}: {e}"),
+    });
     use crate::workloads::{self, JobSet, LeaderWorkerSet, WorkloadKind};
     optional!(JobSet, ObjectKind::JobSet, |w, r| match r {
         Ok(j) => w.upsert_workload(WorkloadKind::JobSet, &ns_key(j), workloads::jobset(j)),

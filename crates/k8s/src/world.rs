@@ -63,6 +63,12 @@ pub enum ObjectKind {
     Pv,
     /// StorageClasses (by name).
     StorageClass,
+    /// DRA ResourceClaims (by `namespace/name`).
+    ResourceClaim,
+    /// DRA ResourceSlices (by name).
+    ResourceSlice,
+    /// DRA DeviceClasses (by name).
+    DeviceClass,
 }
 
 /// A placement the scheduler made and is binding.
@@ -124,6 +130,17 @@ pub enum Problem {
         group: String,
         /// Why.
         error: String,
+    },
+    /// A pod of ours whose ResourceClaims keep it pending: a claim does
+    /// not exist yet, or they cannot be allocated on any node.
+    ClaimsPending {
+        /// The pod.
+        pod: PodRef,
+        /// [`PendingClass::WaitingForClaim`] or
+        /// [`PendingClass::UnallocatableClaim`].
+        class: PendingClass,
+        /// Why, naming the claim.
+        message: String,
     },
     /// A node's objects had unreadable parts.
     NodeWarning {
@@ -210,6 +227,9 @@ pub struct World {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// The claims of each pod's volumes, by uid (pods with none absent).
     pod_claims: BTreeMap<String, Vec<PodClaim>>,
+    /// DRA: ResourceClaims, ResourceSlices, DeviceClasses and this run's
+    /// tentative allocations.
+    dra: crate::dra::state::DraState,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
 }
@@ -347,6 +367,7 @@ impl World {
     pub fn delete_pod(&mut self, uid: &str) {
         self.release_volumes(uid);
         self.pod_claims.remove(uid);
+        self.dra.forget_pod(uid);
         self.scheduling_groups.remove(uid);
         self.succeeded.remove(uid);
         self.decisions.remove(uid);
@@ -376,6 +397,9 @@ impl World {
             ObjectKind::Pvc => self.volumes.claims.keys().cloned().collect(),
             ObjectKind::Pv => self.volumes.volumes.keys().cloned().collect(),
             ObjectKind::StorageClass => self.volumes.classes.keys().cloned().collect(),
+            ObjectKind::ResourceClaim => self.dra.claim_keys(),
+            ObjectKind::ResourceSlice => self.dra.slice_keys(),
+            ObjectKind::DeviceClass => self.dra.class_keys(),
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
@@ -432,6 +456,18 @@ impl World {
             }
             ObjectKind::StorageClass => {
                 self.volumes.classes.remove(key);
+                self.generation += 1;
+            }
+            ObjectKind::ResourceClaim => {
+                self.dra.delete_claim(key);
+                self.generation += 1;
+            }
+            ObjectKind::ResourceSlice => {
+                self.dra.delete_slice(key);
+                self.generation += 1;
+            }
+            ObjectKind::DeviceClass => {
+                self.dra.delete_class(key);
                 self.generation += 1;
             }
             ObjectKind::JobSet
@@ -728,9 +764,54 @@ impl World {
         self.nominated.insert(uid.to_string(), node.to_string());
     }
 
+    /// A ResourceClaim was added or changed.
+    pub fn upsert_claim(&mut self, c: &k8s_openapi::api::resource::v1::ResourceClaim) {
+        self.dra.upsert_claim(c);
+        self.generation += 1;
+    }
+
+    /// A ResourceSlice was added or changed.
+    pub fn upsert_slice(&mut self, s: &k8s_openapi::api::resource::v1::ResourceSlice) {
+        self.dra.upsert_slice(s);
+        self.generation += 1;
+    }
+
+    /// A DeviceClass was added or changed.
+    pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) {
+        self.dra.upsert_class(c);
+        self.generation += 1;
+    }
+
+    /// The DRA objects.
+    pub fn dra(&self) -> &crate::dra::state::DraState {
+        &self.dra
+    }
+
+    /// Allocates the ResourceClaims of pending pod `uid` on `node` (where
+    /// the core placed it), holding the devices until the claims show the
+    /// allocation or [`World::forget`] drops it: what to write to each
+    /// claim before the Binding (empty: the pod has no claims).
+    pub fn allocate_claims(
+        &mut self,
+        uid: &str,
+        node: &str,
+    ) -> Result<Vec<crate::dra::state::ClaimWrite>, String> {
+        let Some(v) = self.pods.get(uid) else {
+            return Ok(Vec::new());
+        };
+        if v.claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (ns, claims) = (v.namespace.clone(), v.claims.clone());
+        let r = self.dra.allocate(uid, &ns, &claims, node);
+        self.generation += 1;
+        r
+    }
+
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
         self.release_volumes(uid);
+        self.dra.forget_pod(uid);
         self.assumed_at.remove(uid);
         if self.assumed.remove(uid).is_some() {
             self.generation += 1;
@@ -995,6 +1076,17 @@ impl World {
             name: v.name.clone(),
         };
         let exhausted = self.budget_exhausted();
+        // DRA: the devices per node and those held, once per build
+        let dra_nodes: Vec<&str> = self.nodes.keys().map(String::as_str).collect();
+        let dra_devices = self.dra.devices_by_node();
+        let dra_in_use = self.dra.in_use();
+        let mut dra_memo = BTreeMap::new();
+        for w in self.dra.warnings() {
+            out.problems.push(Problem::NodeWarning {
+                node: "(resourceslices)".into(),
+                warning: w.clone(),
+            });
+        }
         // GPUs taken per node by pods whose GPUs are known
         let mut taken: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); out.snapshot.nodes.len()];
         let mut shared: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); out.snapshot.nodes.len()];
@@ -1073,6 +1165,44 @@ impl World {
                         });
                         continue;
                     }
+                    // DRA: its claims must exist and be allocatable
+                    // somewhere; the core picks among those nodes
+                    let mut claim_nodes = None;
+                    if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
+                        use crate::dra::state::PodClaims;
+                        let (class, message) = match self.dra.pod_claims(
+                            &v.namespace,
+                            &v.claims,
+                            &dra_nodes,
+                            &dra_devices,
+                            &dra_in_use,
+                            &mut dra_memo,
+                        ) {
+                            PodClaims::None => (None, String::new()),
+                            PodClaims::Waiting(m) => (Some(PendingClass::WaitingForClaim), m),
+                            PodClaims::Unallocatable(m) => {
+                                (Some(PendingClass::UnallocatableClaim), m)
+                            }
+                            PodClaims::Nodes(n) => {
+                                claim_nodes = Some(n);
+                                (None, String::new())
+                            }
+                        };
+                        if let Some(class) = class {
+                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
+                            *out.unseen_by_queue
+                                .entry(self.queue_name(v))
+                                .or_default()
+                                .entry(class)
+                                .or_default() += 1;
+                            out.problems.push(Problem::ClaimsPending {
+                                pod: pref(v),
+                                class,
+                                message,
+                            });
+                            continue;
+                        }
+                    }
                     let phase = match self.assumed.get(&v.uid) {
                         Some(a) => match node_ids.get(a.node.as_str()) {
                             Some(&n) => {
@@ -1109,6 +1239,9 @@ impl World {
                         c.exclusive_claims = exclusive;
                     }
                     self.select_namespaces(&mut pod);
+                    if let Some(n) = claim_nodes {
+                        pod.constraints_mut().claim_nodes = Some(n);
+                    }
                     pod.group = self.group_of(v);
                     self.inherit_queue(v, &mut pod);
                     group_queue(&out.snapshot.groups, &mut pod);

@@ -1,8 +1,8 @@
-//! Pod constraints gpusched does not check yet are refused, never ignored
-//! (issue #22, 7): a pending pod that uses one is `Invalid` with the field
-//! named; a bound pod that uses one still counts with what it holds. The
-//! Pod API constraints gpusched honours (issue #23) are translated: see
-//! `podapi.rs`.
+//! Pod fields are translated, never ignored (issue #22, 7): harmless ones
+//! are accepted, bad values are refused naming the field, and the Pod API
+//! constraints gpusched honours (issue #23) are translated (see
+//! `podapi.rs`); DRA claims are allocated (tests/dra.rs), volumes resolved
+//! (tests/volumes.rs).
 
 use gpusched_k8s::translate::{self, PodKind};
 use k8s_openapi::api::core::v1::Pod;
@@ -28,30 +28,6 @@ fn pod(extra_spec: Value, bound: bool) -> Pod {
 
 fn term() -> Value {
     json!({"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"})
-}
-
-#[test]
-fn each_unchecked_constraint_is_refused_naming_its_field() {
-    let cases = [(
-        json!({"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}),
-        "spec.resourceClaims",
-    )];
-    for (extra, field) in cases {
-        let v = translate::pod(&pod(extra.clone(), false));
-        let PodKind::Invalid { error } = &v.kind else {
-            panic!("{field}: accepted: {:?}", v.kind)
-        };
-        assert!(
-            error.contains(&format!("pod ml/p: {field}: not supported by gpusched yet")),
-            "{field}: {error}"
-        );
-        // bound (by another scheduler, or before): still counted in full
-        let v = translate::pod(&pod(extra, true));
-        let PodKind::Bound { pod, .. } = &v.kind else {
-            panic!("{field}: bound pod not counted: {:?}", v.kind)
-        };
-        assert_eq!(pod.requests.cpu_milli, 2000, "{field}");
-    }
 }
 
 #[test]

@@ -272,6 +272,10 @@ pub struct PodConstraints {
     /// may use one at the same time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclusive_claims: Vec<String>,
+    /// DRA: the nodes (by name, sorted) on which the pod's ResourceClaims
+    /// can be allocated; `None`: no claims, any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_nodes: Option<Vec<String>>,
 }
 
 impl PodConstraints {
@@ -286,6 +290,7 @@ impl PodConstraints {
             && self.preferred_node_affinity.is_empty()
             && self.volumes.is_empty()
             && self.exclusive_claims.is_empty()
+            && self.claim_nodes.is_none()
     }
 
     /// Every inter-pod affinity term, mutable (for resolving namespace

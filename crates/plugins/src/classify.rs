@@ -21,6 +21,10 @@ pub enum PendingClass {
     InvalidSpec,
     /// Names a queue or pod group that does not exist.
     MissingQueueOrGroup,
+    /// A ResourceClaim it references does not exist yet.
+    WaitingForClaim,
+    /// Its ResourceClaims cannot be allocated on any node.
+    UnallocatableClaim,
     /// A queue limit / no-borrow rule.
     Quota,
     /// Fewer than `minMember` pods of the gang exist.
@@ -63,6 +67,8 @@ impl PendingClass {
             PendingClass::Gated => "gated",
             PendingClass::InvalidSpec => "invalid-spec",
             PendingClass::MissingQueueOrGroup => "missing-queue-or-group",
+            PendingClass::WaitingForClaim => "waiting-for-claim",
+            PendingClass::UnallocatableClaim => "unallocatable-claim",
             PendingClass::Quota => "quota",
             PendingClass::GangIncomplete => "gang-incomplete",
             PendingClass::GangTimedOut => "gang-timed-out",
@@ -83,10 +89,12 @@ impl PendingClass {
     }
 
     /// Every class, in the order a pod's main class is chosen.
-    pub const ALL: [PendingClass; 19] = [
+    pub const ALL: [PendingClass; 21] = [
         PendingClass::Gated,
         PendingClass::InvalidSpec,
         PendingClass::MissingQueueOrGroup,
+        PendingClass::WaitingForClaim,
+        PendingClass::UnallocatableClaim,
         PendingClass::Quota,
         PendingClass::GangIncomplete,
         PendingClass::GangTimedOut,
@@ -112,6 +120,8 @@ impl PendingClass {
             PendingClass::Gated => "SchedulingGated",
             PendingClass::InvalidSpec => "InvalidSpec",
             PendingClass::MissingQueueOrGroup => "MissingQueueOrGroup",
+            PendingClass::WaitingForClaim => "WaitingForResourceClaim",
+            PendingClass::UnallocatableClaim => "UnallocatableResourceClaim",
             PendingClass::Quota => "QueueQuota",
             PendingClass::GangIncomplete => "GangIncomplete",
             PendingClass::GangTimedOut => "GangTimedOut",
@@ -141,6 +151,7 @@ impl PendingClass {
             PendingClass::Gated
                 | PendingClass::InvalidSpec
                 | PendingClass::MissingQueueOrGroup
+                | PendingClass::WaitingForClaim
                 | PendingClass::Quota
                 | PendingClass::GangIncomplete
                 | PendingClass::GangTimedOut
@@ -156,6 +167,7 @@ impl PendingClass {
             PendingClass::Gated => "SchedulingGated",
             PendingClass::InvalidSpec => "InvalidSpec",
             PendingClass::MissingQueueOrGroup => "MissingQueueOrGroup",
+            PendingClass::WaitingForClaim => "WaitingForResourceClaim",
             PendingClass::Quota => "QueueQuota",
             PendingClass::GangIncomplete => "GangIncomplete",
             PendingClass::GangTimedOut => "GangTimedOut",
@@ -176,6 +188,12 @@ impl PendingClass {
             }
             PendingClass::MissingQueueOrGroup => {
                 "create the Queue / PodGroup, or fix the gpusched.io/queue or gpusched.io/pod-group label"
+            }
+            PendingClass::WaitingForClaim => {
+                "create the ResourceClaim the pod names (a template's claim is made by kube-controller-manager)"
+            }
+            PendingClass::UnallocatableClaim => {
+                "no node has free devices matching the claim (its DeviceClass, selectors, constraints, taints): see docs/dra.md"
             }
             PendingClass::Quota => {
                 "the queue is at its limit (or may not borrow): wait, raise the Queue's limit/guarantee, or use another queue"

@@ -35,8 +35,14 @@ impl Filter for NodeAffinity {
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
         key.add(&pod.node_selector);
         key.add(&pod.affinity);
+        key.add(&pod.constraints().claim_nodes);
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        if let Some(ok) = &pod.constraints().claim_nodes
+            && ok.binary_search(&node.name).is_err()
+        {
+            return FilterResult::Reject("node(s) cannot allocate the pod's ResourceClaims".into());
+        }
         let sel_ok = pod
             .node_selector
             .iter()

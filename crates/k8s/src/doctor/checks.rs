@@ -440,6 +440,11 @@ fn pending(
                 format!("scheduling gates: {}", gates.join(", ")),
             ),
             Problem::InvalidPod { pod, error } => (pod, PendingClass::InvalidSpec, error.clone()),
+            Problem::ClaimsPending {
+                pod,
+                class,
+                message,
+            } => (pod, *class, message.clone()),
             _ => continue,
         };
         summary.pending_pods += 1;

@@ -177,6 +177,10 @@ async fn bind_volumes(
     }
 }
 
+/// How long a pod whose claims could not be written waits before it is
+/// placed again.
+const CLAIM_RETRY: Duration = Duration::from_secs(2);
+
 /// One binding to carry out.
 pub(super) struct BindJob {
     pub ns: String,
@@ -188,6 +192,8 @@ pub(super) struct BindJob {
     pub created_ms: u64,
     /// Writes that bind its delayed claims first.
     pub volumes: Vec<VolumeWrite>,
+    /// DRA claims to allocate and reserve first.
+    pub claims: Vec<crate::dra::state::ClaimWrite>,
 }
 
 impl Executor {
@@ -200,6 +206,7 @@ impl Executor {
             decision,
             created_ms,
             volumes,
+            claims,
         } = job;
         let volume_timeout = self.opts.volume_bind_timeout;
         let client = self.client.clone();
@@ -244,6 +251,30 @@ impl Executor {
                     return;
                 }
             }
+            // DRA: allocated and reserved before the Binding, as the
+            // kubelet requires; undone if anything fails
+            let mut written = Vec::new();
+            for w in &claims {
+                limit.acquire().await;
+                match super::claims::reserve(&client, w, &name, &uid).await {
+                    Ok(()) => written.push(w.clone()),
+                    Err(e) => {
+                        tracing::warn!("pod {ns}/{name}: not bound: {e}");
+                        metrics.attempt("error");
+                        for w in &written {
+                            super::claims::release(&client, w, &uid).await;
+                        }
+                        // the pod stays assumed a moment: a claim write
+                        // that fails now (a permission, a webhook) would
+                        // fail again at once
+                        tokio::time::sleep(CLAIM_RETRY).await;
+                        shared.with(|w| w.forget(&uid));
+                        shared.changed.notify_one();
+                        return;
+                    }
+                }
+            }
+            let claim_client = client.clone();
             let api: Api<Pod> = Api::namespaced(client, &ns);
             let binding = Binding {
                 metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
@@ -323,6 +354,9 @@ impl Executor {
                         }
                         tracing::info!("binding {ns}/{name} to {node} failed: {e}");
                         metrics.attempt("error");
+                        for w in &written {
+                            super::claims::release(&claim_client, w, &uid).await;
+                        }
                         shared.with(|w| w.forget(&uid));
                         shared.changed.notify_one();
                         return;

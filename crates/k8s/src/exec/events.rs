@@ -276,13 +276,16 @@ impl PreparedEvent {
 }
 
 /// Every `kind` label of the problem metrics.
-pub const PROBLEM_KINDS: [&str; 6] = ["pod", "gated", "decision", "queue", "group", "node"];
+pub const PROBLEM_KINDS: [&str; 7] = [
+    "pod", "gated", "claims", "decision", "queue", "group", "node",
+];
 
 /// The kind of object a problem is about, as the metrics label it.
 pub fn problem_kind(p: &Problem) -> &'static str {
     match p {
         Problem::InvalidPod { .. } => "pod",
         Problem::GatedPod { .. } => "gated",
+        Problem::ClaimsPending { .. } => "claims",
         Problem::BadDecision { .. } => "decision",
         Problem::InvalidQueue { .. } => "queue",
         Problem::InvalidGroup { .. } => "group",
@@ -297,6 +300,7 @@ fn problem_key(p: &Problem) -> (&'static str, String, String) {
             (pod.uid.clone(), error.clone())
         }
         Problem::GatedPod { pod, gates } => (pod.uid.clone(), gates.join(",")),
+        Problem::ClaimsPending { pod, message, .. } => (pod.uid.clone(), message.clone()),
         Problem::InvalidQueue { queue, error } => (queue.clone(), error.clone()),
         Problem::InvalidGroup { group, error } => (group.clone(), error.clone()),
         Problem::NodeWarning { node, warning } => (node.clone(), warning.clone()),

@@ -7,6 +7,7 @@
 //! limit, so the loop is never blocked by the API.
 
 pub mod bind;
+pub mod claims;
 pub mod events;
 mod evict;
 pub mod status;
@@ -309,6 +310,28 @@ impl Executor {
                         bound.insert(*pod);
                         continue;
                     }
+                    // DRA: allocate its claims on that node now (held
+                    // from here on, written before the Binding)
+                    let claims = match self.shared.with(|w| w.allocate_claims(&pr.uid, &n.name)) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let msg = format!(
+                                "its ResourceClaims cannot be allocated on {} now: {e}",
+                                n.name
+                            );
+                            tracing::info!("pod {}/{}: {msg}", pr.namespace, pr.name);
+                            if self.should_explain(&pr.uid, &msg) {
+                                self.pod_condition(
+                                    &pr.namespace,
+                                    &pr.name,
+                                    PendingClass::UnallocatableClaim.condition_reason(),
+                                    &msg,
+                                );
+                            }
+                            bound.insert(*pod);
+                            continue;
+                        }
+                    };
                     bind::add_held(&mut held, *node, gpus);
                     bound.insert(*pod);
                     let created_ms = snap.pods[*pod as usize].pod.arrival_ms;
@@ -350,6 +373,7 @@ impl Executor {
                         decision,
                         created_ms,
                         volumes,
+                        claims,
                     });
                 }
                 Decision::Evict { pod, reason } => {
@@ -485,6 +509,24 @@ impl Executor {
                 }
                 self.pod_condition(&pod.namespace, &pod.name, "SchedulingGated", &msg);
             }
+            Problem::ClaimsPending {
+                pod,
+                class,
+                message,
+            } => {
+                if !self.should_explain(&pod.uid, message) {
+                    return;
+                }
+                self.metrics.attempt("unschedulable");
+                self.event(
+                    pod_ref(&pod.namespace, &pod.name, &pod.uid),
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    message.clone(),
+                );
+                self.pod_condition(&pod.namespace, &pod.name, class.condition_reason(), message);
+            }
             // reported once each by report_problems; invalid queues and
             // groups also in their `Valid` condition
             Problem::BadDecision { .. }
@@ -539,7 +581,7 @@ impl Executor {
                 Problem::InvalidPod { pod, error } => {
                     tracing::info!("pod {}/{}: {error}", pod.namespace, pod.name)
                 }
-                Problem::GatedPod { .. } => continue,
+                Problem::GatedPod { .. } | Problem::ClaimsPending { .. } => continue,
             }
             self.metrics
                 .object_problems_total

@@ -1,0 +1,250 @@
+//! Dynamic Resource Allocation (`resource.k8s.io/v1`, structured
+//! parameters): the scheduler's view of DeviceClasses, ResourceSlices and
+//! ResourceClaims, translated from the API objects ([`translate`]), the CEL
+//! selectors ([`cel`]) and the allocator ([`alloc`]).
+//!
+//! Everything here is pure and deterministic: devices, claims and classes
+//! are kept in ordered maps, candidates are tried in device order, and no
+//! clock is read.
+
+pub mod alloc;
+pub mod cel;
+pub mod state;
+pub mod translate;
+
+use std::collections::BTreeMap;
+
+/// The finalizer a claim carries while it is allocated (kube-scheduler's
+/// name; kube-controller-manager removes it when it deallocates).
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+
+/// The standard attribute domain (`resource.kubernetes.io/pcieRoot`).
+pub const STANDARD_DOMAIN: &str = "resource.kubernetes.io";
+
+/// A device, by driver, pool and name (as an allocation result names it).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceId {
+    /// The driver (`spec.driver` of its slice).
+    pub driver: String,
+    /// The pool (`spec.pool.name`).
+    pub pool: String,
+    /// The device's name in its pool.
+    pub device: String,
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// A device attribute's value.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AttrValue {
+    /// `bool`.
+    Bool(bool),
+    /// `int`.
+    Int(i64),
+    /// `string`.
+    Str(String),
+    /// `version` (semantic version text).
+    Version(String),
+}
+
+/// A device taint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceTaint {
+    /// `key`.
+    pub key: String,
+    /// `value` (empty when absent).
+    pub value: String,
+    /// `NoSchedule`, `NoExecute` or `None` (informational).
+    pub effect: String,
+}
+
+/// A toleration of device taints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceToleration {
+    /// `key` (empty: every key, with `Exists`).
+    pub key: String,
+    /// `Exists` or `Equal`.
+    pub exists: bool,
+    /// `value`.
+    pub value: String,
+    /// `effect` (empty: every effect).
+    pub effect: String,
+}
+
+impl DeviceToleration {
+    /// Whether this tolerates `t`.
+    pub fn tolerates(&self, t: &DeviceTaint) -> bool {
+        if !self.effect.is_empty() && self.effect != t.effect {
+            return false;
+        }
+        if self.key.is_empty() {
+            return self.exists;
+        }
+        self.key == t.key && (self.exists || self.value == t.value)
+    }
+}
+
+/// One device of a ResourceSlice, as the allocator sees it.
+#[derive(Clone, Debug)]
+pub struct Device {
+    /// Driver, pool, name.
+    pub id: DeviceId,
+    /// The node it is on (`None`: any node, `allNodes`).
+    pub node: Option<String>,
+    /// Attributes by qualified name (`domain/name`; a name without a
+    /// domain is in the driver's).
+    pub attributes: BTreeMap<String, AttrValue>,
+    /// Capacities by qualified name, in milli-units.
+    pub capacity: BTreeMap<String, i128>,
+    /// Taints.
+    pub taints: Vec<DeviceTaint>,
+    /// The device as CEL's `device` variable (built once).
+    pub cel: ::cel::Value,
+    /// A number unique to this version of the device (selector results
+    /// are cached under it).
+    pub serial: u64,
+}
+
+impl Device {
+    /// Whether a taint with effect `NoSchedule` or `NoExecute` is not
+    /// tolerated.
+    pub fn untolerated(&self, tolerations: &[DeviceToleration]) -> Option<&DeviceTaint> {
+        self.taints.iter().find(|t| {
+            (t.effect == "NoSchedule" || t.effect == "NoExecute")
+                && !tolerations.iter().any(|tol| tol.tolerates(t))
+        })
+    }
+}
+
+/// How many devices a (sub)request wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    /// Exactly this many.
+    Exact(u32),
+    /// Every matching device of the node (at least one).
+    All,
+}
+
+/// One way to satisfy a request (an `exactly` request has one; a
+/// `firstAvailable` request has its subrequests in order of preference).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubRequest {
+    /// The name results carry: `request` or `request/subrequest`.
+    pub name: String,
+    /// `deviceClassName`.
+    pub class: String,
+    /// CEL selectors of the request itself.
+    pub selectors: Vec<String>,
+    /// How many.
+    pub count: Count,
+    /// `adminAccess`: may use devices in use, and is never counted as
+    /// holding them.
+    pub admin: bool,
+    /// Tolerations of device taints.
+    pub tolerations: Vec<DeviceToleration>,
+}
+
+/// A request of a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// `name`.
+    pub name: String,
+    /// Alternatives in order of preference.
+    pub alternatives: Vec<SubRequest>,
+}
+
+/// A constraint across requests of one claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Constraint {
+    /// The requests it covers (empty: all).
+    pub requests: Vec<String>,
+    /// `matchAttribute`: the qualified attribute all their devices share.
+    pub match_attribute: Option<String>,
+    /// `distinctAttribute`: the qualified attribute their devices all differ in.
+    pub distinct_attribute: Option<String>,
+}
+
+impl Constraint {
+    /// Whether the constraint covers the request (or subrequest) `name`.
+    pub fn covers(&self, name: &str) -> bool {
+        self.requests.is_empty()
+            || self.requests.iter().any(|r| {
+                r == name
+                    || name
+                        .split_once('/')
+                        .is_some_and(|(parent, _)| parent == r.as_str())
+            })
+    }
+}
+
+/// One allocated device of a claim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocatedDevice {
+    /// The (sub)request it serves.
+    pub request: String,
+    /// The device.
+    pub id: DeviceId,
+    /// Allocated with admin access (does not hold the device).
+    pub admin: bool,
+}
+
+/// A claim's allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    /// The node its devices are on (`None`: no node restriction).
+    pub node: Option<String>,
+    /// Its devices.
+    pub devices: Vec<AllocatedDevice>,
+}
+
+/// A ResourceClaim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+    /// The requests (`Err`: the claim cannot be used, and why).
+    pub requests: Result<Vec<Request>, String>,
+    /// The constraints.
+    pub constraints: Vec<Constraint>,
+    /// `status.allocation`, when allocated.
+    pub allocation: Option<Allocation>,
+    /// `status.reservedFor`: the pods' uids.
+    pub reserved_for: Vec<String>,
+    /// Being deleted.
+    pub deleting: bool,
+}
+
+impl Claim {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A DeviceClass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Class {
+    /// `metadata.name`.
+    pub name: String,
+    /// CEL selectors.
+    pub selectors: Vec<String>,
+}
+
+/// The claims a pod references, by its `spec.resourceClaims` entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodClaim {
+    /// The entry's `name`.
+    pub entry: String,
+    /// The claim's name: `resourceClaimName`, or the one
+    /// kube-controller-manager generated for a template (from
+    /// `status.resourceClaimStatuses`); `None` while it has not yet.
+    pub claim: Option<String>,
+}

@@ -1,0 +1,451 @@
+//! The DRA objects the scheduler knows, and what follows from them for a
+//! pending pod: on which nodes its claims can be allocated, and the
+//! allocation itself once the core has picked a node.
+
+use super::alloc::{self, Inputs};
+use super::cel::Selectors;
+use super::{Allocation, Claim, Class, Device, DeviceId, PodClaim};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+/// An allocation made in this run and not yet seen in the claim's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tentative {
+    /// The pod it was made for.
+    pub pod: String,
+    /// The allocation.
+    pub allocation: Allocation,
+}
+
+/// What the scheduler writes to one claim before binding a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimWrite {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid` (the write is refused if the claim was replaced).
+    pub uid: String,
+    /// The allocation to write (`None`: already allocated, only reserve).
+    pub allocate: Option<Allocation>,
+}
+
+/// Where a pending pod's claims stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodClaims {
+    /// No claims.
+    None,
+    /// A claim does not exist yet (or its template's claim was not made
+    /// yet): the pod waits.
+    Waiting(String),
+    /// The claims cannot be allocated on any node: why.
+    Unallocatable(String),
+    /// The nodes on which they can, sorted.
+    Nodes(Vec<String>),
+}
+
+/// The DRA objects, by key.
+#[derive(Clone, Debug, Default)]
+pub struct DraState {
+    /// ResourceClaims by `namespace/name`.
+    claims: BTreeMap<String, Claim>,
+    /// Devices by ResourceSlice name.
+    slices: BTreeMap<String, Vec<Device>>,
+    /// What could not be read of each slice.
+    slice_warnings: BTreeMap<String, Vec<String>>,
+    /// DeviceClasses by name.
+    classes: BTreeMap<String, Class>,
+    /// Allocations made and not yet seen, by claim key.
+    tentative: BTreeMap<String, Tentative>,
+    serial: u64,
+    selectors: Arc<Mutex<Selectors>>,
+}
+
+impl DraState {
+    /// A ResourceClaim was added or changed.
+    pub fn upsert_claim(&mut self, c: &ResourceClaim) {
+        let c = super::translate::claim(c);
+        let k = c.key();
+        if c.allocation.is_some()
+            || self
+                .tentative
+                .get(&k)
+                .is_some_and(|t| c.reserved_for.contains(&t.pod))
+        {
+            self.tentative.remove(&k);
+        }
+        self.claims.insert(k, c);
+    }
+
+    /// A ResourceClaim is gone.
+    pub fn delete_claim(&mut self, key: &str) {
+        self.claims.remove(key);
+        self.tentative.remove(key);
+    }
+
+    /// A ResourceSlice was added or changed.
+    pub fn upsert_slice(&mut self, s: &ResourceSlice) {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let (devices, warnings) = super::translate::slice(s, &mut self.serial);
+        self.slices.insert(name.clone(), devices);
+        if warnings.is_empty() {
+            self.slice_warnings.remove(&name);
+        } else {
+            self.slice_warnings.insert(name, warnings);
+        }
+    }
+
+    /// A ResourceSlice is gone.
+    pub fn delete_slice(&mut self, name: &str) {
+        self.slices.remove(name);
+        self.slice_warnings.remove(name);
+    }
+
+    /// A DeviceClass was added or changed.
+    pub fn upsert_class(&mut self, c: &DeviceClass) {
+        let c = super::translate::class(c);
+        self.classes.insert(c.name.clone(), c);
+    }
+
+    /// A DeviceClass is gone.
+    pub fn delete_class(&mut self, name: &str) {
+        self.classes.remove(name);
+    }
+
+    /// Keys of claims (`namespace/name`), slices or classes.
+    pub fn claim_keys(&self) -> Vec<String> {
+        self.claims.keys().cloned().collect()
+    }
+    /// Names of slices.
+    pub fn slice_keys(&self) -> Vec<String> {
+        self.slices.keys().cloned().collect()
+    }
+    /// Names of classes.
+    pub fn class_keys(&self) -> Vec<String> {
+        self.classes.keys().cloned().collect()
+    }
+
+    /// A claim by `namespace/name`.
+    pub fn claim(&self, key: &str) -> Option<&Claim> {
+        self.claims.get(key)
+    }
+
+    /// What could not be read of the slices.
+    pub fn warnings(&self) -> impl Iterator<Item = &String> {
+        self.slice_warnings.values().flatten()
+    }
+
+    /// A pod is gone or its binding failed: its tentative allocations are
+    /// dropped.
+    pub fn forget_pod(&mut self, uid: &str) {
+        self.tentative.retain(|_, t| t.pod != uid);
+    }
+
+    /// Number of allocations made and not yet seen.
+    pub fn tentative_len(&self) -> usize {
+        self.tentative.len()
+    }
+
+    /// The allocation of a claim: its status', else this run's tentative one.
+    fn allocation_of(&self, key: &str) -> Option<&Allocation> {
+        self.claims
+            .get(key)
+            .and_then(|c| c.allocation.as_ref())
+            .or_else(|| self.tentative.get(key).map(|t| &t.allocation))
+    }
+
+    /// Devices held: by allocated claims and tentative allocations
+    /// (admin-access devices are not held).
+    pub fn in_use(&self) -> BTreeSet<DeviceId> {
+        let mut out = BTreeSet::new();
+        for c in self.claims.values() {
+            if let Some(a) = &c.allocation {
+                out.extend(a.devices.iter().filter(|d| !d.admin).map(|d| d.id.clone()));
+            }
+        }
+        for t in self.tentative.values() {
+            out.extend(
+                t.allocation
+                    .devices
+                    .iter()
+                    .filter(|d| !d.admin)
+                    .map(|d| d.id.clone()),
+            );
+        }
+        out
+    }
+
+    /// Devices by the node they are on (sorted by id); devices of every
+    /// node are under `None`.
+    pub fn devices_by_node(&self) -> BTreeMap<Option<&str>, Vec<&Device>> {
+        let mut out: BTreeMap<Option<&str>, Vec<&Device>> = BTreeMap::new();
+        for d in self.slices.values().flatten() {
+            out.entry(d.node.as_deref()).or_default().push(d);
+        }
+        for v in out.values_mut() {
+            v.sort_by(|a, b| a.id.cmp(&b.id));
+            v.dedup_by(|a, b| a.id == b.id);
+        }
+        out
+    }
+
+    /// The claims of a pod: the keys, or why it waits.
+    fn pod_claim_keys(&self, ns: &str, claims: &[PodClaim]) -> Result<Vec<String>, String> {
+        let mut keys = Vec::new();
+        for pc in claims {
+            let Some(name) = &pc.claim else {
+                return Err(format!(
+                    "waiting for the ResourceClaim of spec.resourceClaims[{}] to be created from its template",
+                    pc.entry
+                ));
+            };
+            let k = format!("{ns}/{name}");
+            match self.claims.get(&k) {
+                None => return Err(format!("waiting for ResourceClaim {k} to exist")),
+                Some(c) if c.deleting => {
+                    return Err(format!("ResourceClaim {k} is being deleted"));
+                }
+                Some(_) => {}
+            }
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Where a pending pod's claims can be allocated, among `nodes` (the
+    /// nodes the scheduler knows, sorted).
+    ///
+    /// `memo` keeps the answers of one build: pods whose unallocated
+    /// claims ask the same (requests and constraints; the names aside) get
+    /// the same nodes, so replicas of one job are looked at once.
+    pub fn pod_claims(
+        &self,
+        ns: &str,
+        claims: &[PodClaim],
+        nodes: &[&str],
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+        memo: &mut BTreeMap<String, PodClaims>,
+    ) -> PodClaims {
+        if claims.is_empty() {
+            return PodClaims::None;
+        }
+        let keys = match self.pod_claim_keys(ns, claims) {
+            Ok(k) => k,
+            Err(e) => return PodClaims::Waiting(e),
+        };
+        // allocated claims pin the node; the others are allocated there
+        let mut pinned: Option<&str> = None;
+        let mut open: Vec<&Claim> = Vec::new();
+        for k in &keys {
+            match self.allocation_of(k) {
+                Some(a) => {
+                    if let Some(n) = a.node.as_deref() {
+                        if pinned.is_some_and(|p| p != n) {
+                            return PodClaims::Unallocatable(format!(
+                                "its allocated ResourceClaims are on different nodes ({} and {n})",
+                                pinned.unwrap_or_default()
+                            ));
+                        }
+                        pinned = Some(n);
+                    }
+                }
+                None => open.push(&self.claims[k]),
+            }
+        }
+        for c in &open {
+            if let Err(e) = &c.requests {
+                return PodClaims::Unallocatable(e.clone());
+            }
+        }
+        // same ask, same answer (claim names put back in the message)
+        let memo_key = (pinned.is_none() && !open.is_empty()).then(|| {
+            format!(
+                "{:?}",
+                open.iter()
+                    .map(|c| (&c.requests, &c.constraints))
+                    .collect::<Vec<_>>()
+            )
+        });
+        let named = |r: &PodClaims, to_slot: bool| -> PodClaims {
+            match r {
+                PodClaims::Unallocatable(m) => {
+                    let mut m = m.clone();
+                    for (i, c) in open.iter().enumerate() {
+                        let (name, slot) = (
+                            format!("ResourceClaim {}", c.key()),
+                            format!("ResourceClaim #{i}#"),
+                        );
+                        m = if to_slot {
+                            m.replace(&name, &slot)
+                        } else {
+                            m.replace(&slot, &name)
+                        };
+                    }
+                    PodClaims::Unallocatable(m)
+                }
+                other => other.clone(),
+            }
+        };
+        if let Some(r) = memo_key.as_ref().and_then(|k| memo.get(k)) {
+            return named(r, false);
+        }
+        let r = self.open_claims(&open, pinned, nodes, by_node, in_use);
+        if let Some(k) = memo_key {
+            memo.insert(k, named(&r, true));
+        }
+        r
+    }
+
+    /// [`DraState::pod_claims`] for the unallocated claims `open`.
+    fn open_claims(
+        &self,
+        open: &[&Claim],
+        pinned: Option<&str>,
+        nodes: &[&str],
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+    ) -> PodClaims {
+        let candidates: Vec<&str> = match pinned {
+            Some(p) => nodes.iter().copied().filter(|n| *n == p).collect(),
+            None => nodes.to_vec(),
+        };
+        if open.is_empty() {
+            return if candidates.is_empty() {
+                PodClaims::Unallocatable(format!(
+                    "its ResourceClaims are allocated on node {}, which the scheduler does not know",
+                    pinned.unwrap_or_default()
+                ))
+            } else {
+                PodClaims::Nodes(candidates.into_iter().map(String::from).collect())
+            };
+        }
+        let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ok = Vec::new();
+        // why not, with the nodes it applies to
+        let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        let mut failed = 0;
+        for n in candidates {
+            match self.allocate_on(open, n, by_node, in_use, &mut sel) {
+                Ok(_) => ok.push(n.to_string()),
+                Err(e) => {
+                    failed += 1;
+                    let e = e
+                        .strip_prefix(&format!("node {n}: "))
+                        .map(str::to_string)
+                        .unwrap_or(e);
+                    why.entry(e).or_default().push(n);
+                }
+            }
+        }
+        if ok.is_empty() {
+            if why.is_empty() {
+                return PodClaims::Unallocatable(
+                    "its ResourceClaims cannot be allocated: no node is known".into(),
+                );
+            }
+            let mut why: Vec<(String, Vec<&str>)> = why.into_iter().collect();
+            why.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+            let shown: Vec<String> = why
+                .iter()
+                .take(3)
+                .map(|(e, ns)| match ns.as_slice() {
+                    [one] => format!("node {one}: {e}"),
+                    _ => format!("{} nodes (e.g. {}): {e}", ns.len(), ns[0]),
+                })
+                .collect();
+            return PodClaims::Unallocatable(format!(
+                "its ResourceClaims cannot be allocated on any of {failed} node(s): {}",
+                shown.join("; ")
+            ));
+        }
+        PodClaims::Nodes(ok)
+    }
+
+    fn allocate_on(
+        &self,
+        open: &[&Claim],
+        node: &str,
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+        sel: &mut Selectors,
+    ) -> Result<Vec<Allocation>, String> {
+        let mut devices: Vec<&Device> = Vec::new();
+        devices.extend(by_node.get(&Some(node)).into_iter().flatten());
+        devices.extend(by_node.get(&None).into_iter().flatten());
+        devices.sort_by(|a, b| a.id.cmp(&b.id));
+        let inp = Inputs {
+            node,
+            devices: &devices,
+            in_use,
+            classes: &self.classes,
+        };
+        alloc::allocate(open, &inp, sel)
+    }
+
+    /// Allocates the pod's claims on `node` now (the core placed it there)
+    /// and remembers the allocations as tentative until the claims show
+    /// them: what to write to each claim before the Binding.
+    pub fn allocate(
+        &mut self,
+        pod_uid: &str,
+        ns: &str,
+        claims: &[PodClaim],
+        node: &str,
+    ) -> Result<Vec<ClaimWrite>, String> {
+        let keys = self.pod_claim_keys(ns, claims)?;
+        let mut open: Vec<&Claim> = Vec::new();
+        let mut writes = Vec::new();
+        for k in &keys {
+            let c = &self.claims[k];
+            match self.allocation_of(k) {
+                Some(a) => {
+                    if a.node.as_deref().is_some_and(|n| n != node) {
+                        return Err(format!(
+                            "ResourceClaim {k} is allocated on node {}, not {node}",
+                            a.node.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    writes.push(ClaimWrite {
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                        uid: c.uid.clone(),
+                        allocate: None,
+                    });
+                }
+                None => open.push(c),
+            }
+        }
+        if !open.is_empty() {
+            let by_node = self.devices_by_node();
+            let in_use = self.in_use();
+            let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+            let allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
+            drop(sel);
+            let mut made = Vec::new();
+            for (c, a) in open.iter().zip(allocs) {
+                writes.push(ClaimWrite {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                    allocate: Some(a.clone()),
+                });
+                made.push((c.key(), a));
+            }
+            for (k, a) in made {
+                self.tentative.insert(
+                    k,
+                    Tentative {
+                        pod: pod_uid.to_string(),
+                        allocation: a,
+                    },
+                );
+            }
+        }
+        writes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(writes)
+    }
+}

@@ -1,0 +1,300 @@
+//! `resource.k8s.io/v1` objects into the allocator's terms. Whatever cannot
+//! be used is an error naming the object and the field.
+
+use super::{
+    AllocatedDevice, Allocation, AttrValue, Claim, Class, Constraint, Count, Device, DeviceId,
+    DeviceTaint, DeviceToleration, PodClaim, Request, SubRequest,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    DeviceAttribute, DeviceClass, DeviceSelector, ResourceClaim, ResourceSlice,
+};
+use std::collections::BTreeMap;
+
+/// A qualified attribute or capacity name: one without a domain is in the
+/// driver's.
+pub fn qualify(driver: &str, name: &str) -> String {
+    if name.contains('/') {
+        name.to_string()
+    } else {
+        format!("{driver}/{name}")
+    }
+}
+
+fn attr(a: &DeviceAttribute) -> Option<AttrValue> {
+    if let Some(b) = a.bool {
+        return Some(AttrValue::Bool(b));
+    }
+    if let Some(i) = a.int {
+        return Some(AttrValue::Int(i));
+    }
+    if let Some(s) = &a.string {
+        return Some(AttrValue::Str(s.clone()));
+    }
+    a.version.as_ref().map(|v| AttrValue::Version(v.clone()))
+}
+
+/// The devices of a slice. `serial` numbers each device version.
+/// Devices with a node selector (not on one node, not on all) are left
+/// out, with a warning.
+pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let spec = &s.spec;
+    let mut warnings = Vec::new();
+    let node = match (&spec.node_name, spec.all_nodes) {
+        (Some(n), _) if !n.is_empty() => Some(n.clone()),
+        (_, Some(true)) => None,
+        _ => {
+            warnings.push(format!(
+                "ResourceSlice {name}: spec.nodeSelector and per-device node selection are not supported yet; its devices are not used"
+            ));
+            return (Vec::new(), warnings);
+        }
+    };
+    let driver = &spec.driver;
+    let mut out = Vec::new();
+    for d in spec.devices.iter().flatten() {
+        let attributes: BTreeMap<String, AttrValue> = d
+            .attributes
+            .iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((qualify(driver, k), attr(v)?)))
+            .collect();
+        let mut capacity = BTreeMap::new();
+        for (k, c) in d.capacity.iter().flatten() {
+            match gpusched_model::Quantity::parse(&c.value.0) {
+                Ok(q) => {
+                    capacity.insert(qualify(driver, k), q.milli());
+                }
+                Err(e) => warnings.push(format!(
+                    "ResourceSlice {name}: spec.devices[{}].capacity[{k}]: {e}",
+                    d.name
+                )),
+            }
+        }
+        let taints = d
+            .taints
+            .iter()
+            .flatten()
+            .map(|t| DeviceTaint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone(),
+            })
+            .collect();
+        *serial += 1;
+        out.push(Device {
+            id: DeviceId {
+                driver: driver.clone(),
+                pool: spec.pool.name.clone(),
+                device: d.name.clone(),
+            },
+            node: node.clone(),
+            cel: super::cel::device_value(driver, &attributes, &capacity),
+            attributes,
+            capacity,
+            taints,
+            serial: *serial,
+        });
+    }
+    (out, warnings)
+}
+
+fn selectors(s: Option<&Vec<DeviceSelector>>) -> Vec<String> {
+    s.into_iter()
+        .flatten()
+        .filter_map(|s| s.cel.as_ref().map(|c| c.expression.clone()))
+        .collect()
+}
+
+fn tolerations(
+    t: Option<&Vec<k8s_openapi::api::resource::v1::DeviceToleration>>,
+) -> Vec<DeviceToleration> {
+    t.into_iter()
+        .flatten()
+        .map(|t| DeviceToleration {
+            key: t.key.clone().unwrap_or_default(),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+fn count(mode: Option<&str>, count: Option<i64>, field: &str) -> Result<Count, String> {
+    match mode.unwrap_or("ExactCount") {
+        "ExactCount" => match count.unwrap_or(1) {
+            n @ 1..=128 => Ok(Count::Exact(n as u32)),
+            n => Err(format!("{field}.count: {n} is not between 1 and 128")),
+        },
+        "All" => Ok(Count::All),
+        m => Err(format!(
+            "{field}.allocationMode: {m:?} is not ExactCount or All"
+        )),
+    }
+}
+
+/// A DeviceClass.
+pub fn class(c: &DeviceClass) -> Class {
+    Class {
+        name: c.metadata.name.clone().unwrap_or_default(),
+        selectors: selectors(c.spec.as_ref().and_then(|s| s.selectors.as_ref())),
+    }
+}
+
+/// A ResourceClaim.
+pub fn claim(c: &ResourceClaim) -> Claim {
+    let namespace = c.metadata.namespace.clone().unwrap_or_default();
+    let name = c.metadata.name.clone().unwrap_or_default();
+    let obj = format!("ResourceClaim {namespace}/{name}");
+    let devices = c.spec.as_ref().and_then(|s| s.devices.as_ref());
+    let requests = (|| {
+        let mut out = Vec::new();
+        for (i, r) in devices
+            .and_then(|d| d.requests.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let field = format!("{obj}: spec.devices.requests[{i}]");
+            let alternatives = match (&r.exactly, &r.first_available) {
+                (Some(e), None) => {
+                    if e.capacity.is_some() {
+                        return Err(format!(
+                            "{field}.exactly.capacity: consumable capacity is not supported by gpusched yet"
+                        ));
+                    }
+                    vec![SubRequest {
+                        name: r.name.clone(),
+                        class: e.device_class_name.clone(),
+                        selectors: selectors(e.selectors.as_ref()),
+                        count: count(
+                            e.allocation_mode.as_deref(),
+                            e.count,
+                            &format!("{field}.exactly"),
+                        )?,
+                        admin: e.admin_access == Some(true),
+                        tolerations: tolerations(e.tolerations.as_ref()),
+                    }]
+                }
+                (None, Some(subs)) if !subs.is_empty() => {
+                    let mut alts = Vec::new();
+                    for (j, s) in subs.iter().enumerate() {
+                        let sf = format!("{field}.firstAvailable[{j}]");
+                        if s.capacity.is_some() {
+                            return Err(format!(
+                                "{sf}.capacity: consumable capacity is not supported by gpusched yet"
+                            ));
+                        }
+                        alts.push(SubRequest {
+                            name: format!("{}/{}", r.name, s.name),
+                            class: s.device_class_name.clone(),
+                            selectors: selectors(s.selectors.as_ref()),
+                            count: count(s.allocation_mode.as_deref(), s.count, &sf)?,
+                            admin: false,
+                            tolerations: tolerations(s.tolerations.as_ref()),
+                        });
+                    }
+                    alts
+                }
+                _ => {
+                    return Err(format!(
+                        "{field}: exactly one of exactly and firstAvailable must be set"
+                    ));
+                }
+            };
+            out.push(Request {
+                name: r.name.clone(),
+                alternatives,
+            });
+        }
+        Ok(out)
+    })();
+    let constraints = devices
+        .and_then(|d| d.constraints.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|k| Constraint {
+            requests: k.requests.clone().unwrap_or_default(),
+            match_attribute: k.match_attribute.clone(),
+            distinct_attribute: k.distinct_attribute.clone(),
+        })
+        .collect();
+    let status = c.status.as_ref();
+    let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| {
+        let node = a
+            .node_selector
+            .as_ref()
+            .and_then(|ns| ns.node_selector_terms.first())
+            .and_then(|t| {
+                t.match_fields
+                    .iter()
+                    .flatten()
+                    .chain(t.match_expressions.iter().flatten())
+                    .find(|r| {
+                        (r.key == "metadata.name" || r.key == "kubernetes.io/hostname")
+                            && r.operator == "In"
+                    })
+                    .and_then(|r| r.values.as_ref()?.first().cloned())
+            });
+        let devices = a
+            .devices
+            .as_ref()
+            .and_then(|d| d.results.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| AllocatedDevice {
+                request: r.request.clone(),
+                id: DeviceId {
+                    driver: r.driver.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                },
+                admin: r.admin_access == Some(true),
+            })
+            .collect();
+        Allocation { node, devices }
+    });
+    let reserved_for = status
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.resource == "pods")
+        .map(|r| r.uid.clone())
+        .collect();
+    Claim {
+        namespace,
+        name,
+        uid: c.metadata.uid.clone().unwrap_or_default(),
+        requests,
+        constraints,
+        allocation,
+        reserved_for,
+        deleting: c.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// The claims a pod references (none: not a DRA pod).
+pub fn pod_claims(p: &Pod) -> Vec<PodClaim> {
+    let statuses: BTreeMap<&str, Option<&String>> = p
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|s| (s.name.as_str(), s.resource_claim_name.as_ref()))
+        .collect();
+    p.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| PodClaim {
+            entry: c.name.clone(),
+            claim: match &c.resource_claim_name {
+                Some(n) => Some(n.clone()),
+                None => statuses.get(c.name.as_str()).and_then(|n| n.cloned()),
+            },
+        })
+        .collect()
+}

@@ -1,0 +1,248 @@
+//! DRA writes before a Binding: what the kubelet checks before it prepares
+//! a pod's claims is that each is allocated and reserved for the pod. So,
+//! per claim: the finalizer `resource.kubernetes.io/delete-protection`
+//! (the claim cannot vanish while allocated), then in one status update the
+//! allocation (devices, and a node selector naming the node) and the pod in
+//! `status.reservedFor`. Each write carries the claim's resourceVersion, so
+//! a concurrent change is a conflict, read again and retried. When the
+//! Binding fails, the pod's reservation (and an allocation made for it that
+//! nobody else uses) is taken back.
+//!
+//! After the pod is gone kube-controller-manager's resourceclaim controller
+//! removes it from `reservedFor`, and deallocates a claim no pod reserves
+//! (allocation and finalizer), or deletes a claim made from a template.
+
+use crate::dra::state::ClaimWrite;
+use crate::dra::{Allocation, FINALIZER};
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+    ResourceClaimConsumerReference,
+};
+use kube::{Api, Client};
+
+/// Tries per claim when a write conflicts with another.
+const ATTEMPTS: u32 = 5;
+
+/// The API form of an allocation.
+pub fn allocation_result(a: &Allocation) -> AllocationResult {
+    AllocationResult {
+        devices: Some(DeviceAllocationResult {
+            results: Some(
+                a.devices
+                    .iter()
+                    .map(|d| DeviceRequestAllocationResult {
+                        request: d.request.clone(),
+                        driver: d.id.driver.clone(),
+                        pool: d.id.pool.clone(),
+                        device: d.id.device.clone(),
+                        admin_access: d.admin.then_some(true),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            config: None,
+        }),
+        node_selector: a.node.as_ref().map(|n| NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_fields: Some(vec![NodeSelectorRequirement {
+                    key: "metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(vec![n.clone()]),
+                }]),
+                match_expressions: None,
+            }],
+        }),
+        allocation_timestamp: None,
+    }
+}
+
+/// What the API server said (its message, not the whole status).
+fn said(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        e => e.to_string(),
+    }
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// Allocates (when `w.allocate`) and reserves one claim for the pod.
+pub async fn reserve(
+    client: &Client,
+    w: &ClaimWrite,
+    pod_name: &str,
+    pod_uid: &str,
+) -> Result<(), String> {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
+    let what = format!("ResourceClaim {}/{}", w.namespace, w.name);
+    let pp = super::post_params();
+    for _ in 0..ATTEMPTS {
+        let mut c = api
+            .get(&w.name)
+            .await
+            .map_err(|e| format!("{what}: {}", said(&e)))?;
+        if c.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+            return Err(format!("{what} was replaced by another claim of that name"));
+        }
+        if c.metadata.deletion_timestamp.is_some() {
+            return Err(format!("{what} is being deleted"));
+        }
+        if let Some(a) = &w.allocate {
+            let want = allocation_result(a);
+            let has = c.status.as_ref().and_then(|s| s.allocation.as_ref());
+            if let Some(has) = has
+                && (has.devices != want.devices || has.node_selector != want.node_selector)
+            {
+                return Err(format!(
+                    "{what} was allocated meanwhile (by another scheduler?)"
+                ));
+            }
+            let fins = c.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !fins.iter().any(|f| f == FINALIZER) {
+                fins.push(FINALIZER.to_string());
+                c = match api.replace(&w.name, &pp, &c).await {
+                    Ok(c) => c,
+                    Err(e) if conflict(&e) => continue,
+                    Err(e) => return Err(format!("{what}: adding the finalizer: {}", said(&e))),
+                };
+            }
+            let status = c.status.get_or_insert_with(Default::default);
+            if status.allocation.is_none() {
+                status.allocation = Some(want);
+            }
+        } else if c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none()
+        {
+            return Err(format!("{what} is no longer allocated"));
+        }
+        let status = c.status.get_or_insert_with(Default::default);
+        let reserved = status.reserved_for.get_or_insert_with(Vec::new);
+        if reserved.iter().any(|r| r.uid == pod_uid) {
+            if w.allocate.is_none() {
+                return Ok(());
+            }
+        } else {
+            reserved.push(ResourceClaimConsumerReference {
+                api_group: None,
+                resource: "pods".into(),
+                name: pod_name.to_string(),
+                uid: pod_uid.to_string(),
+            });
+        }
+        match api.replace_status(&w.name, &pp, &c).await {
+            Ok(_) => return Ok(()),
+            Err(e) if conflict(&e) => continue,
+            Err(e) => return Err(format!("{what}: writing the allocation: {}", said(&e))),
+        }
+    }
+    Err(format!("{what}: {ATTEMPTS} conflicting writes in a row"))
+}
+
+/// Takes back what [`reserve`] wrote for the pod: its reservation, and the
+/// allocation (and finalizer) when this write made it and no other pod
+/// reserves the claim. Best effort: failures are logged.
+pub async fn release(client: &Client, w: &ClaimWrite, pod_uid: &str) {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
+    let pp = super::post_params();
+    for _ in 0..ATTEMPTS {
+        let mut c = match api.get(&w.name).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::info!("rolling back ResourceClaim {}/{}: {e}", w.namespace, w.name);
+                return;
+            }
+        };
+        if c.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+            return;
+        }
+        let status = c.status.get_or_insert_with(Default::default);
+        let reserved = status.reserved_for.get_or_insert_with(Vec::new);
+        let before = reserved.len();
+        reserved.retain(|r| r.uid != pod_uid);
+        let unused = reserved.is_empty();
+        if unused {
+            status.reserved_for = None;
+        }
+        let deallocate = w.allocate.is_some() && unused && status.allocation.is_some();
+        if deallocate {
+            status.allocation = None;
+        }
+        if before != status.reserved_for.as_ref().map_or(0, Vec::len) || deallocate {
+            c = match api.replace_status(&w.name, &pp, &c).await {
+                Ok(c) => c,
+                Err(e) if conflict(&e) => continue,
+                Err(e) => {
+                    tracing::info!("rolling back ResourceClaim {}/{}: {e}", w.namespace, w.name);
+                    return;
+                }
+            };
+        }
+        let allocated = c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_some();
+        if w.allocate.is_some() && !allocated {
+            let fins = c.metadata.finalizers.get_or_insert_with(Vec::new);
+            if fins.iter().any(|f| f == FINALIZER) {
+                fins.retain(|f| f != FINALIZER);
+                match api.replace(&w.name, &pp, &c).await {
+                    Ok(_) => {}
+                    Err(e) if conflict(&e) => continue,
+                    Err(e) => tracing::info!(
+                        "rolling back ResourceClaim {}/{}: removing the finalizer: {e}",
+                        w.namespace,
+                        w.name
+                    ),
+                }
+            }
+        }
+        return;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dra::{AllocatedDevice, DeviceId};
+
+    #[test]
+    fn the_allocation_names_the_devices_and_the_node_as_the_kubelet_reads_them() {
+        let a = Allocation {
+            node: Some("n1".into()),
+            devices: vec![AllocatedDevice {
+                request: "gpu".into(),
+                id: DeviceId {
+                    driver: "gpu.gpusched.io".into(),
+                    pool: "n1".into(),
+                    device: "gpu-0".into(),
+                },
+                admin: false,
+            }],
+        };
+        let v = serde_json::to_value(allocation_result(&a)).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "devices": {"results": [{"request": "gpu", "driver": "gpu.gpusched.io",
+                                         "pool": "n1", "device": "gpu-0"}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}
+            })
+        );
+        // and it reads back as the same allocation
+        let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.gpusched.io"}}]}},
+            "status": {"allocation": v}
+        }))
+        .unwrap();
+        assert_eq!(crate::dra::translate::claim(&claim).allocation, Some(a));
+    }
+}

@@ -1,0 +1,406 @@
+//! DRA on a real kube-apiserver v1.37.2 (`resource.k8s.io/v1`, on by
+//! default) with kube-controller-manager's resourceclaim controller (claims
+//! from templates; reservations of deleted pods). ResourceSlices are
+//! published by the test as gpusched's agent does (crates/model/src/dra.rs
+//! names) on kwok nodes without device-plugin GPUs. gpusched allocates each
+//! claim before binding: finalizer, allocation with the node, the pod in
+//! reservedFor; never a device twice; an unallocatable claim keeps its pod
+//! pending with a typed reason.
+
+mod common;
+
+use common::*;
+use gpusched_model::dra;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
+use kube::Api;
+use kube::api::DeleteParams;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const NODES: &str = "nodes:
+  - name: dra
+    count: 2
+    cpu: \"64\"
+    memory: 512Gi
+";
+
+/// kube-controller-manager with only the resourceclaim controller; killed
+/// when dropped.
+struct Kcm(Child);
+
+impl Drop for Kcm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kcm(c: &Cluster) -> Kcm {
+    let out = Command::new(repo_root().join("e2e/cluster/paths"))
+        .output()
+        .expect("e2e/cluster/paths");
+    let bin = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("GPUSCHED_E2E_KUBE_CONTROLLER_MANAGER_BIN="))
+        .expect("kube-controller-manager built (e2e/cluster/build)")
+        .to_string();
+    let kc = c.kubeconfig().display().to_string();
+    let dir: &Path = c.dir.path();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(dir.join("kube-controller-manager.log")).unwrap();
+    let child = Command::new(&bin)
+        .args([
+            format!("--kubeconfig={kc}"),
+            format!("--authentication-kubeconfig={kc}"),
+            format!("--authorization-kubeconfig={kc}"),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", dir.join("kcm-certs").display()),
+            "--controllers=resourceclaim-controller".into(),
+            "--use-service-account-credentials=false".into(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+    Kcm(child)
+}
+
+/// The slice gpusched's agent publishes for a node: 8 GPUs, NVLink
+/// domains of 4; `tainted`: GPU indices with an XID taint.
+fn slice(node: &str, tainted: &[u32]) -> Value {
+    let devices: Vec<Value> = (0..8u32)
+        .map(|i| {
+            let mut d = json!({"name": dra::gpu_device_name(i), "attributes": {
+                dra::ATTR_INDEX: {"int": i},
+                dra::ATTR_MODEL: {"string": "H100"},
+                dra::ATTR_UUID: {"string": format!("GPU-{node}-{i}")},
+                dra::ATTR_NVLINK_DOMAIN: {"string": format!("{node}-nvl{}", i / 4)},
+            }, "capacity": {dra::CAPACITY_MEMORY: {"value": "80Gi"}}});
+            if tainted.contains(&i) {
+                d["taints"] =
+                    json!([{"key": "gpu.gpusched.io/xid", "value": "79", "effect": "NoSchedule"}]);
+            }
+            d
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-{}", dra::DRIVER)},
+        "spec": {"driver": dra::DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    })
+}
+
+fn claim(name: &str, devices: Value) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+           "metadata": {"name": name}, "spec": {"devices": devices}})
+}
+
+fn gpus(n: u32) -> Value {
+    json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": dra::DEVICE_CLASS, "count": n}}]})
+}
+
+/// A pod of ours with claims: `(entry, Ok(claim name) | Err(template name))`.
+fn pod(name: &str, claims: &[(&str, Result<&str, &str>)]) -> Value {
+    let rc: Vec<Value> = claims
+        .iter()
+        .map(|(e, c)| match c {
+            Ok(n) => json!({"name": e, "resourceClaimName": n}),
+            Err(t) => json!({"name": e, "resourceClaimTemplateName": t}),
+        })
+        .collect();
+    let uses: Vec<Value> = claims.iter().map(|(e, _)| json!({"name": e})).collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                 "resourceClaims": rc, "containers": [{
+            "name": "main", "image": "cuda",
+            "resources": {"claims": uses, "requests": {"cpu": "100m"}}}]}
+    })
+}
+
+async fn bound_node(pods: &Api<Pod>, name: &str) -> Option<String> {
+    let n = wait_for(Duration::from_secs(30), || async {
+        pods.get(name).await.ok()?.spec?.node_name
+    })
+    .await;
+    if n.is_none() {
+        let why = pods.get(name).await.ok().and_then(|p| scheduled_reason(&p));
+        eprintln!("{name} not bound; PodScheduled: {why:?}");
+    }
+    n
+}
+
+async fn claim_when_reserved(claims: &Api<ResourceClaim>, name: &str, n: usize) -> ResourceClaim {
+    wait_for(Duration::from_secs(30), || async {
+        let c = claims.get(name).await.ok()?;
+        let st = c.status.as_ref()?;
+        st.allocation.as_ref()?;
+        (st.reserved_for.as_ref().map_or(0, Vec::len) >= n).then_some(c)
+    })
+    .await
+    .unwrap_or_else(|| panic!("claim {name} not allocated and reserved for {n} pod(s)"))
+}
+
+/// `(node from the selector, devices "pool/device")`.
+fn allocation(c: &ResourceClaim) -> (String, Vec<String>) {
+    let a = c.status.as_ref().unwrap().allocation.as_ref().unwrap();
+    let node = a.node_selector.as_ref().unwrap().node_selector_terms[0]
+        .match_fields
+        .as_ref()
+        .unwrap()[0]
+        .values
+        .as_ref()
+        .unwrap()[0]
+        .clone();
+    let devs = a
+        .devices
+        .as_ref()
+        .unwrap()
+        .results
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(r.driver, dra::DRIVER);
+            format!("{}/{}", r.pool, r.device)
+        })
+        .collect();
+    (node, devs)
+}
+
+fn scheduled_reason(p: &Pod) -> Option<(String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((c.reason.clone()?, c.message.clone().unwrap_or_default()))
+}
+
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/run)"]
+async fn claims_are_allocated_reserved_and_never_double_booked() {
+    let c = Cluster::up().await;
+    let _kcm = kcm(&c);
+    let nodes = c.nodes_from_yaml(NODES).await;
+    let client = c.client.clone();
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    create_obj(
+        &classes,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": dra::DEVICE_CLASS},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{}\"", dra::DRIVER)}}]}}),
+    )
+    .await;
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    // the second node's GPU 0..3 carry an XID taint
+    create_obj(&slices, slice(&nodes[0], &[])).await;
+    create_obj(&slices, slice(&nodes[1], &[0, 1, 2, 3])).await;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "ml");
+    let pods = c.pods("ml");
+    let s = c.scheduler(opts()).await;
+
+    // single GPU: allocated, reserved, finalizer, then bound to its node
+    create_obj(&claims, claim("one", gpus(1))).await;
+    create(&pods, pod("p-one", &[("gpu", Ok("one"))])).await;
+    let node = bound_node(&pods, "p-one").await.expect("p-one bound");
+    let one = claim_when_reserved(&claims, "one", 1).await;
+    let (anode, devs) = allocation(&one);
+    assert_eq!(anode, node);
+    assert_eq!(devs.len(), 1);
+    assert!(one.metadata.finalizers.as_ref().is_some_and(|f| {
+        f.iter()
+            .any(|f| f == "resource.kubernetes.io/delete-protection")
+    }));
+    let p = pods.get("p-one").await.unwrap();
+    assert_eq!(
+        one.status.as_ref().unwrap().reserved_for.as_ref().unwrap()[0].uid,
+        p.metadata.uid.clone().unwrap()
+    );
+
+    // four GPUs in one NVLink domain (matchAttribute), first choice H200
+    // (none) then H100 (firstAvailable)
+    create_obj(
+        &claims,
+        claim(
+            "four",
+            json!({"requests": [{"name": "g", "firstAvailable": [
+                {"name": "h200", "deviceClassName": dra::DEVICE_CLASS, "count": 4,
+                 "selectors": [{"cel": {"expression": "device.attributes[\"gpu.gpusched.io\"].model == \"H200\""}}]},
+                {"name": "h100", "deviceClassName": dra::DEVICE_CLASS, "count": 4,
+                 "selectors": [{"cel": {"expression": "device.capacity[\"gpu.gpusched.io\"].memory.compareTo(quantity(\"40Gi\")) >= 0"}}]}]}],
+                   "constraints": [{"matchAttribute": format!("{}/{}", dra::DRIVER, dra::ATTR_NVLINK_DOMAIN)}]}),
+        ),
+    )
+    .await;
+    create(&pods, pod("p-four", &[("gpus", Ok("four"))])).await;
+    bound_node(&pods, "p-four").await.expect("p-four bound");
+    let four = claim_when_reserved(&claims, "four", 1).await;
+    let results = four.status.as_ref().unwrap().allocation.as_ref().unwrap();
+    let results = results.devices.as_ref().unwrap().results.as_ref().unwrap();
+    assert_eq!(results.len(), 4);
+    assert!(results.iter().all(|r| r.request == "g/h100"), "{results:?}");
+    let slice_of = |n: &str| -> ResourceSlice { serde_json::from_value(slice(n, &[])).unwrap() };
+    let domain = |pool: &str, dev: &str| -> String {
+        let s = slice_of(pool);
+        let d = s
+            .spec
+            .devices
+            .unwrap()
+            .into_iter()
+            .find(|d| d.name == dev)
+            .unwrap();
+        d.attributes.unwrap()[dra::ATTR_NVLINK_DOMAIN]
+            .string
+            .clone()
+            .unwrap()
+    };
+    let domains: BTreeSet<String> = results.iter().map(|r| domain(&r.pool, &r.device)).collect();
+    assert_eq!(domains.len(), 1, "{results:?}");
+
+    // a shared claim: allocated once, both pods on its node, both reserved
+    create_obj(&claims, claim("shared", gpus(1))).await;
+    create(&pods, pod("p-s1", &[("gpu", Ok("shared"))])).await;
+    create(&pods, pod("p-s2", &[("gpu", Ok("shared"))])).await;
+    let n1 = bound_node(&pods, "p-s1").await.expect("p-s1 bound");
+    let n2 = bound_node(&pods, "p-s2").await.expect("p-s2 bound");
+    assert_eq!(n1, n2);
+    let shared = claim_when_reserved(&claims, "shared", 2).await;
+    assert_eq!(allocation(&shared).0, n1);
+
+    // a claim template: kube-controller-manager makes the claim
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), "ml");
+    create_obj(
+        &templates,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+               "metadata": {"name": "two"}, "spec": {"spec": {"devices": gpus(2)}}}),
+    )
+    .await;
+    create(&pods, pod("p-tmpl", &[("gpus", Err("two"))])).await;
+    bound_node(&pods, "p-tmpl")
+        .await
+        .expect("p-tmpl bound once its claim was made");
+    let p = pods.get("p-tmpl").await.unwrap();
+    let made = p
+        .status
+        .as_ref()
+        .unwrap()
+        .resource_claim_statuses
+        .as_ref()
+        .unwrap()[0]
+        .resource_claim_name
+        .clone()
+        .unwrap();
+    let tmpl = claim_when_reserved(&claims, &made, 1).await;
+    assert_eq!(allocation(&tmpl).1.len(), 2);
+
+    // a tainted device: refused without the toleration, given with it
+    let tainted_gpu = |tol: bool| {
+        let mut r = json!({"deviceClassName": dra::DEVICE_CLASS, "count": 1,
+            "selectors": [{"cel": {"expression": format!("device.attributes[\"gpu.gpusched.io\"].uuid == \"GPU-{}-0\"", nodes[1])}}]});
+        if tol {
+            r["tolerations"] = json!([{"key": "gpu.gpusched.io/xid", "operator": "Exists"}]);
+        }
+        json!({"requests": [{"name": "g", "exactly": r}]})
+    };
+    create_obj(&claims, claim("tainted", tainted_gpu(false))).await;
+    create(&pods, pod("p-tainted", &[("g", Ok("tainted"))])).await;
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("p-tainted").await.ok()?)
+            .filter(|(r, m)| r == "Unschedulable" && m.contains("cannot be allocated"))
+    })
+    .await
+    .expect("p-tainted pending with a reason");
+    assert!(
+        why.1.contains("1 of them with untolerated taints"),
+        "{why:?}"
+    );
+    create_obj(&claims, claim("tolerant", tainted_gpu(true))).await;
+    create(&pods, pod("p-tolerant", &[("g", Ok("tolerant"))])).await;
+    assert_eq!(
+        bound_node(&pods, "p-tolerant").await.as_deref(),
+        Some(nodes[1].as_str())
+    );
+    let tolerant = claim_when_reserved(&claims, "tolerant", 1).await;
+    assert_eq!(allocation(&tolerant).1, vec![format!("{}/gpu-0", nodes[1])]);
+
+    // never allocatable: pending with the reason, never bound
+    create_obj(&claims, claim("nine", gpus(9))).await;
+    create(&pods, pod("p-nine", &[("gpu", Ok("nine"))])).await;
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("p-nine").await.ok()?)
+            .filter(|(r, m)| r == "Unschedulable" && m.contains("cannot be allocated"))
+    })
+    .await
+    .expect("p-nine pending with a reason");
+    assert!(why.1.contains("ResourceClaim ml/nine"), "{why:?}");
+
+    // a missing claim: waits with its reason, then runs once it exists
+    create(&pods, pod("p-later", &[("gpu", Ok("later"))])).await;
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("p-later").await.ok()?)
+            .filter(|(r, _)| r == "WaitingForResourceClaim")
+    })
+    .await
+    .expect("p-later waits for its claim");
+    assert!(why.1.contains("ml/later"), "{why:?}");
+    create_obj(&claims, claim("later", gpus(1))).await;
+    bound_node(&pods, "p-later").await.expect("p-later bound");
+
+    // no device is held by two claims
+    let all = claims.list(&Default::default()).await.unwrap();
+    let mut seen = BTreeSet::new();
+    for cl in &all.items {
+        if cl
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_none()
+        {
+            continue;
+        }
+        for d in allocation(cl).1 {
+            assert!(seen.insert(d.clone()), "{d} allocated twice");
+        }
+    }
+    for n in ["p-tainted", "p-nine"] {
+        assert!(
+            pods.get(n).await.unwrap().spec.unwrap().node_name.is_none(),
+            "{n} must not be bound"
+        );
+    }
+
+    // the pod is deleted: kube-controller-manager drops the reservation
+    // and deallocates the claim; its device is free again
+    pods.delete("p-one", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for(Duration::from_secs(60), || async {
+        let c = claims.get("one").await.ok()?;
+        c.status
+            .as_ref()
+            .is_none_or(|s| s.allocation.is_none())
+            .then_some(())
+    })
+    .await
+    .expect("claim one deallocated after its pod was deleted");
+    s.stop().await;
+}
