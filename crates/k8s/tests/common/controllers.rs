@@ -278,9 +278,12 @@ pub async fn gangs(api: &Api<Pod>, gang_of: GangOf) -> BTreeMap<String, (usize, 
 pub const BINDING_SPREAD: Duration = Duration::from_secs(3);
 
 /// Polls until `done` holds of the gangs' (bound, existing) counts,
-/// asserting at every poll that no gang is partly bound for longer than
-/// [`BINDING_SPREAD`] and that none loses bound members while partly bound
-/// (`size`: each gang's full size).
+/// asserting at every poll that no gang with all its members present is
+/// partly bound for longer than [`BINDING_SPREAD`], and that none loses
+/// bound members while partly bound (`size`: each gang's full size). A gang
+/// with members missing is going away (its workload deleted, members
+/// terminating) or replacing a lost member beside its running ones: not a
+/// partial start.
 pub async fn poll_gangs_by(
     api: &Api<Pod>,
     gang_of: GangOf,
@@ -293,9 +296,9 @@ pub async fn poll_gangs_by(
     let mut partial: BTreeMap<String, (Instant, usize)> = BTreeMap::new();
     loop {
         let g = gangs(api, gang_of).await;
-        for (name, &(b, _)) in &g {
+        for (name, &(b, e)) in &g {
             let n = size(name);
-            if b == 0 || b == n {
+            if b == 0 || b == n || e < n {
                 partial.remove(name);
                 continue;
             }
