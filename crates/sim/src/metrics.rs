@@ -40,6 +40,15 @@ pub struct SimResult {
     pub wait_cdf: Vec<Cdf>,
     /// Node and GPU events as they happened.
     pub incidents: Vec<Incident>,
+    /// Jobs that failed, in job order (at most 100).
+    #[serde(default)]
+    pub failed_jobs: Vec<FailedJob>,
+    /// Capacity that sat idle while GPU pods waited, and why they waited.
+    #[serde(default)]
+    pub idle: IdleWhilePending,
+    /// Gang starts and reservations, for the timeline.
+    #[serde(default)]
+    pub marks: Marks,
     /// The first simulator errors (refused decisions, conservation
     /// violations); `totals.sim_errors` counts all.
     pub errors: Vec<String>,
@@ -242,6 +251,59 @@ pub struct Incident {
     pub node: String,
     /// Pods stopped by it.
     pub pods_stopped: u32,
+}
+
+/// Moments marked on the report's timeline (at most 2,000 of each).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Marks {
+    /// When a gang started (all of `minMember` bound in one cycle), ms.
+    pub gang_starts_ms: Vec<u64>,
+    /// When a pending pod got a node reserved (nominated: preemption
+    /// victims leaving, or a node held for an older job), ms.
+    pub reservations_ms: Vec<u64>,
+}
+
+/// A job that failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedJob {
+    /// The job (instance) name: its pods are `JOB-pN`.
+    pub job: String,
+    /// Its queue.
+    pub queue: String,
+    /// When it failed (ms).
+    pub at_ms: u64,
+    /// `gang timed out` or `retry limit reached`.
+    pub why: String,
+}
+
+/// GPUs idle while GPU pods were pending: how much, and why the pods could
+/// not use them (the reason names of `gpusched_plugins::classify`, the
+/// scheduler's Queue status; classified at most once a virtual minute).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleWhilePending {
+    /// ∫ idle GPUs dt while at least one GPU pod was pending, GPU-hours
+    /// (idle: free on schedulable nodes, shares counted in milli).
+    pub gpu_hours: f64,
+    /// The same as a share of the schedulable capacity-time, %.
+    pub capacity_pct: f64,
+    /// Pending GPU pods while at least one whole GPU sat idle, by the
+    /// reason they waited, most pod-hours first.
+    pub by_reason: Vec<IdleReason>,
+}
+
+/// One reason pods waited while GPUs sat idle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleReason {
+    /// The reason name (`GangShort`, `QueueQuota`, `InsufficientGpus`, …).
+    pub reason: String,
+    /// ∫ pods waiting for it dt, pod-hours.
+    pub pod_hours: f64,
+    /// Its share of all such pod-hours, %.
+    pub share_pct: f64,
 }
 
 /// Rounds for stable, readable JSON.

@@ -523,6 +523,9 @@ fn result(
         heatmap,
         wait_cdf: Vec::new(),
         incidents: Vec::new(),
+        failed_jobs: Vec::new(),
+        idle: Default::default(),
+        marks: Default::default(),
         errors: Vec::new(),
     }
 }

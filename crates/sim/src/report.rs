@@ -243,6 +243,28 @@ fn alloc_chart(r: &SimResult) -> String {
             );
         }
     }
+    // gang starts (triangles under the top edge) and reservations (ticks
+    // on the bottom edge)
+    for &t in &r.marks.gang_starts_ms {
+        let x = f.x(t as f64 / end as f64);
+        let y = f.top + 2.0;
+        let _ = write!(
+            s,
+            r##"<path d="M{:.1},{y:.1} l4,7 l-8,0 z" fill="#b279a2" fill-opacity="0.8"><title>gang started at {}</title></path>"##,
+            x,
+            fmt_duration(t)
+        );
+    }
+    for &t in &r.marks.reservations_ms {
+        let x = f.x(t as f64 / end as f64);
+        let y = f.top + f.ph();
+        let _ = write!(
+            s,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{y:.1}" stroke="#eeca3b" stroke-width="2"><title>node reserved at {}</title></line>"##,
+            y - 8.0,
+            fmt_duration(t)
+        );
+    }
     // capacity as % of installed GPUs (dips on failures)
     let installed = r.gpus.max(1) as f64;
     let cap: Vec<f64> = se
@@ -277,13 +299,11 @@ fn alloc_chart(r: &SimResult) -> String {
         &[
             ("#4c78a8", "GPU allocation".into(), false),
             ("#f58518", "fragmentation".into(), false),
-            ("#555", "schedulable capacity (% of installed)".into(), true),
-            (
-                "#e45756",
-                "failure / drain (numbered as in Incidents)".into(),
-                true,
-            ),
+            ("#555", "capacity (% installed)".into(), true),
+            ("#e45756", "failure/drain (see Incidents)".into(), true),
             ("#54a24b", "recovery".into(), true),
+            ("#b279a2", "gang start".into(), false),
+            ("#eeca3b", "node reserved".into(), false),
         ],
     );
     s.push_str("</svg>");
@@ -736,6 +756,65 @@ footer{color:var(--dim);font-size:12px;margin-top:22px}
 @media (max-width:900px){.grid2{grid-template-columns:1fr}.kpis{grid-template-columns:repeat(3,1fr)}dl.tot{grid-template-columns:1fr 1fr}}
 "#;
 
+/// What a reason means for idle GPUs: why the waiting pods could not use
+/// them (the reason names of `gpusched_plugins::classify`).
+fn idle_meaning(reason: &str) -> &'static str {
+    match reason {
+        "GangShort" => {
+            "gang: not every member fits at once — the idle GPUs are too few (or on the wrong nodes) for the whole gang, which starts all-or-nothing"
+        }
+        "Topology" | "NoTopologyDomain" => {
+            "topology: no single NVLink domain, rack or block has room for the whole gang, though GPUs are free elsewhere"
+        }
+        "QueueQuota" => {
+            "quota: the pod's queue is at its limit or may not borrow beyond its guarantee, so it may not take the idle GPUs"
+        }
+        "InsufficientGpus" | "Unschedulable" => {
+            "fragmentation: the idle GPUs are spread over nodes (or over GPUs as shares); no node that passes the pod's filters has as many free as it asks"
+        }
+        "WaitingForNode" => {
+            "reserved: GPUs are held for an older job or a preemptor (a node drains for it) or victims are still terminating"
+        }
+        "GangIncomplete" => "gang incomplete: fewer members exist than minMember",
+        "GpuModel" => "GPU model: the idle GPUs are not of a model the pod accepts",
+        "GpuMemory" => "GPU memory: the idle GPUs have less memory than the pod asks",
+        "NeverFits" => "never fits: the pod asks more than any node (or its queue) can hold",
+        "InsufficientResources" => {
+            "CPU or memory: the nodes with idle GPUs lack the CPU, memory or other resources the pod asks"
+        }
+        "NodeUnavailable" => "the matching nodes are cordoned or down",
+        "UnhealthyGpus" => "the GPUs it could use are unhealthy",
+        "FitsNow" => "fits: placed by the next cycle",
+        _ => "see docs/explain.md",
+    }
+}
+
+/// Capacity idle while GPU pods waited, and why they waited.
+fn idle_section(r: &SimResult) -> String {
+    let i = &r.idle;
+    let mut h = String::new();
+    if i.gpu_hours <= 0.0 {
+        return h;
+    }
+    let _ = write!(
+        h,
+        r#"<section class="card"><h2>Why GPUs sat idle while pods waited</h2><p class="note">{:.1} GPU-hours of schedulable capacity ({:.1}% of it over the run) sat idle while GPU pods were pending. While at least one whole GPU was idle, the waiting pods could not use it because of:</p><table class="left"><tr><th>reason</th><th>pod-hours</th><th>share</th><th>why the idle GPUs did not help</th></tr>"#,
+        i.gpu_hours, i.capacity_pct
+    );
+    for x in &i.by_reason {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{:.1}</td><td>{:.1}%</td><td>{}</td></tr>",
+            esc(&x.reason),
+            x.pod_hours,
+            x.share_pct,
+            idle_meaning(&x.reason)
+        );
+    }
+    h.push_str(r#"</table><p class="note">Reasons as the scheduler's Queue status names them (docs/explain.md), classified at most once a virtual minute; a pod counts for its main reason.</p></section>"#);
+    h
+}
+
 /// Renders the report page. `wall` (timing measured by the caller) is
 /// shown in the footer when given.
 pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
@@ -757,6 +836,18 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
         fmt_duration(r.end_ms),
         r.cycles,
         esc(&r.ended_by)
+    );
+    // the scenario and configuration in one line
+    let queue_names: Vec<String> = r.queues.iter().map(|q| esc(&q.name)).collect();
+    let _ = write!(
+        h,
+        r#"<p class="sub">Workload: {} jobs, {} pods in {} queue(s) ({}); packing policy <b>{}</b>; {} node and GPU incident(s).</p>"#,
+        t.jobs,
+        t.pods,
+        r.queues.len(),
+        queue_names.join(", "),
+        esc(&r.scheduler),
+        r.incidents.len()
     );
     h.push_str(r#"<div class="kpis">"#);
     h += &kpi(
@@ -817,6 +908,7 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
         alloc_chart(r),
         pods_chart(r)
     );
+    h += &idle_section(r);
     let _ = write!(
         h,
         r#"<div class="grid2"><section class="card"><h2>Queue wait</h2><p class="note">Cumulative share of pods started within a given wait (arrival to first start), per queue.</p>{}</section><section class="card"><h2>Fair share</h2><p class="note">GPUs held on average per queue, against the demand-aware fair share (guarantees first, then weights) and the static entitlement.</p>{}</section></div>"#,
@@ -914,6 +1006,29 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
         }
     }
     h.push_str("</section>");
+    if !r.failed_jobs.is_empty() {
+        let _ = write!(
+            h,
+            r#"<section class="card"><h2>Failed jobs</h2><p class="note">{} job(s) failed{}.</p><table class="left"><tr><th>job</th><th>queue</th><th>time</th><th>why</th></tr>"#,
+            t.jobs_failed,
+            if (t.jobs_failed as usize) > r.failed_jobs.len() {
+                format!("; the first {} are listed", r.failed_jobs.len())
+            } else {
+                String::new()
+            }
+        );
+        for j in &r.failed_jobs {
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&j.job),
+                esc(&j.queue),
+                fmt_duration(j.at_ms),
+                esc(&j.why)
+            );
+        }
+        h.push_str("</table></section>");
+    }
     if !r.incidents.is_empty() {
         h.push_str(r#"<section class="card"><h2>Incidents</h2><table class="left"><tr><th>#</th><th>time</th><th>event</th><th>node</th><th>pods stopped</th></tr>"#);
         let mut num = 0;

@@ -22,6 +22,7 @@ impl<'a> Sim<'a> {
         let out = sched.cycle(&snap, self.now, cycle_seed);
         hooks.after_cycle(self.now, &out);
         hooks.cycle_seen(self.now, &snap, &out);
+        self.classify_waiting(&snap, &out);
         let (mut cs, errs) = ClusterState::from_snapshot(&snap);
         for (i, e) in errs {
             self.error(format!(
@@ -140,6 +141,9 @@ impl<'a> Sim<'a> {
                     if let Ph::Pending { nominated } = &mut self.pods[sp.ix()].phase {
                         if !prev_nominated.contains(&(sp, sn)) {
                             self.t.nominations += 1;
+                            if self.marks.reservations_ms.len() < MAX_MARKS {
+                                self.marks.reservations_ms.push(self.now);
+                            }
                         }
                         *nominated = Some(sn);
                     }
@@ -162,6 +166,9 @@ impl<'a> Sim<'a> {
             let min = self.groups[g.ix()].pg.min_member;
             if n >= min {
                 self.t.gang_starts += 1;
+                if self.marks.gang_starts_ms.len() < MAX_MARKS {
+                    self.marks.gang_starts_ms.push(self.now);
+                }
             } else {
                 self.t.gangs_started_partially += 1;
                 let name = self.groups[g.ix()].pg.name.clone();

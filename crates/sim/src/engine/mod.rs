@@ -21,7 +21,10 @@
 //! - `record`: samples, integrals, checks and the final result.
 
 use crate::frag::{engine_for, fragmentation_milli};
-use crate::metrics::{self, Cdf, Heatmap, Incident, QueueReport, Series, SimResult, Totals};
+use crate::metrics::{
+    self, Cdf, FailedJob, Heatmap, IdleReason, IdleWhilePending, Incident, Marks, QueueReport,
+    Series, SimResult, Totals,
+};
 use crate::workload::{EventKind, Scenario, fmt_duration};
 use gpusched_core::state::share_milli;
 use gpusched_core::{
@@ -175,6 +178,8 @@ struct JobRt {
     duration: u64,
     left: u32,
     failed: bool,
+    /// When and why it failed (the report names failed jobs).
+    failed_why: Option<(u64, &'static str)>,
     end: Option<u64>,
     queue: usize,
 }
@@ -254,7 +259,27 @@ struct Sim<'a> {
     cap_int: f64,
     prev_q: Option<(Vec<u64>, Vec<u64>, u64, u64)>,
     incidents: Vec<Incident>,
+    /// Why pending GPU pods waited, by reason name, as of the last
+    /// classification (at most once a virtual minute).
+    idle_reasons: Vec<(String, u32)>,
+    idle_classified_at: Option<u64>,
+    /// The open interval: since when, idle GPU milli, pending GPU pods by
+    /// reason.
+    idle_prev: Option<IdleInterval>,
+    /// ∫ idle GPU milli dt (ms) while GPU pods were pending.
+    idle_milli_ms: f64,
+    /// ∫ pending GPU pods dt (ms) by reason, while ≥ 1 GPU sat idle.
+    idle_by_reason: BTreeMap<String, f64>,
+    /// Gang starts and reservations on the timeline.
+    marks: Marks,
 }
+
+/// An open idle-while-pending interval: since when (ms), idle GPU milli,
+/// pending GPU pods by reason.
+type IdleInterval = (u64, u64, Vec<(String, u32)>);
+
+/// At most this many of each timeline mark.
+const MAX_MARKS: usize = 2_000;
 
 impl<'a> Sim<'a> {
     fn new(sc: &'a Scenario, seed: u64) -> Self {
@@ -320,6 +345,7 @@ impl<'a> Sim<'a> {
                 duration: j.duration_ms,
                 left: j.pods,
                 failed: false,
+                failed_why: None,
                 end: None,
                 queue,
             });
@@ -374,6 +400,12 @@ impl<'a> Sim<'a> {
             cap_int: 0.0,
             prev_q: None,
             incidents: Vec::new(),
+            idle_reasons: Vec::new(),
+            idle_classified_at: None,
+            idle_prev: None,
+            idle_milli_ms: 0.0,
+            idle_by_reason: BTreeMap::new(),
+            marks: Marks::default(),
         };
         for (i, j) in sc.jobs.iter().enumerate() {
             sim.push(j.arrival_ms, Ev::Arrival(SimJob(i as u32)));

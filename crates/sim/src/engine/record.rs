@@ -18,6 +18,61 @@ impl<'a> Sim<'a> {
         self.give_back(snap, pod_map);
     }
 
+    /// Why the pending GPU pods wait (the classification the scheduler's
+    /// Queue status uses), at most once a virtual minute: pods this cycle
+    /// binds are not waiting.
+    pub(super) fn classify_waiting(&mut self, snap: &Snapshot, out: &CycleOutput) {
+        if self
+            .idle_classified_at
+            .is_some_and(|t| self.now < t + 60_000)
+        {
+            return;
+        }
+        self.idle_classified_at = Some(self.now);
+        let bound: BTreeSet<u32> = out
+            .decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bind { pod, .. } => Some(*pod),
+                _ => None,
+            })
+            .collect();
+        let mut by: BTreeMap<String, u32> = BTreeMap::new();
+        for (id, classes) in gpusched_plugins::classify::classify_cycle(out, snap) {
+            if bound.contains(&id) || snap.pods[id as usize].pod.gpu.milli() == 0 {
+                continue;
+            }
+            let c = classes
+                .first()
+                .copied()
+                .unwrap_or(gpusched_plugins::classify::PendingClass::FitsNow);
+            *by.entry(c.reason_name().to_string()).or_default() += 1;
+        }
+        self.idle_reasons = by.into_iter().collect();
+    }
+
+    /// Closes the idle-while-pending interval at `now` and opens the next
+    /// with `idle` GPU milli free on schedulable nodes.
+    fn note_idle(&mut self, idle: u64, pending_gpu_pods: u64) {
+        if let Some((t0, idle0, reasons)) = self.idle_prev.take() {
+            let dt = self.now.saturating_sub(t0) as f64;
+            if !reasons.is_empty() {
+                self.idle_milli_ms += idle0 as f64 * dt;
+                if idle0 >= GPU_MILLI {
+                    for (r, n) in &reasons {
+                        *self.idle_by_reason.entry(r.clone()).or_default() += *n as f64 * dt;
+                    }
+                }
+            }
+        }
+        let reasons = if pending_gpu_pods > 0 && idle > 0 {
+            self.idle_reasons.clone()
+        } else {
+            Vec::new()
+        };
+        self.idle_prev = Some((self.now, idle, reasons));
+    }
+
     pub(super) fn sample(&mut self, cs: &ClusterState<'_>) {
         let mut cap = 0u64;
         let mut used = 0u64;
@@ -38,6 +93,7 @@ impl<'a> Sim<'a> {
             .map(|e| fragmentation_milli(cs, e))
             .unwrap_or(0);
         let mut pending = 0u64;
+        let mut pending_gpu = 0u64;
         let mut running = 0u64;
         let nq = self.sc.queues.len();
         let mut qdemand = vec![0u64; nq];
@@ -46,6 +102,9 @@ impl<'a> Sim<'a> {
             match pr.phase {
                 Ph::Pending { .. } => {
                     pending += 1;
+                    if pr.pod.gpu.milli() > 0 {
+                        pending_gpu += 1;
+                    }
                     qdemand[pr.queue] += pr.pod.gpu.milli();
                 }
                 Ph::Running { .. } => running += 1,
@@ -55,6 +114,7 @@ impl<'a> Sim<'a> {
         for (q, d) in qdemand.iter_mut().enumerate() {
             *d += self.queue_used[q];
         }
+        self.note_idle(cap.saturating_sub(used), pending_gpu);
         let pct = |a: u64| {
             if cap > 0 {
                 a as f64 * 100.0 / cap as f64
@@ -284,6 +344,55 @@ impl<'a> Sim<'a> {
                 points,
             });
         }
+        // the last interval runs to the end
+        self.note_idle(0, 0);
+        let failed_jobs: Vec<FailedJob> = self
+            .jobs
+            .iter()
+            .filter_map(|j| {
+                let (at, why) = j.failed_why?;
+                let first = &self.pods[j.first_pod.ix()].pod.name;
+                let job = first
+                    .strip_suffix("-p0")
+                    .unwrap_or(first.as_str())
+                    .to_string();
+                Some(FailedJob {
+                    job,
+                    queue: self.sc.queues[j.queue].name.clone(),
+                    at_ms: at,
+                    why: why.to_string(),
+                })
+            })
+            .take(100)
+            .collect();
+        let pod_ms: f64 = self.idle_by_reason.values().sum();
+        let mut by_reason: Vec<IdleReason> = self
+            .idle_by_reason
+            .iter()
+            .map(|(r, ms)| IdleReason {
+                reason: r.clone(),
+                pod_hours: r4(ms / 3_600_000.0),
+                share_pct: if pod_ms > 0.0 {
+                    r4(ms * 100.0 / pod_ms)
+                } else {
+                    0.0
+                },
+            })
+            .collect();
+        by_reason.sort_by(|a, b| {
+            b.pod_hours
+                .total_cmp(&a.pod_hours)
+                .then(a.reason.cmp(&b.reason))
+        });
+        let idle = IdleWhilePending {
+            gpu_hours: r4(self.idle_milli_ms / GPU_MILLI as f64 / 3_600_000.0),
+            capacity_pct: if self.cap_int > 0.0 {
+                r4(self.idle_milli_ms * 100.0 / self.cap_int)
+            } else {
+                0.0
+            },
+            by_reason,
+        };
         SimResult {
             scenario: self.sc.name.clone(),
             seed: self.seed,
@@ -299,6 +408,9 @@ impl<'a> Sim<'a> {
             heatmap,
             wait_cdf,
             incidents: self.incidents,
+            failed_jobs,
+            idle,
+            marks: self.marks,
             errors: self.errors,
         }
     }

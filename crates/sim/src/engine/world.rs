@@ -191,6 +191,7 @@ impl<'a> Sim<'a> {
                         if !j.failed {
                             j.failed = true;
                             j.end = None;
+                            j.failed_why = Some((self.now, "retry limit reached"));
                         }
                     }
                 } else {
@@ -225,7 +226,11 @@ impl<'a> Sim<'a> {
                 p.epoch += 1;
                 self.active.remove(&m);
                 self.t.pods_failed += 1;
-                self.jobs[p.job.ix()].failed = true;
+                let j = &mut self.jobs[p.job.ix()];
+                if !j.failed {
+                    j.failed_why = Some((self.now, "gang timed out"));
+                }
+                j.failed = true;
                 any = true;
             }
         }
