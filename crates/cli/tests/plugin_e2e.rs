@@ -302,6 +302,28 @@ async fn kubectl_plugin_with_a_client_certificate_kubeconfig() {
         "{err}"
     );
 
+    // doctor with the same flags: the context's cluster, camelCase JSON
+    // (its exit code says healthy or not; the report comes either way)
+    let (_, out, err) = run(
+        bin,
+        &[
+            "--kubeconfig",
+            kc,
+            "--context",
+            "e2e",
+            "doctor",
+            "-o",
+            "json",
+            "--no-scheduler-checks",
+        ],
+    )
+    .await;
+    let d: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert!(
+        d["exitCode"].is_number() && d["summary"]["gpuNodes"] == 2,
+        "{d}"
+    );
+
     // through kubectl itself, when it is installed
     let kubectl_ok = Command::new("kubectl")
         .arg("version")
