@@ -563,7 +563,13 @@ pub async fn serve_dra(
         }
         None => None,
     };
-    let server = crate::dra::grpc::serve(&dra, preparer, reg_tx, stop_rx.clone());
+    let health_svc = crate::dra::grpc::HealthService::new(
+        agent.clone(),
+        &dra.node,
+        crate::dra::grpc::HEALTH_HEARTBEAT,
+        stop_rx.clone(),
+    );
+    let server = crate::dra::grpc::serve(&dra, preparer, health_svc, reg_tx, stop_rx.clone());
     tokio::pin!(server);
     tokio::pin!(shutdown);
     let result: anyhow::Result<()> = tokio::select! {

@@ -32,7 +32,8 @@ pub mod api {
     tonic::include_proto!("v1beta1");
 }
 
-/// Generated code for the kubelet PodResources API (package `v1`, `List`).
+/// Generated code for the kubelet PodResources API (package `v1`, `List`),
+/// and the DRA resource-health API (also package `v1`; see [`dra_health_v1`]).
 #[allow(clippy::all, missing_docs)]
 pub mod podresources_api {
     tonic::include_proto!("v1");
@@ -55,4 +56,13 @@ pub mod dra_v1beta1 {
 #[allow(clippy::all, missing_docs)]
 pub mod registration_api {
     tonic::include_proto!("pluginregistration");
+}
+
+/// The DRA resource-health API (`v1.DRAResourceHealth`), generated into
+/// [`podresources_api`] because both are upstream's package `v1`.
+pub mod dra_health_v1 {
+    pub use crate::podresources_api::{
+        DeviceHealth, DeviceIdentifier, HealthStatus, NodeWatchResourcesRequest,
+        NodeWatchResourcesResponse, dra_resource_health_client, dra_resource_health_server,
+    };
 }

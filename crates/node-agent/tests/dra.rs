@@ -13,7 +13,9 @@ use gpusched_node_agent::dra::DraSettings;
 use gpusched_node_agent::dra::kube::SliceStore;
 use gpusched_node_agent::dra::prepare::ClaimSource;
 use gpusched_node_agent::server::unix_channel;
-use gpusched_node_agent::{dra_v1 as v1, dra_v1beta1 as v1beta1, registration_api as reg};
+use gpusched_node_agent::{
+    dra_health_v1 as health, dra_v1 as v1, dra_v1beta1 as v1beta1, registration_api as reg,
+};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSliceSpec};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -288,7 +290,7 @@ async fn registers_with_the_kubelet_and_publishes_the_node_slice() {
     );
     assert_eq!(
         info.supported_versions,
-        vec!["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        vec!["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"]
     );
     r.notify_registration_status(reg::RegistrationStatus {
         plugin_registered: true,
@@ -327,8 +329,45 @@ async fn registers_with_the_kubelet_and_publishes_the_node_slice() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(*env.slices.applies.lock().unwrap(), applies);
 
+    // The health stream: every device at once, healthy.
+    let p = env.dra().dra_socket();
+    let mut h = health::dra_resource_health_client::DraResourceHealthClient::new(
+        unix_channel(&p).await.unwrap(),
+    );
+    let mut stream = h
+        .node_watch_resources(health::NodeWatchResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 8);
+    for d in &first.devices {
+        assert_eq!(d.health, health::HealthStatus::Healthy as i32);
+        assert_eq!(d.device.as_ref().unwrap().pool_name, NODE);
+        assert!(d.last_updated_time > 0 && d.health_check_timeout_seconds == 30);
+    }
+
     // A fatal XID taints the GPU NoExecute and bumps the generation.
     std::fs::write(&env.control, "xid 2 79\n").unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("a health update after the XID")
+        .unwrap()
+        .unwrap();
+    let d2 = next
+        .devices
+        .iter()
+        .find(|d| d.device.as_ref().unwrap().device_name == "gpu-2")
+        .unwrap();
+    assert_eq!(d2.health, health::HealthStatus::Unhealthy as i32);
+    assert_eq!(d2.message, "xid 79");
+    assert_eq!(
+        next.devices
+            .iter()
+            .filter(|d| d.health == health::HealthStatus::Healthy as i32)
+            .count(),
+        7
+    );
     let s = env
         .slices
         .wait("a taint on gpu-2", |s| {

@@ -371,6 +371,56 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
         Some(vec![]),
         "a container without the claim gets no GPU"
     );
+    // A fatal XID on gpu-3: the health stream tells the kubelet, which
+    // shows it in the container's status (ResourceHealthStatus, beta and
+    // on in 1.37).
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(n.dir.path().join("control"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"xid 3 79\n"))
+        .unwrap();
+    let gpu3 = format!("k8s.gpu.gpusched.io/gpu={}", n.uuid(3));
+    let statuses = wait_for(Duration::from_secs(60), || async {
+        let p = pods.get("trainer").await.ok()?;
+        let cs = p.status?.container_statuses?;
+        let main = cs.into_iter().find(|c| c.name == "main")?;
+        let ars = main.allocated_resources_status?;
+        let health: Vec<(String, String)> = ars
+            .iter()
+            .flat_map(|r| {
+                r.resources
+                    .iter()
+                    .flatten()
+                    .map(|h| (h.resource_id.clone(), h.health.clone().unwrap_or_default()))
+            })
+            .collect();
+        health
+            .iter()
+            .any(|(id, h)| id == &gpu3 && h == "Unhealthy")
+            .then_some((ars, health))
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "gpu-3 never showed Unhealthy in the pod status\n{}",
+            n.logs()
+        )
+    });
+    assert!(
+        statuses.0.iter().any(|r| r.name == "claim:two/gpus"),
+        "{:?}",
+        statuses.0
+    );
+    let gpu1 = format!("k8s.gpu.gpusched.io/gpu={}", n.uuid(1));
+    assert!(
+        statuses
+            .1
+            .iter()
+            .any(|(id, h)| id == &gpu1 && h == "Healthy"),
+        "{:?}",
+        statuses.1
+    );
+
     let spec_file = n
         .cdi_dir()
         .join(format!("k8s.gpu.gpusched.io-claim_{claim_uid}.json"));

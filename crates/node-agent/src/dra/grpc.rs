@@ -1,8 +1,9 @@
 //! The kubelet-facing gRPC of the DRA mode, each on its own unix socket:
 //! the plugin registration service (`pluginregistration.Registration`) in
 //! the kubelet's plugin registry directory, and the DRA service in v1 and
-//! v1beta1 (`k8s.io.kubelet.pkg.apis.dra.v1[beta1].DRAPlugin`) on the
-//! endpoint the registration names.
+//! v1beta1 (`k8s.io.kubelet.pkg.apis.dra.v1[beta1].DRAPlugin`) with the
+//! resource-health service (`v1.DRAResourceHealth`) on the endpoint the
+//! registration names.
 
 use super::DraSettings;
 use super::prepare::{ClaimRef, PreparedDevice, Preparer};
@@ -14,6 +15,7 @@ use gpusched_model::dra::DRIVER;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
@@ -24,7 +26,12 @@ use tonic::{Request, Response, Status};
 /// Plugin type of a DRA driver in `PluginInfo`.
 pub const PLUGIN_TYPE: &str = "DRAPlugin";
 /// The services this plugin serves, as the kubelet names them.
-pub const SUPPORTED_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+pub const SUPPORTED_SERVICES: [&str; 3] =
+    ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth"];
+/// How often the health stream repeats the full list without a change.
+pub const HEALTH_HEARTBEAT: Duration = Duration::from_secs(10);
+/// The timeout sent with each device's health (three heartbeats).
+pub const HEALTH_TIMEOUT_SECONDS: i64 = 30;
 
 /// The claims of a request, checked: every claim needs a namespace, a name
 /// and a UID (responses are keyed by UID).
@@ -222,6 +229,112 @@ impl v1beta1::dra_plugin_server::DraPlugin for DraService {
     }
 }
 
+/// The DRA resource-health service: every device of the node's slice with
+/// its health, at once, on every health change and every
+/// [`HEALTH_HEARTBEAT`].
+#[derive(Clone)]
+pub struct HealthService {
+    agent: Arc<crate::agent::Agent>,
+    node: String,
+    heartbeat: Duration,
+    /// Ends every stream (a graceful server shutdown waits for them).
+    stop: watch::Receiver<bool>,
+}
+
+impl HealthService {
+    pub fn new(
+        agent: Arc<crate::agent::Agent>,
+        node: &str,
+        heartbeat: Duration,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        HealthService {
+            agent,
+            node: node.to_string(),
+            heartbeat,
+            stop,
+        }
+    }
+
+    /// The health of every published device now.
+    pub fn snapshot(&self) -> crate::dra_health_v1::NodeWatchResourcesResponse {
+        use super::slice::{GpuCondition, published_gpus};
+        use crate::dra_health_v1 as h;
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let conds = self.agent.gpu_conditions();
+        let inv = &self.agent.inventory;
+        let devices = published_gpus(inv)
+            .into_iter()
+            .map(|g| {
+                let cond = inv
+                    .gpus
+                    .iter()
+                    .position(|x| x.uuid == g.uuid)
+                    .and_then(|i| conds.get(i).cloned())
+                    .unwrap_or(GpuCondition::Healthy);
+                let (health, message) = match cond {
+                    GpuCondition::Healthy => (h::HealthStatus::Healthy, String::new()),
+                    GpuCondition::Unhealthy(r) => (h::HealthStatus::Unhealthy, r),
+                };
+                h::DeviceHealth {
+                    device: Some(h::DeviceIdentifier {
+                        pool_name: self.node.clone(),
+                        device_name: gpusched_model::dra::gpu_device_name(g.index),
+                    }),
+                    health: health as i32,
+                    last_updated_time: now,
+                    health_check_timeout_seconds: HEALTH_TIMEOUT_SECONDS,
+                    message,
+                }
+            })
+            .collect();
+        h::NodeWatchResourcesResponse { devices }
+    }
+}
+
+#[tonic::async_trait]
+impl crate::dra_health_v1::dra_resource_health_server::DraResourceHealth for HealthService {
+    type NodeWatchResourcesStream = std::pin::Pin<
+        Box<
+            dyn tokio_stream::Stream<
+                    Item = Result<crate::dra_health_v1::NodeWatchResourcesResponse, Status>,
+                > + Send,
+        >,
+    >;
+
+    async fn node_watch_resources(
+        &self,
+        _req: Request<crate::dra_health_v1::NodeWatchResourcesRequest>,
+    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let me = self.clone();
+        let mut changes = self.agent.health_gen.subscribe();
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            loop {
+                if *stop.borrow() {
+                    return;
+                }
+                if tx.send(Ok(me.snapshot())).await.is_err() {
+                    return;
+                }
+                tokio::select! {
+                    r = changes.changed() => if r.is_err() { return },
+                    _ = tokio::time::sleep(me.heartbeat) => {}
+                    _ = tx.closed() => return,
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+}
+
 /// The registration service the kubelet's plugin watcher calls.
 pub struct RegistrationService {
     endpoint: String,
@@ -297,6 +410,7 @@ fn bind(path: &Path) -> Result<(UnixListener, Socket), ServerError> {
 pub async fn serve(
     settings: &DraSettings,
     preparer: Arc<Preparer>,
+    health: HealthService,
     status: watch::Sender<Option<bool>>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
@@ -309,6 +423,11 @@ pub async fn serve(
             .max_frame_size(Some(SERVER_MAX_FRAME_SIZE))
             .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
+            .add_service(
+                crate::dra_health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                    health,
+                ),
+            )
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = s1.wait_for(|s| *s).await;
             })
