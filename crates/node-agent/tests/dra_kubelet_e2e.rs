@@ -407,7 +407,7 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
         )
     });
     assert!(
-        statuses.0.iter().any(|r| r.name == "claim:two/gpus"),
+        statuses.0.iter().any(|r| r.name == "claim:gpus"),
         "{:?}",
         statuses.0
     );
