@@ -47,6 +47,10 @@ pub struct Agent {
     pub coord: std::sync::OnceLock<Arc<crate::coord::Coordinator>>,
     /// Bumped on every health change (node publishing waits on it).
     pub health_gen: watch::Sender<u64>,
+    /// Time-sliced replica id → the GPU (inventory position) the `Allocate`
+    /// that handed it out named: PodResources then tells which pod was told
+    /// which GPU (`docs/protocol.md`, replica swaps). Since this start.
+    pub replica_told: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
 }
 
 impl Agent {
@@ -102,6 +106,7 @@ impl Agent {
             gpu_labels,
             coord: std::sync::OnceLock::new(),
             health_gen: watch::channel(0).0,
+            replica_told: Default::default(),
         };
         // Counters exist from the start at 0, so `increase()` sees the
         // first event (a series born at 1 hides it).

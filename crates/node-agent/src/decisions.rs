@@ -229,6 +229,9 @@ pub struct HeldPod {
     pub whole: BTreeSet<usize>,
     /// Share tokens (milli).
     pub milli: u32,
+    /// For time-sliced replicas: the GPU the `Allocate` calls that handed
+    /// out its replica ids named (all one GPU), when known.
+    pub replica_gpu: Option<usize>,
 }
 
 /// What [`Ledger::reconcile`] did.
@@ -1160,8 +1163,137 @@ impl Ledger {
                 _ => {}
             }
         }
+        self.correct_replica_swaps(held, &mut out);
         self.recheck();
         Some(out)
+    }
+
+    /// Replica decisions of one size on different GPUs are swapped when
+    /// the kubelet admits their pods in another order than the agent
+    /// guessed (a call does not say which pod makes it). PodResources
+    /// names the pod holding the replica ids, and the agent knows which
+    /// GPU it named for them: a listed pod told GPU `g` while its decision
+    /// names another exchanges GPU and served state with the served
+    /// decision of that size on `g` whose own pod is not there (the one
+    /// charged for its call): the pod's decision is then served on `g`, and
+    /// the other stands for what the pod's decision stood for. Each
+    /// GPU keeps the replicas it held; the published allocations and the
+    /// held table then follow the pods. Skipped for a (resource, size)
+    /// while its served decisions and listed pods differ in number (a call
+    /// the kubelet has not recorded yet).
+    fn correct_replica_swaps(
+        &mut self,
+        held: &BTreeMap<(String, String), HeldPod>,
+        out: &mut Reconciled,
+    ) {
+        // listed replica pods: uid → (resource, milli, GPU told)
+        let mut listed: BTreeMap<String, (String, u32, usize)> = BTreeMap::new();
+        for e in self.entries.values() {
+            let Ok(Grant::Share {
+                milli,
+                resource: Some(r),
+                ..
+            }) = &e.state
+            else {
+                continue;
+            };
+            if let Some(h) = held.get(&(e.pod.namespace.clone(), e.pod.name.clone()))
+                && h.milli == *milli
+                && let Some(g) = h.replica_gpu
+                && g < self.gpus.len()
+            {
+                listed.insert(e.pod.uid.clone(), (r.clone(), *milli, g));
+            }
+        }
+        let uids: Vec<String> = listed.keys().cloned().collect();
+        for p in uids {
+            let (res, milli, g) = listed[&p].clone();
+            let Some(Ok(Grant::Share {
+                gpu: decided,
+                served_milli: served_p,
+                ..
+            })) = self.entries.get(&p).map(|e| &e.state)
+            else {
+                continue;
+            };
+            let decided = *decided;
+            // in place: on its GPU and served (a pod listed on its own GPU
+            // whose call was charged to another decision there is not)
+            if decided == g && *served_p > 0 {
+                continue;
+            }
+            let same = |st: &Result<Grant, String>| {
+                matches!(st, Ok(Grant::Share { milli: m, resource: Some(r), .. })
+                    if *m == milli && *r == res)
+            };
+            let served = self
+                .entries
+                .values()
+                .filter(|e| {
+                    same(&e.state)
+                        && matches!(e.state, Ok(Grant::Share { served_milli, .. }) if served_milli > 0)
+                })
+                .count();
+            let on_list = listed
+                .values()
+                .filter(|(r, m, _)| *r == res && *m == milli)
+                .count();
+            if served != on_list {
+                continue;
+            }
+            // the decision of this size charged for it on g: a served one
+            // whose own pod is not listed on g (not listed first)
+            let partner = self
+                .live_order()
+                .into_iter()
+                .filter(|e| e.pod.uid != p && same(&e.state))
+                .filter(|e| {
+                    matches!(e.state, Ok(Grant::Share { gpu, served_milli, .. })
+                        if gpu == g && served_milli > 0)
+                })
+                .filter(|e| listed.get(&e.pod.uid).is_none_or(|x| x.2 != g))
+                .min_by_key(|e| listed.contains_key(&e.pod.uid))
+                .map(|e| e.pod.uid.clone());
+            let Some(q) = partner else { continue };
+            // the two decisions exchange GPU and served state: p's is where
+            // its pod is, q's carries what p's decision stood for
+            let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
+                Some(Ok(Grant::Share {
+                    gpu,
+                    served_milli,
+                    slots,
+                    ..
+                })) => Some((*gpu, *served_milli, slots.clone())),
+                _ => None,
+            };
+            let (Some(sp), Some(sq)) = (state(self, &p), state(self, &q)) else {
+                continue;
+            };
+            for (u, (to, sm, sl)) in [(&p, sq), (&q, sp)] {
+                if let Some(e) = self.entries.get_mut(u)
+                    && let Ok(Grant::Share {
+                        gpu,
+                        served_milli,
+                        slots,
+                        ..
+                    }) = &mut e.state
+                {
+                    *gpu = to;
+                    *served_milli = sm;
+                    *slots = sl;
+                }
+            }
+            if let Some(e) = self.entries.get(&p)
+                && decided != g
+            {
+                out.moved.push(format!(
+                    "pod {} holds replicas of GPU {}, its decision named GPU {}",
+                    e.pod.key(),
+                    self.gpus[g].index,
+                    self.gpus[decided].index
+                ));
+            }
+        }
     }
 
     /// Per GPU: whole owner, or Σ milli of served shares.
@@ -1285,6 +1417,116 @@ mod tests {
             terminal: false,
             containers: Vec::new(),
         }
+    }
+
+    fn replica_pod(name: &str, created: &str, gpu: u32, milli: u32) -> PodInfo {
+        let mut p = pod(name, created, &[gpu], Some((milli, 0)));
+        let mut d = GpuDecision::parse(p.decision.as_deref().unwrap()).unwrap();
+        let s = d.share.as_mut().unwrap();
+        s.resource = Some("nvidia.com/gpu.shared".into());
+        s.replicas = Some(milli / 125);
+        p.decision = Some(d.to_annotation());
+        p
+    }
+
+    fn replica_held(v: &[(&str, u32, usize)]) -> BTreeMap<(String, String), HeldPod> {
+        v.iter()
+            .map(|(name, milli, g)| {
+                (
+                    ("ns".to_string(), name.to_string()),
+                    HeldPod {
+                        whole: BTreeSet::new(),
+                        milli: *milli,
+                        replica_gpu: Some(*g),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn share_gpus(l: &Ledger) -> Vec<(String, usize, u32)> {
+        l.entries()
+            .values()
+            .filter_map(|e| match &e.state {
+                Ok(Grant::Share {
+                    gpu, served_milli, ..
+                }) => Some((e.pod.name.clone(), *gpu, *served_milli)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn swapped_replica_pods_are_corrected_from_pod_resources() {
+        let r = Some("nvidia.com/gpu.shared");
+        let ok = vec![true; 2];
+        let mut l = Ledger::new("n", gpus(2));
+        l.observe(replica_pod("a", "1", 0, 125));
+        l.observe(replica_pod("b", "2", 1, 125));
+        // b's pod calls first (ids of GPU 1, but the agent cannot tell the
+        // caller): charged to a, the older decision, and told GPU 0
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 0);
+        // PodResources: b holds the replicas told GPU 0; a is not listed
+        let out = l.reconcile(&replica_held(&[("b", 125, 0)]), false).unwrap();
+        assert_eq!(out.moved.len(), 1, "{out:?}");
+        assert!(
+            out.moved[0].contains("pod ns/b holds replicas of GPU 0, its decision named GPU 1")
+        );
+        assert_eq!(
+            share_gpus(&l),
+            vec![("a".into(), 1, 0), ("b".into(), 0, 125)],
+            "b served on GPU 0, a now expects its call on GPU 1"
+        );
+        // a's call: told GPU 1, the GPU really free
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 1);
+        let out = l
+            .reconcile(&replica_held(&[("b", 125, 0), ("a", 125, 1)]), false)
+            .unwrap();
+        assert!(out.moved.is_empty());
+        assert_eq!(l.held()[0].1, 125);
+        assert_eq!(l.held()[1].1, 125);
+        // both calls made before PodResources is read: both swapped
+        let mut l = Ledger::new("n", gpus(2));
+        l.observe(replica_pod("a", "1", 0, 125));
+        l.observe(replica_pod("b", "2", 1, 125));
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 0);
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 1);
+        // b got GPU 0 and a GPU 1
+        l.reconcile(&replica_held(&[("b", 125, 0), ("a", 125, 1)]), false)
+            .unwrap();
+        assert_eq!(
+            share_gpus(&l),
+            vec![("a".into(), 1, 125), ("b".into(), 0, 125)]
+        );
+        // three of one size: b's pod takes a's decision (GPU 0), c's pod
+        // takes b's (GPU 1, c's own GPU): both end up served where they are
+        let mut l = Ledger::new("n", gpus(2));
+        l.observe(replica_pod("a", "1", 0, 125));
+        l.observe(replica_pod("b", "2", 1, 125));
+        l.observe(replica_pod("c", "3", 1, 125));
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 0);
+        assert_eq!(l.allocate_share(125, r, None, &ok).unwrap().gpu, 1);
+        l.reconcile(&replica_held(&[("b", 125, 0), ("c", 125, 1)]), false)
+            .unwrap();
+        assert_eq!(
+            share_gpus(&l),
+            vec![
+                ("a".into(), 1, 0),
+                ("b".into(), 0, 125),
+                ("c".into(), 1, 125)
+            ]
+        );
+        // a call not recorded by the kubelet yet: nothing is changed
+        let mut l = Ledger::new("n", gpus(2));
+        l.observe(replica_pod("a", "1", 0, 125));
+        l.observe(replica_pod("b", "2", 1, 125));
+        l.allocate_share(125, r, None, &ok).unwrap();
+        l.allocate_share(125, r, None, &ok).unwrap();
+        l.reconcile(&replica_held(&[("b", 125, 0)]), false).unwrap();
+        assert_eq!(
+            share_gpus(&l),
+            vec![("a".into(), 0, 125), ("b".into(), 1, 125)]
+        );
     }
 
     #[test]
@@ -1533,6 +1775,7 @@ mod tests {
                     HeldPod {
                         whole: whole.iter().copied().collect(),
                         milli: *milli,
+                        replica_gpu: None,
                     },
                 )
             })

@@ -59,9 +59,17 @@ pub fn held_pods(agent: &Agent, held: &Held) -> BTreeMap<(String, String), HeldP
                     .milli
                     .saturating_add(u32::try_from(distinct.len()).unwrap_or(u32::MAX));
             } else if plan.is_time_sliced_gpu() {
-                // replicas, in the decisions' measure (k·⌊1000/N⌋)
+                // replicas, in the decisions' measure (k·⌊1000/N⌋), and
+                // the GPU their Allocate named, when it is known
                 let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
                 h.milli = h.milli.saturating_add(plan.share_call(distinct.len()).0);
+                if let Ok(told) = agent.replica_told.lock() {
+                    let gpus: std::collections::BTreeSet<Option<usize>> =
+                        distinct.iter().map(|id| told.get(*id).copied()).collect();
+                    if let [Some(g)] = gpus.into_iter().collect::<Vec<_>>()[..] {
+                        h.replica_gpu = Some(g);
+                    }
+                }
             }
         }
         if !h.whole.is_empty() || h.milli > 0 {

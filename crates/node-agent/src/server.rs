@@ -187,6 +187,11 @@ impl PluginService {
                         } else {
                             r.envs
                                 .insert("GPUSCHED_GPU_UUID".into(), plan.units[u].uuid.clone());
+                            if let Ok(mut told) = self.agent.replica_told.lock() {
+                                for id in &c.devices_ids {
+                                    told.insert(id.clone(), g.gpu);
+                                }
+                            }
                         }
                         self.agent.mark_allocated(g.gpu);
                         out.container_responses.push(r);

@@ -1234,10 +1234,8 @@ async fn time_sliced_round(resource: &str) {
         }
         *per_gpu.entry(d.gpus[0].clone()).or_default() += u64::from(k);
         *real_gpu.entry(told[0].clone()).or_default() += u64::from(k);
-        want_alloc.insert(
-            p.metadata.uid.clone().unwrap(),
-            (d.gpus[0].clone(), k * 125),
-        );
+        // published where it really is (a swap corrected from PodResources)
+        want_alloc.insert(p.metadata.uid.clone().unwrap(), (told[0].clone(), k * 125));
     }
     assert_eq!(per_gpu.len(), TS_GPUS, "{per_gpu:?}");
     assert!(
@@ -1249,7 +1247,8 @@ async fn time_sliced_round(resource: &str) {
         "{resource}: the containers on each GPU hold exactly the replicas decided onto it"
     );
     eprintln!("{resource}: 12 pods, 16 replicas on 2 GPUs; {swaps} same-size swaps");
-    // the agent publishes each pod's replicas as its milli of its GPU
+    // the agent publishes each pod's replicas as its milli of the GPU its
+    // container was told
     let published = wait_for(Duration::from_secs(20), || async {
         let a = allocations(&c).await?;
         let got: BTreeMap<String, (String, u32)> = a
