@@ -60,6 +60,12 @@ pub struct DraState {
     tentative: BTreeMap<String, Tentative>,
     serial: u64,
     selectors: Arc<Mutex<Selectors>>,
+    /// Index: slice names by the node their devices are on (`None`: all).
+    slices_on: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Index: keys of allocated claims by their allocation's node.
+    allocated_on: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Index: keys of tentative allocations by their node.
+    tentative_on: BTreeMap<Option<String>, BTreeSet<String>>,
 }
 
 impl DraState {
@@ -67,27 +73,38 @@ impl DraState {
     pub fn upsert_claim(&mut self, c: &ResourceClaim) {
         let c = super::translate::claim(c);
         let k = c.key();
+        self.unindex_claim(&k);
+        if let Some(a) = &c.allocation {
+            self.allocated_on
+                .entry(a.node.clone())
+                .or_default()
+                .insert(k.clone());
+        }
         if c.allocation.is_some()
             || self
                 .tentative
                 .get(&k)
                 .is_some_and(|t| c.reserved_for.contains(&t.pod))
         {
-            self.tentative.remove(&k);
+            self.drop_tentative(&k);
         }
         self.claims.insert(k, c);
     }
 
     /// A ResourceClaim is gone.
     pub fn delete_claim(&mut self, key: &str) {
+        self.unindex_claim(key);
         self.claims.remove(key);
-        self.tentative.remove(key);
+        self.drop_tentative(key);
     }
 
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, s: &ResourceSlice) {
         let name = s.metadata.name.clone().unwrap_or_default();
         let (devices, warnings) = super::translate::slice(s, &mut self.serial);
+        self.unindex_slice(&name);
+        let node = devices.first().and_then(|d| d.node.clone());
+        self.slices_on.entry(node).or_default().insert(name.clone());
         self.slices.insert(name.clone(), devices);
         if warnings.is_empty() {
             self.slice_warnings.remove(&name);
@@ -98,8 +115,71 @@ impl DraState {
 
     /// A ResourceSlice is gone.
     pub fn delete_slice(&mut self, name: &str) {
+        self.unindex_slice(name);
         self.slices.remove(name);
         self.slice_warnings.remove(name);
+    }
+
+    fn unindex_claim(&mut self, key: &str) {
+        if let Some(a) = self.claims.get(key).and_then(|c| c.allocation.as_ref())
+            && let Some(set) = self.allocated_on.get_mut(&a.node)
+        {
+            set.remove(key);
+        }
+    }
+
+    fn unindex_slice(&mut self, name: &str) {
+        if let Some(d) = self.slices.get(name) {
+            let node = d.first().and_then(|d| d.node.clone());
+            if let Some(set) = self.slices_on.get_mut(&node) {
+                set.remove(name);
+            }
+        }
+    }
+
+    /// The devices usable on `node` (its own and all-node ones), sorted.
+    pub fn devices_on(&self, node: &str) -> Vec<&Device> {
+        let mut out: Vec<&Device> = [Some(node.to_string()), None]
+            .iter()
+            .filter_map(|k| self.slices_on.get(k))
+            .flatten()
+            .filter_map(|s| self.slices.get(s))
+            .flatten()
+            .collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.dedup_by(|a, b| a.id == b.id);
+        out
+    }
+
+    /// Devices held on `node` (or by all-node allocations), allocated or
+    /// tentatively, admin access aside.
+    pub fn in_use_on(&self, node: &str) -> BTreeSet<DeviceId> {
+        let mut out = BTreeSet::new();
+        let on = |n: &Option<String>| n.as_deref().is_none_or(|n| n == node);
+        for k in [Some(node.to_string()), None]
+            .iter()
+            .filter_map(|k| self.allocated_on.get(k))
+            .flatten()
+        {
+            if let Some(a) = self.claims.get(k).and_then(|c| c.allocation.as_ref()) {
+                out.extend(a.devices.iter().filter(|d| !d.admin).map(|d| d.id.clone()));
+            }
+        }
+        let tentative = [Some(node.to_string()), None]
+            .into_iter()
+            .filter_map(|k| self.tentative_on.get(&k))
+            .flatten()
+            .filter_map(|k| self.tentative.get(k));
+        for t in tentative.filter(|t| on(&t.allocation.node)) {
+            out.extend(
+                t.allocation
+                    .devices
+                    .iter()
+                    .filter(|d| !d.admin)
+                    .map(|d| d.id.clone()),
+            );
+        }
+        out
     }
 
     /// A DeviceClass was added or changed.
@@ -139,7 +219,32 @@ impl DraState {
     /// A pod is gone or its binding failed: its tentative allocations are
     /// dropped.
     pub fn forget_pod(&mut self, uid: &str) {
-        self.tentative.retain(|_, t| t.pod != uid);
+        let keys: Vec<String> = self
+            .tentative
+            .iter()
+            .filter(|(_, t)| t.pod == uid)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in keys {
+            self.drop_tentative(&k);
+        }
+    }
+
+    fn drop_tentative(&mut self, key: &str) {
+        if let Some(t) = self.tentative.remove(key)
+            && let Some(set) = self.tentative_on.get_mut(&t.allocation.node)
+        {
+            set.remove(key);
+        }
+    }
+
+    fn add_tentative(&mut self, key: String, t: Tentative) {
+        self.drop_tentative(&key);
+        self.tentative_on
+            .entry(t.allocation.node.clone())
+            .or_default()
+            .insert(key.clone());
+        self.tentative.insert(key, t);
     }
 
     /// Number of allocations made and not yet seen.
@@ -420,8 +525,8 @@ impl DraState {
             }
         }
         if !open.is_empty() {
-            let by_node = self.devices_by_node();
-            let in_use = self.in_use();
+            let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
+            let in_use = self.in_use_on(node);
             let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
             let allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
             drop(sel);
@@ -436,7 +541,7 @@ impl DraState {
                 made.push((c.key(), a));
             }
             for (k, a) in made {
-                self.tentative.insert(
+                self.add_tentative(
                     k,
                     Tentative {
                         pod: pod_uid.to_string(),
