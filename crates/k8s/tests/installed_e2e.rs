@@ -161,15 +161,15 @@ async fn a_tenants_bad_objects_stop_nobody() {
     stuck["metadata"]["labels"] = json!({"gpusched.io/queue": "huge"});
     create(&pods, stuck).await;
     // a pod asking only GPU memory, and one with a constraint not checked yet
-    // (affinity to namespaces chosen by label)
+    // (a node selector operator gpusched does not evaluate)
     let mut mem = gpu_pod("mem-only", 1);
     mem["spec"]["containers"][0]["resources"]["limits"] =
         json!({"gpusched.io/gpu-memory-mib": "1024"});
     create(&pods, mem).await;
     let mut anti = gpu_pod("anti", 1);
-    anti["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname",
-         "namespaceSelector": {"matchLabels": {"team": "x"}}}]}});
+    anti["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "gpusched.io/gpu-count", "operator": "Gt", "values": ["4"]}]}]}}});
     create(&pods, anti).await;
     let b = wait_for(Duration::from_secs(60), || async {
         let b = bound(&pods).await;
@@ -199,7 +199,8 @@ async fn a_tenants_bad_objects_stop_nobody() {
         .expect("anti told why");
     assert!(
         ev.iter()
-            .any(|e| e.contains("spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector: not supported by gpusched yet")),
+            .any(|e| e.contains("nodeSelectorTerms[0].matchExpressions[0]")
+                && e.contains("operator \"Gt\" is not supported by gpusched")),
         "{ev:?}"
     );
     let p = pods.get("anti").await.unwrap();
@@ -212,7 +213,7 @@ async fn a_tenants_bad_objects_stop_nobody() {
         .find(|c| c.type_ == "PodScheduled")
         .expect("PodScheduled condition");
     assert_eq!(cond.status, "False");
-    assert!(cond.message.unwrap_or_default().contains("podAntiAffinity"));
+    assert!(cond.message.unwrap_or_default().contains("nodeAffinity"));
     assert_eq!(bound(&pods).await.len(), 3);
     // with the chart's admission policy, nobody but the scheduler changes a
     // decision, through the pod or its status subresource
