@@ -274,7 +274,10 @@ pub fn claim(c: &ResourceClaim) -> Claim {
     }
 }
 
-/// The claims a pod references (none: not a DRA pod).
+/// The claims a pod references (none: not a DRA pod). A template entry
+/// whose `status.resourceClaimStatuses` entry has no claim name needed no
+/// claim (the API's meaning of an unset name): it is left out, not waited
+/// for.
 pub fn pod_claims(p: &Pod) -> Vec<PodClaim> {
     let statuses: BTreeMap<&str, Option<&String>> = p
         .status
@@ -289,12 +292,54 @@ pub fn pod_claims(p: &Pod) -> Vec<PodClaim> {
         .and_then(|s| s.resource_claims.as_ref())
         .into_iter()
         .flatten()
-        .map(|c| PodClaim {
-            entry: c.name.clone(),
-            claim: match &c.resource_claim_name {
+        .filter_map(|c| {
+            let claim = match &c.resource_claim_name {
                 Some(n) => Some(n.clone()),
-                None => statuses.get(c.name.as_str()).and_then(|n| n.cloned()),
-            },
+                None => match statuses.get(c.name.as_str()) {
+                    // generated, or not yet
+                    Some(Some(n)) => Some((*n).clone()),
+                    None => None,
+                    // no claim was needed for this entry
+                    Some(None) => return None,
+                },
+            };
+            Some(PodClaim {
+                entry: c.name.clone(),
+                claim,
+            })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_entries_wait_for_their_claim_unless_none_was_needed() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {"containers": [], "resourceClaims": [
+                {"name": "direct", "resourceClaimName": "c0"},
+                {"name": "made", "resourceClaimTemplateName": "t"},
+                {"name": "later", "resourceClaimTemplateName": "t"},
+                {"name": "unneeded", "resourceClaimTemplateName": "t"}]},
+            "status": {"resourceClaimStatuses": [
+                {"name": "made", "resourceClaimName": "p-made-x1"},
+                {"name": "unneeded"}]}
+        }))
+        .unwrap();
+        let got: Vec<(String, Option<String>)> = pod_claims(&pod)
+            .into_iter()
+            .map(|c| (c.entry, c.claim))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("direct".into(), Some("c0".into())),
+                ("made".into(), Some("p-made-x1".into())),
+                ("later".into(), None),
+            ]
+        );
+    }
 }
