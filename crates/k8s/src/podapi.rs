@@ -70,16 +70,32 @@ pub fn node_term(
 ) -> Result<NodeSelectorTerm, TranslateError> {
     let mut exprs = Vec::new();
     for (j, e) in t.match_expressions.iter().flatten().enumerate() {
-        let Some(operator) = selector_op(&e.operator) else {
-            return Err(err(
-                obj,
-                &format!("{field}.matchExpressions[{j}]"),
-                format!(
-                    "operator {:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist)",
-                    e.operator
-                ),
-            ));
+        let operator = match e.operator.as_str() {
+            "Gt" => NodeSelectorOp::Gt,
+            "Lt" => NodeSelectorOp::Lt,
+            other => selector_op(other).ok_or_else(|| {
+                err(
+                    obj,
+                    &format!("{field}.matchExpressions[{j}]"),
+                    format!(
+                        "operator {other:?} is not supported by gpusched (In, NotIn, Exists, DoesNotExist, Gt, Lt)"
+                    ),
+                )
+            })?,
         };
+        if matches!(operator, NodeSelectorOp::Gt | NodeSelectorOp::Lt) {
+            let values = e.values.as_deref().unwrap_or_default();
+            if values.len() != 1 || values[0].trim().parse::<i64>().is_err() {
+                return Err(err(
+                    obj,
+                    &format!("{field}.matchExpressions[{j}].values"),
+                    format!(
+                        "operator {} needs exactly one integer value, got {values:?}",
+                        e.operator
+                    ),
+                ));
+            }
+        }
         exprs.push(NodeSelectorRequirement {
             key: e.key.clone(),
             operator,

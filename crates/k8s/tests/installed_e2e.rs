@@ -161,15 +161,15 @@ async fn a_tenants_bad_objects_stop_nobody() {
     stuck["metadata"]["labels"] = json!({"gpusched.io/queue": "huge"});
     create(&pods, stuck).await;
     // a pod asking only GPU memory, and one with a constraint not checked yet
-    // (a node selector operator gpusched does not evaluate)
+    // (a node selector term on fields, which gpusched does not evaluate)
     let mut mem = gpu_pod("mem-only", 1);
     mem["spec"]["containers"][0]["resources"]["limits"] =
         json!({"gpusched.io/gpu-memory-mib": "1024"});
     create(&pods, mem).await;
     let mut anti = gpu_pod("anti", 1);
     anti["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "gpusched.io/gpu-count", "operator": "Gt", "values": ["4"]}]}]}}});
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["h100-0"]}]}]}}});
     create(&pods, anti).await;
     let b = wait_for(Duration::from_secs(60), || async {
         let b = bound(&pods).await;
@@ -199,8 +199,8 @@ async fn a_tenants_bad_objects_stop_nobody() {
         .expect("anti told why");
     assert!(
         ev.iter()
-            .any(|e| e.contains("nodeSelectorTerms[0].matchExpressions[0]")
-                && e.contains("operator \"Gt\" is not supported by gpusched")),
+            .any(|e| e.contains("nodeSelectorTerms[0].matchFields")
+                && e.contains("matchFields is not supported by gpusched")),
         "{ev:?}"
     );
     let p = pods.get("anti").await.unwrap();

@@ -480,14 +480,27 @@ fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, e]}}})
     };
     v["spec"]["affinity"] = term(json!({"matchExpressions": [
-        {"key": "gpus", "operator": "Gt", "values": ["4"]}]}));
+        {"key": "gpus", "operator": "Foo", "values": ["4"]}]}));
     let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
         panic!("accepted")
     };
     assert!(
-        error.contains("nodeSelectorTerms[1].matchExpressions[0]") && error.contains("\"Gt\""),
+        error.contains("nodeSelectorTerms[1].matchExpressions[0]") && error.contains("\"Foo\""),
         "{error}"
     );
+    // Gt and Lt need exactly one integer
+    for bad in [json!(["4", "5"]), json!(["four"]), json!([])] {
+        v["spec"]["affinity"] = term(json!({"matchExpressions": [
+            {"key": "gpus", "operator": "Gt", "values": bad}]}));
+        let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
+            panic!("accepted {bad}")
+        };
+        assert!(
+            error.contains("nodeSelectorTerms[1].matchExpressions[0].values")
+                && error.contains("exactly one integer"),
+            "{error}"
+        );
+    }
     v["spec"]["affinity"] = term(json!({"matchFields": [
         {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}));
     let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
@@ -498,12 +511,21 @@ fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
         "{error}"
     );
     // the supported ones translate
-    v["spec"]["affinity"] = term(json!({"matchExpressions": [
-        {"key": "zone", "operator": "NotIn", "values": ["b"]}]}));
-    assert!(
-        matches!(translate::pod(&pod(v)).kind, PodKind::Pending { .. }),
-        "NotIn refused"
-    );
+    for (op, values) in [
+        ("NotIn", json!(["b"])),
+        ("Gt", json!(["4"])),
+        ("Lt", json!(["-2"])),
+    ] {
+        v["spec"]["affinity"] = term(json!({"matchExpressions": [
+            {"key": "zone", "operator": op, "values": values}]}));
+        assert!(
+            matches!(
+                translate::pod(&pod(v.clone())).kind,
+                PodKind::Pending { .. }
+            ),
+            "{op} refused"
+        );
+    }
 }
 
 #[test]

@@ -61,6 +61,13 @@ pub enum NodeSelectorOp {
     Exists,
     /// The label is absent.
     DoesNotExist,
+    /// Node selectors only: the label's value, read as an integer, is
+    /// greater than the one value (a missing or non-integer label does not
+    /// match), as Kubernetes defines `Gt`.
+    Gt,
+    /// Node selectors only: the label's value, read as an integer, is less
+    /// than the one value.
+    Lt,
 }
 
 /// One requirement of a node selector term (`matchExpressions` entry).
@@ -84,7 +91,65 @@ impl NodeSelectorRequirement {
             NodeSelectorOp::NotIn => !v.is_some_and(|v| self.values.iter().any(|x| x == v)),
             NodeSelectorOp::Exists => v.is_some(),
             NodeSelectorOp::DoesNotExist => v.is_none(),
+            NodeSelectorOp::Gt | NodeSelectorOp::Lt => {
+                let int = |x: &String| x.trim().parse::<i64>().ok();
+                let (Some(v), Some(bound)) = (v.and_then(int), self.values.first().and_then(int))
+                else {
+                    return false;
+                };
+                if self.operator == NodeSelectorOp::Gt {
+                    v > bound
+                } else {
+                    v < bound
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod node_selector_tests {
+    use super::*;
+
+    #[test]
+    fn gt_and_lt_compare_integer_labels_and_refuse_the_rest() {
+        let req = |op, v: &str| NodeSelectorRequirement {
+            key: "nvidia.com/gpu.memory".into(),
+            operator: op,
+            values: vec![v.into()],
+        };
+        let node = |v: Option<&str>| -> BTreeMap<String, String> {
+            v.map(|v| ("nvidia.com/gpu.memory".to_string(), v.to_string()))
+                .into_iter()
+                .collect()
+        };
+        let big = node(Some("81559"));
+        let small = node(Some("40960"));
+        assert!(req(NodeSelectorOp::Gt, "40960").matches(&big));
+        assert!(
+            !req(NodeSelectorOp::Gt, "40960").matches(&small),
+            "equal is not greater"
+        );
+        assert!(req(NodeSelectorOp::Lt, "81559").matches(&small));
+        assert!(
+            !req(NodeSelectorOp::Lt, "81559").matches(&big),
+            "equal is not less"
+        );
+        assert!(req(NodeSelectorOp::Gt, "-1").matches(&node(Some("0"))));
+        for missing in [node(None), node(Some("80GiB")), node(Some(""))] {
+            assert!(
+                !req(NodeSelectorOp::Gt, "0").matches(&missing),
+                "{missing:?}"
+            );
+            assert!(
+                !req(NodeSelectorOp::Lt, "999999").matches(&missing),
+                "{missing:?}"
+            );
+        }
+        assert!(
+            !req(NodeSelectorOp::Gt, "x").matches(&big),
+            "a bound that is not an integer"
+        );
     }
 }
 

@@ -24,7 +24,7 @@ impl Filter for NodeUnschedulable {
 }
 
 /// `nodeSelector` and required node affinity (terms ORed, expressions
-/// ANDed; In, NotIn, Exists, DoesNotExist).
+/// ANDed; In, NotIn, Exists, DoesNotExist, Gt, Lt).
 #[derive(Debug, Default)]
 pub struct NodeAffinity;
 
