@@ -418,9 +418,9 @@ pub fn resolve(
         }
         let class_name = claim_class(c);
         let class = vols.classes.get(&class_name);
-        let delayed = class
-            .is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
-        if class_name.is_empty() || !delayed {
+        let delayed =
+            class.filter(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        let Some(sc) = delayed.filter(|_| !class_name.is_empty()) else {
             if !class_name.is_empty() && class.is_none() {
                 needs.push(blocked(format!(
                     "storageclass.storage.k8s.io \"{class_name}\" not found (persistentvolumeclaim \"{}\")",
@@ -433,8 +433,7 @@ pub fn resolve(
                 )));
             }
             continue;
-        }
-        let sc = class.expect("delayed implies a class");
+        };
         // candidates: matching volumes not reserved for another claim;
         // pre-bound first, then the smallest, then by name
         let mut cands: Vec<(bool, i128, &str, Vec<NodeSelectorTerm>)> = Vec::new();
