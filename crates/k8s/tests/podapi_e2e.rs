@@ -26,13 +26,13 @@ const HOST: &str = "kubernetes.io/hostname";
 const ZONE: &str = "topology.kubernetes.io/zone";
 
 const NODES: &str = "nodes:
-  - {name: n1, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a},
+  - {name: n1, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a, gen: \"3\"},
      gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
-  - {name: n2, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a},
+  - {name: n2, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: a, gen: \"4\"},
      gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
-  - {name: n3, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: b},
+  - {name: n3, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: b, gen: \"4\"},
      gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
-  - {name: n4, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: c},
+  - {name: n4, count: 1, cpu: \"64\", memory: 512Gi, labels: {topology.kubernetes.io/zone: c, gen: \"5\"},
      gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}
 ";
 
@@ -391,6 +391,32 @@ async fn the_issue_table_reads_honoured() {
     let o = compare(&e, "preferred node affinity", &pods).await;
     assert_eq!(o.kube["picky"].as_deref(), Some("n4"));
     assert_eq!(o.ours["picky"].as_deref(), Some("n4"));
+
+    // required node affinity with Gt and Lt on an integer label (gen 3/4/4/5):
+    // only n2 and n3 have 3 < gen < 5; three 8-GPU pods, the third pending
+    let pods: Vec<Value> = (0..3)
+        .map(|i| {
+            spec_pod(
+                &format!("gen-{i}"),
+                8,
+                json!({}),
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "gen", "operator": "Gt", "values": ["3"]},
+                        {"key": "gen", "operator": "Lt", "values": ["5"]}]}]}}}}),
+            )
+        })
+        .collect();
+    let o = compare(&e, "node affinity Gt/Lt", &pods).await;
+    assert_eq!((Outcome::bound(&o.kube), Outcome::bound(&o.ours)), (2, 2));
+    for p in [&o.kube, &o.ours] {
+        let on: BTreeSet<String> = p.values().flatten().cloned().collect();
+        assert_eq!(
+            on,
+            BTreeSet::from(["n2".to_string(), "n3".to_string()]),
+            "{p:?}"
+        );
+    }
 
     // hostPort 8080, two pods pinned to one node: the second pending
     let pods: Vec<Value> = (0..2)

@@ -589,7 +589,7 @@ async fn train_jobs_start_whole_or_not_at_all_through_their_jobsets() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "needs the e2e control plane and the workload controllers: e2e/run"]
-async fn a_lost_leader_worker_member_recreates_its_group_as_a_whole_gang() {
+async fn a_restarted_leader_worker_member_recreates_its_group_as_a_whole_gang() {
     let c = Cluster::up().await;
     let mut kcm = kube_controller_manager(&c);
     let mut ctl = workload_controller(&c, Kind::Lws).await;
@@ -610,14 +610,27 @@ async fn a_lost_leader_worker_member_recreates_its_group_as_a_whole_gang() {
         .into_iter()
         .map(|(n, p)| (n, p.metadata.uid.unwrap()))
         .collect();
-    // a worker is lost: the controller deletes the leader, and the whole
-    // group is made again — placed whole, every member new
+    // a worker's container restarts (what the kubelet reports after a
+    // crash): the controller deletes the leader, and the whole group is
+    // made again — placed whole, every member new
     let worker = before
         .keys()
         .find(|n| n.matches('-').count() >= 2)
         .expect("a worker pod (name <set>-<group>-<index>)")
         .clone();
-    pods.delete(&worker, &Default::default()).await.unwrap();
+    let mut status = pods.get_status(&worker).await.unwrap().status.unwrap();
+    for cs in status.container_statuses.iter_mut().flatten() {
+        cs.restart_count = 1;
+    }
+    pods.patch_status(
+        &worker,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"status": {"containerStatuses": status.container_statuses}}),
+        ),
+    )
+    .await
+    .unwrap();
     let all_new = wait_for(Duration::from_secs(120), || async {
         let now = bound(&pods).await;
         let fresh = now
