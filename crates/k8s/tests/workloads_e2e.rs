@@ -72,12 +72,8 @@ async fn workload_controller(c: &Cluster, kind: Kind) -> Proc {
         .collect();
     install_crds(&c.client, &crd_files).await;
     // serving certificate
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let certs = dir.join(format!("{comp}-certs"));
-    std::fs::create_dir_all(&certs).unwrap();
-    let pem = cert.cert.pem();
-    std::fs::write(certs.join("tls.crt"), &pem).unwrap();
-    std::fs::write(certs.join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    let pem = loopback_serving_cert(&certs);
     let port = free_port();
     let probe = free_port();
     let config = dir.join(format!("{comp}-config.yaml"));
@@ -480,11 +476,7 @@ async fn trainer(c: &Cluster) -> Proc {
         .map(|e| e.unwrap().path())
         .collect();
     install_crds(&c.client, &crd_files).await;
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let certs = Path::new("/tmp/k8s-webhook-server/serving-certs");
-    std::fs::create_dir_all(certs).unwrap();
-    std::fs::write(certs.join("tls.crt"), cert.cert.pem()).unwrap();
-    std::fs::write(certs.join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    loopback_serving_cert(Path::new("/tmp/k8s-webhook-server/serving-certs"));
     let dir = c.dir.path();
     let probe = free_port();
     let config = dir.join("trainer-config.yaml");

@@ -200,6 +200,18 @@ pub async fn until_ready(p: &mut Proc, probe: u16, secs: u64) {
     }
 }
 
+/// Writes a self-signed serving certificate for 127.0.0.1 (`tls.crt`,
+/// `tls.key`) into `dir` for a controller's loopback webhook server;
+/// returns the certificate's PEM (the webhook configurations' caBundle).
+pub fn loopback_serving_cert(dir: &Path) -> String {
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let pem = cert.cert.pem();
+    std::fs::write(dir.join("tls.crt"), &pem).unwrap();
+    std::fs::write(dir.join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    pem
+}
+
 /// Whether `GET /readyz` on the probe port answers 200.
 pub fn ready(port: u16) -> bool {
     use std::io::{Read, Write};
