@@ -19,8 +19,6 @@ use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const NODES: &str = "nodes:
@@ -29,54 +27,6 @@ const NODES: &str = "nodes:
     cpu: \"64\"
     memory: 512Gi
 ";
-
-/// kube-controller-manager with only the resourceclaim controller; killed
-/// when dropped.
-struct Kcm(Child);
-
-impl Drop for Kcm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn kcm(c: &Cluster) -> Kcm {
-    let out = Command::new(repo_root().join("e2e/cluster/paths"))
-        .output()
-        .expect("e2e/cluster/paths");
-    let bin = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("GPUSCHED_E2E_KUBE_CONTROLLER_MANAGER_BIN="))
-        .expect("kube-controller-manager built (e2e/cluster/build)")
-        .to_string();
-    let kc = c.kubeconfig().display().to_string();
-    let dir: &Path = c.dir.path();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let log = std::fs::File::create(dir.join("kube-controller-manager.log")).unwrap();
-    let child = Command::new(&bin)
-        .args([
-            format!("--kubeconfig={kc}"),
-            format!("--authentication-kubeconfig={kc}"),
-            format!("--authorization-kubeconfig={kc}"),
-            "--leader-elect=false".into(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            format!("--cert-dir={}", dir.join("kcm-certs").display()),
-            "--controllers=resourceclaim-controller".into(),
-            "--use-service-account-credentials=false".into(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
-    Kcm(child)
-}
 
 /// The slice gpusched's agent publishes for a node: 8 GPUs, NVLink
 /// domains of 4; `tainted`: GPU indices with an XID taint.
@@ -199,7 +149,7 @@ fn scheduled_reason(p: &Pod) -> Option<(String, String)> {
 #[ignore = "needs the e2e control plane (e2e/run)"]
 async fn claims_are_allocated_reserved_and_never_double_booked() {
     let c = Cluster::up().await;
-    let _kcm = kcm(&c);
+    let _kcm = controllers::kube_controller_manager_with(&c, "resourceclaim-controller");
     let nodes = c.nodes_from_yaml(NODES).await;
     let client = c.client.clone();
     let classes: Api<DeviceClass> = Api::all(client.clone());

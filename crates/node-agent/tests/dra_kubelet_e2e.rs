@@ -17,9 +17,12 @@
 #[path = "../../k8s/tests/common/mod.rs"]
 mod k8s;
 
+use gpusched_model::dra;
 use k8s::{Cluster, wait_for};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -278,6 +281,31 @@ async fn allocate_and_bind(c: &Cluster, claim: &str, pool: &str, devices: &[&str
         .unwrap_or_else(|e| panic!("binding pod {name}: {e}"));
 }
 
+/// The node's ResourceSlice once the agent has published its 4 GPUs and
+/// the slice is owned by the Node (a slice published before the kubelet
+/// registered the Node is written again with its owner).
+async fn published_slice(c: &Cluster, n: &RealNode) -> ResourceSlice {
+    let slices: Api<ResourceSlice> = Api::all(c.client.clone());
+    let slice_name = format!("{NODE}-{DRIVER}");
+    wait_for(Duration::from_secs(60), || async {
+        let s = slices.get_opt(&slice_name).await.ok()??;
+        let owned = s
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.name == NODE);
+        (s.spec.devices.as_ref()?.len() == 4 && owned).then_some(s)
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "no ResourceSlice {slice_name} with 4 devices, owned by the Node\n{}",
+            n.logs()
+        )
+    })
+}
+
 fn phase(p: &Pod) -> String {
     p.status
         .as_ref()
@@ -295,25 +323,7 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     // kubelet wipes the node's slices at its start).
     let slices: Api<ResourceSlice> = Api::all(c.client.clone());
     let slice_name = format!("{NODE}-{DRIVER}");
-    let s = wait_for(Duration::from_secs(60), || async {
-        let s = slices.get_opt(&slice_name).await.ok()??;
-        // (owned by the Node: a slice published before the kubelet
-        // registered the Node is written again with its owner)
-        let owned = s
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Node" && o.name == NODE);
-        (s.spec.devices.as_ref()?.len() == 4 && owned).then_some(s)
-    })
-    .await
-    .unwrap_or_else(|| {
-        panic!(
-            "no ResourceSlice {slice_name} with 4 devices, owned by the Node\n{}",
-            n.logs()
-        )
-    });
+    let s = published_slice(&c, &n).await;
     assert_eq!(s.spec.driver, DRIVER);
     assert_eq!(s.spec.pool.name, NODE);
     let devs = s.spec.devices.unwrap();
@@ -466,4 +476,242 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     })
     .await
     .unwrap_or_else(|| panic!("claim two never unprepared\n{}", n.logs()));
+}
+
+/// A pod of gpusched's whose container `main` uses the claims named in
+/// `claims` (`(name in the pod, Ok(claim) | Err(template))`).
+fn scheduled_pod(name: &str, claims: &[(&str, Result<&str, &str>)]) -> Value {
+    let pod_claims: Vec<Value> = claims
+        .iter()
+        .map(|(n, src)| match src {
+            Ok(c) => json!({"name": n, "resourceClaimName": c}),
+            Err(t) => json!({"name": n, "resourceClaimTemplateName": t}),
+        })
+        .collect();
+    let uses: Vec<Value> = claims.iter().map(|(n, _)| json!({"name": n})).collect();
+    json!({"metadata": {"name": name, "namespace": NS},
+        "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 1,
+            "resourceClaims": pod_claims,
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10",
+                 "resources": {"claims": uses, "requests": {"cpu": "100m"}}}]}})
+}
+
+/// The claim behind the pod's claim entry `entry` (a template's claim is
+/// named in the pod's status by kube-controller-manager).
+async fn claim_of(c: &Cluster, pod: &str, entry: &str) -> Option<ResourceClaim> {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let p = pods.get(pod).await.ok()?;
+    let direct = p
+        .spec
+        .as_ref()?
+        .resource_claims
+        .iter()
+        .flatten()
+        .find(|r| r.name == entry)?
+        .resource_claim_name
+        .clone();
+    let name = match direct {
+        Some(n) => n,
+        None => {
+            p.status?
+                .resource_claim_statuses?
+                .into_iter()
+                .find(|s| s.name == entry)?
+                .resource_claim_name?
+        }
+    };
+    let claims: Api<ResourceClaim> = Api::namespaced(c.client.clone(), NS);
+    claims.get(&name).await.ok()
+}
+
+/// The CDI device names of the GPUs allocated to `claim` (its results'
+/// devices, by the UUID the node's slice gives each), sorted.
+fn allocated_cdi(claim: &ResourceClaim, slice: &ResourceSlice) -> Vec<String> {
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.clone())
+        .unwrap_or_default();
+    let mut out: Vec<String> = results
+        .iter()
+        .map(|r| {
+            assert_eq!(r.driver, DRIVER);
+            assert_eq!(r.pool, NODE, "allocated from the node's own pool");
+            let dev = slice
+                .spec
+                .devices
+                .iter()
+                .flatten()
+                .find(|d| d.name == r.device)
+                .unwrap_or_else(|| panic!("allocated device {} not in the slice", r.device));
+            let uuid = dev.attributes.as_ref().unwrap()[dra::ATTR_UUID]
+                .string
+                .clone()
+                .unwrap();
+            format!("k8s.gpu.gpusched.io/gpu={uuid}")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn running(c: &Cluster, n: &RealNode, name: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let ran = wait_for(Duration::from_secs(90), || async {
+        let p = pods.get(name).await.ok()?;
+        (phase(&p) == "Running").then_some(p)
+    })
+    .await;
+    match ran {
+        Some(p) => p,
+        None => {
+            let status = pods
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|p| p.status);
+            panic!("pod {name} never ran: {status:?}\n{}", n.logs())
+        }
+    }
+}
+
+/// gpusched's scheduler (in-process, the chart's flags) allocates the
+/// claims — from a template with a `matchAttribute` constraint, a claim
+/// shared by two pods, one that must wait for devices to be freed — and
+/// the real kubelet prepares them through the agent's DRA service: every
+/// container's CDI devices are exactly the devices gpusched allocated, and
+/// no GPU is in two claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane and a real kubelet (root): e2e/run"]
+async fn claims_gpusched_allocates_run_on_a_real_kubelet_with_exactly_those_gpus() {
+    let c = Cluster::up().await;
+    // claims from templates, and reservations of deleted pods released
+    let _kcm = k8s::controllers::kube_controller_manager_with(&c, "resourceclaim-controller");
+    let n = RealNode::up(&c);
+    let slice = published_slice(&c, &n).await;
+    let classes: Api<DeviceClass> = Api::all(c.client.clone());
+    let class: DeviceClass = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": dra::DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}}))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(c.client.clone(), NS);
+    let pair: ResourceClaimTemplate = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "pair", "namespace": NS},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": dra::DEVICE_CLASS, "count": 2}}],
+            "constraints": [{"matchAttribute": format!("{DRIVER}/{}", dra::ATTR_NVLINK_DOMAIN)}]}}}}))
+    .unwrap();
+    templates
+        .create(&PostParams::default(), &pair)
+        .await
+        .unwrap();
+    let claims: Api<ResourceClaim> = Api::namespaced(c.client.clone(), NS);
+    let shared: ResourceClaim = serde_json::from_value(claim_spec("shared", 1)).unwrap();
+    claims
+        .create(&PostParams::default(), &shared)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let _s = c.scheduler(k8s::opts()).await;
+
+    // a pod with a claim from the template: 2 GPUs, both in one NVLink domain
+    let trainer =
+        serde_json::from_value(scheduled_pod("trainer", &[("gpus", Err("pair"))])).unwrap();
+    pods.create(&PostParams::default(), &trainer).await.unwrap();
+    let t = running(&c, &n, "trainer").await;
+    let t_claim = claim_of(&c, "trainer", "gpus")
+        .await
+        .expect("trainer's claim");
+    let t_gpus = allocated_cdi(&t_claim, &slice);
+    assert_eq!(t_gpus.len(), 2, "{t_claim:?}");
+    assert_eq!(
+        n.cdi_devices(t.metadata.uid.as_deref().unwrap(), "main"),
+        Some(t_gpus.clone()),
+        "the container's CDI devices are the GPUs gpusched allocated\n{}",
+        n.logs()
+    );
+
+    // one claim, two pods: allocated once, reserved for both, the same GPU
+    // in both containers
+    for name in ["reader-a", "reader-b"] {
+        let p = serde_json::from_value(scheduled_pod(name, &[("gpu", Ok("shared"))])).unwrap();
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let a = running(&c, &n, "reader-a").await;
+    let b = running(&c, &n, "reader-b").await;
+    let sh = claims.get("shared").await.unwrap();
+    let sh_gpus = allocated_cdi(&sh, &slice);
+    assert_eq!(sh_gpus.len(), 1);
+    assert_eq!(
+        sh.status
+            .as_ref()
+            .unwrap()
+            .reserved_for
+            .as_ref()
+            .map(Vec::len),
+        Some(2),
+        "{sh:?}"
+    );
+    for p in [&a, &b] {
+        assert_eq!(
+            n.cdi_devices(p.metadata.uid.as_deref().unwrap(), "main"),
+            Some(sh_gpus.clone()),
+            "{}",
+            n.logs()
+        );
+    }
+    assert!(!t_gpus.contains(&sh_gpus[0]), "a GPU in two claims");
+
+    // 2 more GPUs in one NVLink domain: 1 is free, so the pod waits,
+    // unbound, with a reason; when the trainer goes, its GPUs are given
+    // again and the pod runs on exactly what it was allocated
+    let late = serde_json::from_value(scheduled_pod("late", &[("gpus", Err("pair"))])).unwrap();
+    pods.create(&PostParams::default(), &late).await.unwrap();
+    let why = wait_for(Duration::from_secs(30), || async {
+        let p = pods.get("late").await.ok()?;
+        let cond = p
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+        Some((cond.reason?, cond.message.unwrap_or_default()))
+    })
+    .await
+    .expect("late pending with a PodScheduled reason");
+    eprintln!("late pending: {why:?}");
+    assert!(
+        pods.get("late")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .node_name
+            .is_none(),
+        "bound without devices"
+    );
+    pods.delete("trainer", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let l = running(&c, &n, "late").await;
+    let l_claim = claim_of(&c, "late", "gpus").await.expect("late's claim");
+    let l_gpus = allocated_cdi(&l_claim, &slice);
+    assert_eq!(l_gpus.len(), 2);
+    assert!(!l_gpus.contains(&sh_gpus[0]), "a GPU in two claims");
+    assert_eq!(
+        n.cdi_devices(l.metadata.uid.as_deref().unwrap(), "main"),
+        Some(l_gpus),
+        "{}",
+        n.logs()
+    );
 }
