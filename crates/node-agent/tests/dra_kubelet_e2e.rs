@@ -8,7 +8,14 @@
 //! are exactly the allocated GPUs; a claim allocated on another node's pool
 //! fails to prepare with the agent's error in the pod's events; the agent
 //! restarts without losing what it prepared, and deleting the pod
-//! unprepares it.
+//! unprepares it. Then the whole path: gpusched's scheduler allocates the
+//! claims (a template with `matchAttribute`, a shared claim, a pod waiting
+//! for freed devices) and the kubelet prepares exactly those GPUs.
+//!
+//! The agent runs as the chart installs it in DRA mode (`helm template
+//! --set agent.mode=dra`): its ServiceAccount (a token bound to a pod on the
+//! node), ClusterRole, the admission policy limiting it to its own node's
+//! ResourceSlice, and the chart's DeviceClass.
 //!
 //! Needs root (the kubelet runs in a private mount namespace) and the
 //! binaries of `e2e/cluster/build`; run by `e2e/run`.
@@ -20,9 +27,7 @@ mod k8s;
 use gpusched_model::dra;
 use k8s::{Cluster, wait_for};
 use k8s_openapi::api::core::v1::{Event, Pod};
-use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
-};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -72,7 +77,7 @@ struct RealNode {
 }
 
 impl RealNode {
-    fn up(c: &Cluster) -> RealNode {
+    async fn up(c: &Cluster) -> RealNode {
         // (short path: unix socket paths are limited to 108 bytes)
         let dir = tempfile::Builder::new()
             .prefix("gpusched-dra-")
@@ -90,11 +95,56 @@ impl RealNode {
         let node_file = dir.path().join("node.yaml");
         std::fs::write(&node_file, node_yaml()).unwrap();
         std::fs::write(dir.path().join("control"), "").unwrap();
+        // What the chart installs for the agent in DRA mode (helm template
+        // --set agent.mode=dra): its ServiceAccount and RBAC, the admission
+        // policy that keeps it to its own node's slice, the DeviceClass.
+        let docs = k8s::chart_docs_with(&["agent.mode=dra"]);
+        c.install_docs(
+            &docs,
+            &[
+                ("ServiceAccount", "gpusched-agent"),
+                ("ClusterRole", "gpusched-agent"),
+                ("ClusterRoleBinding", "gpusched-agent"),
+                ("ValidatingAdmissionPolicy", "gpusched-agent-own-slice"),
+                (
+                    "ValidatingAdmissionPolicyBinding",
+                    "gpusched-agent-own-slice",
+                ),
+                ("DeviceClass", dra::DEVICE_CLASS),
+            ],
+        )
+        .await;
+        // The DaemonSet's pod on this node (its ServiceAccount): the agent
+        // runs as a process here with a token bound to that pod, so it
+        // carries the node's name as a DaemonSet pod's token does.
+        let ds = docs
+            .iter()
+            .find(|d| d["kind"] == "DaemonSet" && d["metadata"]["name"] == "gpusched-agent")
+            .expect("the chart has the agent DaemonSet");
+        let args = ds["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains("--mode=dra"), "{args}");
+        let t = &ds["spec"]["template"];
+        let pods: Api<Pod> = Api::namespaced(c.client.clone(), k8s::CHART_NAMESPACE);
+        let agent_pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("gpusched-agent-{NODE}"),
+                "labels": t["metadata"]["labels"]},
+            "spec": {"nodeName": NODE,
+                "serviceAccountName": t["spec"]["serviceAccountName"],
+                "priorityClassName": t["spec"]["priorityClassName"],
+                "containers": [{"name": "agent",
+                    "image": t["spec"]["containers"][0]["image"]}]}}))
+        .unwrap();
+        let agent_pod = pods
+            .create(&PostParams::default(), &agent_pod)
+            .await
+            .unwrap();
+        let kubeconfig = dir.path().join("agent.kubeconfig");
+        k8s::write_token_kubeconfig(c, "gpusched-agent", &agent_pod, &kubeconfig).await;
         let mut n = RealNode {
             dir,
             env,
             node_file,
-            kubeconfig: c.kubeconfig(),
+            kubeconfig,
             agent: None,
             starts: 0,
         };
@@ -317,7 +367,7 @@ fn phase(p: &Pod) -> String {
 #[ignore = "needs the e2e control plane and a real kubelet (root): e2e/run"]
 async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     let c = Cluster::up().await;
-    let mut n = RealNode::up(&c);
+    let mut n = RealNode::up(&c).await;
 
     // The agent registers and publishes the node's slice (again after the
     // kubelet wipes the node's slices at its start).
@@ -591,18 +641,8 @@ async fn claims_gpusched_allocates_run_on_a_real_kubelet_with_exactly_those_gpus
     let c = Cluster::up().await;
     // claims from templates, and reservations of deleted pods released
     let _kcm = k8s::controllers::kube_controller_manager_with(&c, "resourceclaim-controller");
-    let n = RealNode::up(&c);
+    let n = RealNode::up(&c).await;
     let slice = published_slice(&c, &n).await;
-    let classes: Api<DeviceClass> = Api::all(c.client.clone());
-    let class: DeviceClass = serde_json::from_value(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-        "metadata": {"name": dra::DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}}))
-    .unwrap();
-    classes
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
     let templates: Api<ResourceClaimTemplate> = Api::namespaced(c.client.clone(), NS);
     let pair: ResourceClaimTemplate = serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",

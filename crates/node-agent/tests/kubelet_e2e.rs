@@ -24,7 +24,7 @@ use gpusched_model::protocol::{ANNOTATION_NODE_ALLOCATIONS, NodeAllocations};
 use k8s::{Cluster, create, decision, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -153,7 +153,7 @@ impl RealNode {
         )
         .await;
         let agent_kubeconfig = dir.path().join("agent.kubeconfig");
-        write_token_kubeconfig(c, "gpusched-agent", &agent_pod, &agent_kubeconfig).await;
+        k8s::write_token_kubeconfig(c, "gpusched-agent", &agent_pod, &agent_kubeconfig).await;
         let mut n = RealNode {
             dir,
             env,
@@ -305,34 +305,6 @@ impl Drop for RealNode {
             .args(["down", self.kdir()])
             .output();
     }
-}
-
-/// A kubeconfig with a token of the chart's ServiceAccount `sa`, bound to
-/// `pod` (so it carries the pod's node, as a DaemonSet pod's token does).
-async fn write_token_kubeconfig(c: &Cluster, sa: &str, pod: &Pod, path: &Path) {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let api: Api<ServiceAccount> = Api::namespaced(c.client.clone(), k8s::CHART_NAMESPACE);
-    let tr: TokenRequest = serde_json::from_value(json!({"spec": {
-        "audiences": null, "expirationSeconds": 4 * 3600,
-        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1",
-            "name": pod.metadata.name, "uid": pod.metadata.uid}}}))
-    .unwrap();
-    let token = api
-        .create_token_request(sa, &PostParams::default(), &tr)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
-    let kc = kube::config::Kubeconfig::read_from(c.kubeconfig()).unwrap();
-    let cluster = kc.clusters[0].cluster.clone().unwrap();
-    let text = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: {sa}}}\ncurrent-context: e2e\n",
-        cluster.server.unwrap(),
-        cluster.certificate_authority_data.unwrap(),
-    );
-    std::fs::write(path, text).unwrap();
 }
 
 /// A pod of ours: `containers` are (name, limits) pairs; `init` the same
