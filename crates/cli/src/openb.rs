@@ -9,9 +9,10 @@ use anyhow::Context;
 use clap::Args;
 use gpusched_plugins::packing::gpusched::GpuschedConfig;
 use gpusched_plugins::packing::{POLICY_NAMES, PackingConfig};
-use gpusched_sim::consolidate_method::{BudgetRow, budget_table};
-use gpusched_sim::fgd_method::{self, FgdMethod, MethodResult, TieBreak};
-use gpusched_sim::variants::{self, Variant};
+use gpusched_sim::eval::MethodResult;
+use gpusched_sim::eval::consolidate_method::{BudgetRow, budget_table};
+use gpusched_sim::eval::fgd_method::{self, FgdMethod, TieBreak};
+use gpusched_sim::eval::variants::{self, Variant};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -83,7 +84,7 @@ pub struct OpenbArgs {
     pub threads: usize,
     /// Consolidation moves allowed per 100 pods placed, one run per value
     /// (`0,1,2,5`): prints the move-budget table instead (every placed pod
-    /// may be moved; see `gpusched_sim::consolidate_method`). 0: off.
+    /// may be moved; see `gpusched_sim::eval::consolidate_method`). 0: off.
     #[arg(
         long,
         help_heading = "FGD evaluation on an openb trace (--openb)",
@@ -93,7 +94,7 @@ pub struct OpenbArgs {
     pub move_budget: String,
     /// Run trace variants built from PODS.csv instead of PODS.csv itself:
     /// `all` (the published family: cpu050…multigpu50) or a comma-separated
-    /// list such as `gpushare40,gpuspec10` (gpusched_sim::variants).
+    /// list such as `gpushare40,gpuspec10` (gpusched_sim::eval::variants).
     #[arg(
         long,
         help_heading = "FGD evaluation on an openb trace (--openb)",
@@ -232,7 +233,7 @@ fn published_mean(published: &Published, policy: &str, seeds: &[u64]) -> Option<
     } else {
         matching
     };
-    Some(fgd_method::mean_stdev(use_v).0)
+    Some(gpusched_sim::eval::mean_stdev(use_v).0)
 }
 
 /// Progress over the runs of one invocation (a run: one policy over every

@@ -7,10 +7,9 @@
 //! ([`table::render`]) or a self-contained HTML page ([`report::render`]).
 //! Same scenario, scheduler and seed: same result, byte for byte.
 
-pub mod consolidate_method;
 pub mod engine;
 pub mod error;
-pub mod fgd_method;
+pub mod eval;
 pub mod frag;
 pub mod load;
 pub mod metrics;
@@ -19,7 +18,6 @@ pub mod replay;
 pub mod report;
 pub mod sched;
 pub mod table;
-pub mod variants;
 pub mod workload;
 
 pub use engine::{Hooks, NoHooks, run};

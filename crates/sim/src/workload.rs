@@ -507,18 +507,139 @@ impl Ctx<'_> {
     }
 }
 
+/// A job's gang: its minimum members, topology and schedule timeout.
+type GangShape = (u32, Option<TopologyConstraint>, Option<u64>);
+
+/// A job's first arrival, gap, and run time range `(min, max)` in ms,
+/// checked; `f` names a field of the job.
+fn job_times(
+    ctx: &Ctx<'_>,
+    j: &JobSpec,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(u64, u64, u64, Option<u64>), LoadError> {
+    let first = ctx.opt_dur(&j.arrival, &f("arrival"))?.unwrap_or(0);
+    let every = ctx.opt_dur(&j.every, &f("every"))?.unwrap_or(0);
+    let dmin = ctx.dur(&j.duration, f("duration"))?;
+    let dmax = ctx.opt_dur(&j.duration_max, &f("duration_max"))?;
+    if let (Some(d), Some(v)) = (dmax, &j.duration_max)
+        && d < dmin
+    {
+        return Err(ctx.err(v, f("duration_max"), "must not be less than `duration`"));
+    }
+    if dmin == 0 {
+        return Err(ctx.err(&j.duration, f("duration"), "must be positive"));
+    }
+    Ok((first, every, dmin, dmax))
+}
+
+/// The pod template every instance of job `j` copies, and its gang;
+/// `f` names a field of the job.
+fn job_template(
+    ctx: &Ctx<'_>,
+    j: &JobSpec,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(Pod, Option<GangShape>), LoadError> {
+    // requests: limits = requests (extended resources need limits)
+    let mut cr = ContainerResources {
+        name: j.name.value.clone(),
+        ..Default::default()
+    };
+    for (k, v) in &j.requests {
+        cr.requests.insert(k.clone(), v.value.clone());
+        cr.limits.insert(k.clone(), v.value.clone());
+    }
+    let (requests, gpu) = pod_resources(&[cr]).map_err(|e| {
+        // name the first resource the error mentions, else the map
+        let (field, at) = j
+            .requests
+            .iter()
+            .find(|(k, _)| e.to_string().contains(&format!("{k:?}")))
+            .map(|(k, v)| (f(&format!("requests.{k}")), v))
+            .unwrap_or_else(|| (f("requests"), j.requests.values().next().unwrap_or(&j.name)));
+        ctx.err(at, field, e.to_string())
+    })?;
+    let mut template = Pod::new(j.name.value.clone(), j.queue.value.clone());
+    template.priority = j.priority;
+    template.requests = requests;
+    template.gpu = gpu;
+    template.gpu_models = j.gpu_models.clone();
+    template.min_gpu_memory_mib = match &j.min_gpu_memory {
+        Some(v) => gpusched_model::quantity::parse_mib(&v.value)
+            .map_err(|e| ctx.err(v, f("min_gpu_memory"), e.to_string()))?,
+        None => 0,
+    };
+    template.node_selector = j.node_selector.clone();
+    template.tolerations = j.tolerations.clone();
+    template.preemptible = j.preemptible;
+    let gang = match &j.gang {
+        Some(g) => {
+            let mm = g
+                .min_member
+                .as_ref()
+                .map(|m| m.value)
+                .unwrap_or(j.pods.value);
+            if mm == 0 || mm > j.pods.value {
+                let at = g.min_member.as_ref().unwrap_or(&j.pods);
+                return Err(ctx.err(
+                    at,
+                    f("gang.min_member"),
+                    format!("must be between 1 and pods ({})", j.pods.value),
+                ));
+            }
+            Some((
+                mm,
+                g.topology.map(|level| TopologyConstraint {
+                    level,
+                    required: g.required,
+                }),
+                ctx.opt_dur(&g.timeout, &f("gang.timeout"))?,
+            ))
+        }
+        None => None,
+    };
+    Ok((template, gang))
+}
+
+/// Salt of the workload's random stream (Poisson gaps, run times) on the
+/// run's seed, so it differs from the scheduler's stream of the same seed.
+const WORKLOAD_SALT: u64 = 0x5EED_F0A1;
+
 impl WorkloadFile {
     /// Checks the file against the cluster and expands it into a scenario.
     /// Random parts (Poisson gaps, durations in a range) come from `seed`.
+    /// Each section is checked and expanded in file order (queues, jobs,
+    /// events, settings), so the first error reported is the first in
+    /// that order.
     pub(crate) fn expand(
         &self,
         ctx: &Ctx<'_>,
         nodes: Vec<Node>,
         seed: u64,
     ) -> Result<Scenario, LoadError> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_F0A1);
-        let mut deprecated = Vec::new();
-        let warnings = &mut deprecated;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ WORKLOAD_SALT);
+        let mut warnings = Vec::new();
+        let (queues, qnames) = self.expand_queues(ctx, &mut warnings)?;
+        let jobs = self.expand_jobs(ctx, &qnames, &mut rng)?;
+        let events = self.expand_events(ctx, &nodes)?;
+        let settings = self.expand_settings(ctx)?;
+        Ok(Scenario {
+            name: self.name.clone().unwrap_or_else(|| ctx.file.to_string()),
+            nodes,
+            queues,
+            jobs,
+            events,
+            settings,
+            warnings,
+        })
+    }
+
+    /// `queues`: the queue tree and the set of its names (every parent
+    /// checked against it); deprecated spellings add to `warnings`.
+    fn expand_queues(
+        &self,
+        ctx: &Ctx<'_>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(Vec<Queue>, BTreeSet<String>), LoadError> {
         let mut queues = Vec::new();
         let mut qnames = BTreeSet::new();
         for (i, q) in self.queues.iter().enumerate() {
@@ -594,6 +715,17 @@ impl WorkloadFile {
                 ));
             }
         }
+        Ok((queues, qnames))
+    }
+
+    /// `jobs`: every instance of every job kind, by arrival (ties: file
+    /// order), on queues of `qnames`.
+    fn expand_jobs(
+        &self,
+        ctx: &Ctx<'_>,
+        qnames: &BTreeSet<String>,
+        rng: &mut ChaCha8Rng,
+    ) -> Result<Vec<Job>, LoadError> {
         let mut jobs = Vec::new();
         let mut kinds = BTreeSet::new();
         for (i, j) in self.jobs.iter().enumerate() {
@@ -621,78 +753,8 @@ impl WorkloadFile {
             if j.pods.value == 0 {
                 return Err(ctx.err(&j.pods, f("pods"), "must be at least 1"));
             }
-            let first = ctx.opt_dur(&j.arrival, &f("arrival"))?.unwrap_or(0);
-            let every = ctx.opt_dur(&j.every, &f("every"))?.unwrap_or(0);
-            let dmin = ctx.dur(&j.duration, f("duration"))?;
-            let dmax = ctx.opt_dur(&j.duration_max, &f("duration_max"))?;
-            if let (Some(d), Some(v)) = (dmax, &j.duration_max)
-                && d < dmin
-            {
-                return Err(ctx.err(v, f("duration_max"), "must not be less than `duration`"));
-            }
-            if dmin == 0 {
-                return Err(ctx.err(&j.duration, f("duration"), "must be positive"));
-            }
-            // requests: limits = requests (extended resources need limits)
-            let mut cr = ContainerResources {
-                name: j.name.value.clone(),
-                ..Default::default()
-            };
-            for (k, v) in &j.requests {
-                cr.requests.insert(k.clone(), v.value.clone());
-                cr.limits.insert(k.clone(), v.value.clone());
-            }
-            let (requests, gpu) = pod_resources(&[cr]).map_err(|e| {
-                // name the first resource the error mentions, else the map
-                let (field, at) = j
-                    .requests
-                    .iter()
-                    .find(|(k, _)| e.to_string().contains(&format!("{k:?}")))
-                    .map(|(k, v)| (f(&format!("requests.{k}")), v))
-                    .unwrap_or_else(|| {
-                        (f("requests"), j.requests.values().next().unwrap_or(&j.name))
-                    });
-                ctx.err(at, field, e.to_string())
-            })?;
-            let mut template = Pod::new(j.name.value.clone(), j.queue.value.clone());
-            template.priority = j.priority;
-            template.requests = requests;
-            template.gpu = gpu;
-            template.gpu_models = j.gpu_models.clone();
-            template.min_gpu_memory_mib = match &j.min_gpu_memory {
-                Some(v) => gpusched_model::quantity::parse_mib(&v.value)
-                    .map_err(|e| ctx.err(v, f("min_gpu_memory"), e.to_string()))?,
-                None => 0,
-            };
-            template.node_selector = j.node_selector.clone();
-            template.tolerations = j.tolerations.clone();
-            template.preemptible = j.preemptible;
-            let gang = match &j.gang {
-                Some(g) => {
-                    let mm = g
-                        .min_member
-                        .as_ref()
-                        .map(|m| m.value)
-                        .unwrap_or(j.pods.value);
-                    if mm == 0 || mm > j.pods.value {
-                        let at = g.min_member.as_ref().unwrap_or(&j.pods);
-                        return Err(ctx.err(
-                            at,
-                            f("gang.min_member"),
-                            format!("must be between 1 and pods ({})", j.pods.value),
-                        ));
-                    }
-                    Some((
-                        mm,
-                        g.topology.map(|level| TopologyConstraint {
-                            level,
-                            required: g.required,
-                        }),
-                        ctx.opt_dur(&g.timeout, &f("gang.timeout"))?,
-                    ))
-                }
-                None => None,
-            };
+            let (first, every, dmin, dmax) = job_times(ctx, j, &f)?;
+            let (template, gang) = job_template(ctx, j, &f)?;
             let mut t = first;
             for n in 0..j.count.value {
                 if n > 0 {
@@ -747,7 +809,12 @@ impl WorkloadFile {
         }
         // stable order by arrival (ties: file order)
         jobs.sort_by_key(|j| j.arrival_ms);
+        Ok(jobs)
+    }
 
+    /// `events`: the cluster events on `nodes`, a recovery added for each
+    /// `recover_after`, by time.
+    fn expand_events(&self, ctx: &Ctx<'_>, nodes: &[Node]) -> Result<Vec<ClusterEvent>, LoadError> {
         let node_names: BTreeMap<&str, &Node> =
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let mut events = Vec::new();
@@ -816,6 +883,11 @@ impl WorkloadFile {
         }
         events.sort_by_key(|e| e.at_ms);
 
+        Ok(events)
+    }
+
+    /// `settings`: the defaults with what the file sets.
+    fn expand_settings(&self, ctx: &Ctx<'_>) -> Result<SimSettings, LoadError> {
         let mut settings = SimSettings::default();
         if let Some(s) = &self.settings {
             if let Some(v) = ctx.opt_dur(&s.cycle_interval, "settings.cycle_interval")? {
@@ -845,15 +917,7 @@ impl WorkloadFile {
                 settings.termination_grace_ms = v;
             }
         }
-        Ok(Scenario {
-            name: self.name.clone().unwrap_or_else(|| ctx.file.to_string()),
-            nodes,
-            queues,
-            jobs,
-            events,
-            settings,
-            warnings: std::mem::take(warnings),
-        })
+        Ok(settings)
     }
 }
 

@@ -5,8 +5,8 @@
 use gpusched_core::{ClusterState, GpuAssignment, PackEnv, PodPhase, PodState, Snapshot};
 use gpusched_model::{GpuRequest, Pod};
 use gpusched_plugins::packing::{self, PackerOptions};
-use gpusched_sim::consolidate_method::Mover;
-use gpusched_sim::fgd_method::{self, FgdMethod};
+use gpusched_sim::eval::consolidate_method::Mover;
+use gpusched_sim::eval::fgd_method::{self, FgdMethod};
 use gpusched_sim::openb::{parse_nodes, parse_pods};
 
 fn gpus(name: &str, k: u32) -> Pod {

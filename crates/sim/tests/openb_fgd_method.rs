@@ -3,7 +3,7 @@
 //! Reads `../shared/traces/alibaba-gpu-v2023` next to the workspace; skips
 //! with a notice when the trace is absent. Never copy the trace here.
 
-use gpusched_sim::fgd_method::{self, FgdMethod, MAX_ARRIVED_PCT};
+use gpusched_sim::eval::fgd_method::{self, FgdMethod, MAX_ARRIVED_PCT};
 use gpusched_sim::openb;
 use std::path::PathBuf;
 

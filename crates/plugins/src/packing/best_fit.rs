@@ -7,22 +7,27 @@
 //! capacity wins. Shares go on the best-fit GPU, whole GPUs on the topology
 //! choice.
 
+use super::PolicyName;
 use super::dot_prod::{MAX_SPEC_CPU, MAX_SPEC_GPU};
-use super::util::{WholeChooser, share_best_fit};
-use gpusched_core::{ClusterState, NodeId, Packer, Placement};
-use gpusched_model::Pod;
+use super::scored::ScoredPacker;
+use super::util::share_best_fit;
+use gpusched_core::Packer;
 
 /// Best-fit placement.
-#[derive(Default)]
-pub struct BestFitPacker {
-    whole: WholeChooser,
-}
-
-impl BestFitPacker {
-    /// The policy (stateless).
-    pub fn new() -> Self {
-        Self::default()
-    }
+pub fn packer() -> impl Packer {
+    ScoredPacker::new(
+        PolicyName::BestFit,
+        share_best_fit,
+        |state, pod, node, gpus| {
+            let free = &state.get(node).free;
+            best_fit_score(
+                free.cpu_milli,
+                free.gpu_milli,
+                pod.requests.cpu_milli,
+                gpus.milli(),
+            )
+        },
+    )
 }
 
 /// The reference score (see the module documentation).
@@ -32,37 +37,10 @@ pub fn best_fit_score(cpu_free: u64, gpu_free: u64, cpu_req: u64, gpu_req: u64) 
     ((1.0 - left) * 100.0) as i64
 }
 
-impl Packer for BestFitPacker {
-    fn name(&self) -> &'static str {
-        super::PolicyName::BestFit.as_str()
-    }
-
-    /// `place` reads the pod and the node's state only.
-    fn generation(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
-        let gpus = self
-            .whole
-            .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
-        let free = &state.get(node).free;
-        Some(Placement {
-            score: best_fit_score(
-                free.cpu_milli,
-                free.gpu_milli,
-                pod.requests.cpu_milli,
-                gpus.milli(),
-            )
-            .into(),
-            gpus,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_core::ClusterState;
     use gpusched_core::GpuAssignment;
     use gpusched_testkit::packing::*;
 
@@ -80,7 +58,7 @@ mod tests {
         take(&mut cs, 0, 1, 500, 4000);
         take(&mut cs, 1, 0, 1000, 4000);
         take(&mut cs, 1, 1, 1000, 4000);
-        let p = BestFitPacker::new();
+        let p = packer();
         let (n, pl) = pick(&p, &pod(1000, share(400)), &cs).unwrap();
         assert_eq!(n, 1);
         assert_eq!(

@@ -4,48 +4,25 @@
 //! Shares go on the GPU with the least compute left (best fit); whole GPUs
 //! take the topology choice.
 
+use super::PolicyName;
+use super::scored::ScoredPacker;
 use super::spread::left_score;
-use super::util::{WholeChooser, share_best_fit};
-use gpusched_core::{ClusterState, NodeId, Packer, Placement};
-use gpusched_model::Pod;
+use super::util::share_best_fit;
+use gpusched_core::Packer;
 
 /// Most-allocated placement.
-#[derive(Default)]
-pub struct BinpackPacker {
-    whole: WholeChooser,
-}
-
-impl BinpackPacker {
-    /// The policy (stateless).
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl Packer for BinpackPacker {
-    fn name(&self) -> &'static str {
-        super::PolicyName::Binpack.as_str()
-    }
-
-    /// `place` reads the pod and the node's state only.
-    fn generation(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
-        let gpus = self
-            .whole
-            .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
-        Some(Placement {
-            score: (-left_score(state, pod, node, &gpus)).into(),
-            gpus,
-        })
-    }
+pub fn packer() -> impl Packer {
+    ScoredPacker::new(
+        PolicyName::Binpack,
+        share_best_fit,
+        |state, pod, node, gpus| -left_score(state, pod, node, gpus),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_core::ClusterState;
     use gpusched_core::GpuAssignment;
     use gpusched_model::GpuRequest;
     use gpusched_testkit::packing::*;
@@ -56,7 +33,7 @@ mod tests {
         let mut cs = ClusterState::new(&nodes);
         take(&mut cs, 1, 2, 300, 0);
         take(&mut cs, 1, 3, 600, 0);
-        let p = BinpackPacker::new();
+        let p = packer();
         let (n, pl) = pick(&p, &pod(1000, share(300)), &cs).unwrap();
         assert_eq!(n, 1);
         assert_eq!(

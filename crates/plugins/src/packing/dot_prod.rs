@@ -10,24 +10,29 @@
 //! the best-fit GPU, whole GPUs on the topology choice (the reference uses
 //! best fit too).
 
-use super::util::{WholeChooser, share_best_fit};
-use gpusched_core::{ClusterState, NodeId, Packer, Placement};
-use gpusched_model::Pod;
+use super::PolicyName;
+use super::scored::ScoredPacker;
+use super::util::share_best_fit;
+use gpusched_core::Packer;
 
 pub(crate) const MAX_SPEC_CPU: f64 = 128_000.0;
 pub(crate) const MAX_SPEC_GPU: f64 = 8_000.0;
 
 /// Dot-product (Tetris) placement.
-#[derive(Default)]
-pub struct DotProdPacker {
-    whole: WholeChooser,
-}
-
-impl DotProdPacker {
-    /// The policy (stateless).
-    pub fn new() -> Self {
-        Self::default()
-    }
+pub fn packer() -> impl Packer {
+    ScoredPacker::new(
+        PolicyName::DotProd,
+        share_best_fit,
+        |state, pod, node, gpus| {
+            let free = &state.get(node).free;
+            dot_prod_score(
+                free.cpu_milli,
+                free.gpu_milli,
+                pod.requests.cpu_milli,
+                gpus.milli(),
+            )
+        },
+    )
 }
 
 /// The reference score for free `(cpu, gpu)` and request `(cpu, gpu)`.
@@ -37,37 +42,10 @@ pub fn dot_prod_score(cpu_free: u64, gpu_free: u64, cpu_req: u64, gpu_req: u64) 
     (100.0 * (1.0 - dot / 2.0)) as i64
 }
 
-impl Packer for DotProdPacker {
-    fn name(&self) -> &'static str {
-        super::PolicyName::DotProd.as_str()
-    }
-
-    /// `place` reads the pod and the node's state only.
-    fn generation(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
-        let gpus = self
-            .whole
-            .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
-        let free = &state.get(node).free;
-        Some(Placement {
-            score: dot_prod_score(
-                free.cpu_milli,
-                free.gpu_milli,
-                pod.requests.cpu_milli,
-                gpus.milli(),
-            )
-            .into(),
-            gpus,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpusched_core::ClusterState;
     use gpusched_model::GpuRequest;
     use gpusched_testkit::packing::*;
 
@@ -83,7 +61,7 @@ mod tests {
     fn prefers_the_node_with_less_free_capacity() {
         let nodes = vec![node("big", 8, 96_000, "G2"), node("small", 2, 16_000, "G2")];
         let cs = ClusterState::new(&nodes);
-        let p = DotProdPacker::new();
+        let p = packer();
         let (n, _) = pick(&p, &pod(8000, GpuRequest::Whole(1)), &cs).unwrap();
         assert_eq!(n, 1);
     }

@@ -113,8 +113,6 @@ struct Memo {
     allowed: Vec<Vec<bool>>,
     /// Per model id: is class group i allowed there? (grouped engines)
     allowed_groups: Vec<Vec<bool>>,
-    /// Per model id: total weight of the classes allowed there.
-    allowed_weight: Vec<f64>,
     frag: FxMap<Sig, f64>,
     /// `F` per part of a mixed engine (kept when the mix changes).
     parts: FxMap<Sig, Box<[f64]>>,
@@ -395,14 +393,6 @@ impl FragEngine {
                         .map(|(c, _)| c.allows_model(name))
                         .collect(),
                 );
-                memo.allowed_weight.push(
-                    self.profile
-                        .classes()
-                        .iter()
-                        .filter(|(c, _)| c.gpu_count > 0 && c.allows_model(name))
-                        .map(|(_, w)| w)
-                        .sum(),
-                );
                 memo.allowed_groups
                     .push(self.groups.as_ref().map_or_else(Vec::new, |g| {
                         g.groups
@@ -578,26 +568,6 @@ impl FragEngine {
         }
         memo.frag.insert(*s, f);
         f
-    }
-
-    /// Total weight of the GPU classes of the profile that may use the
-    /// GPUs of `node` (its model): how contested the node's GPUs are.
-    pub fn allowed_weight(&self, state: &ClusterState<'_>, node: NodeId) -> f64 {
-        let Ok(mut memo) = self.memo.lock() else {
-            return 0.0;
-        };
-        let id = self.model_id(&mut memo, state, node);
-        match &self.groups {
-            // a mixed engine's weights change with its coefficients
-            Some(g) if g.coef.len() > 1 => g
-                .groups
-                .iter()
-                .zip(&memo.allowed_groups[id as usize])
-                .filter(|(_, a)| **a)
-                .map(|(gr, _)| gr.total() * g.coef[gr.part])
-                .sum(),
-            _ => memo.allowed_weight[id as usize],
-        }
     }
 
     /// Fragmentation of `node` now (milli-GPU).

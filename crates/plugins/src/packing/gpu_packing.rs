@@ -9,21 +9,19 @@
 //!
 //! CPU-only pods score 0 everywhere (the framework's tie-break decides).
 
-use super::util::{WholeChooser, share_best_fit};
-use gpusched_core::{ClusterState, GpuAssignment, NodeId, Packer, Placement};
-use gpusched_model::{GPU_MILLI, Pod};
+use super::PolicyName;
+use super::scored::ScoredPacker;
+use super::util::share_best_fit;
+use gpusched_core::{ClusterState, GpuAssignment, NodeId, Packer};
+use gpusched_model::GPU_MILLI;
 
 /// GPU packing placement.
-#[derive(Default)]
-pub struct GpuPackingPacker {
-    whole: WholeChooser,
-}
-
-impl GpuPackingPacker {
-    /// The policy (stateless).
-    pub fn new() -> Self {
-        Self::default()
-    }
+pub fn packer() -> impl Packer {
+    ScoredPacker::new(
+        PolicyName::GpuPacking,
+        share_best_fit,
+        |state, _, node, gpus| gpu_packing_score(state, node, gpus),
+    )
 }
 
 /// The reference score of putting `gpus` on `node`.
@@ -52,31 +50,10 @@ pub fn gpu_packing_score(state: &ClusterState<'_>, node: NodeId, gpus: &GpuAssig
     }
 }
 
-impl Packer for GpuPackingPacker {
-    fn name(&self) -> &'static str {
-        super::PolicyName::GpuPacking.as_str()
-    }
-
-    /// `place` reads the pod and the node's state only.
-    fn generation(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
-        let gpus = self
-            .whole
-            .assignment(state, pod, node, || share_best_fit(state, pod, node))?;
-        Some(Placement {
-            score: gpu_packing_score(state, node, &gpus).into(),
-            gpus,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusched_model::GpuRequest;
+    use gpusched_model::{GpuRequest, Pod};
     use gpusched_testkit::packing::*;
 
     #[test]
@@ -89,7 +66,7 @@ mod tests {
         let mut cs = ClusterState::new(&nodes);
         take(&mut cs, 1, 0, 1000, 0);
         take(&mut cs, 2, 3, 500, 0);
-        let p = GpuPackingPacker::new();
+        let p = packer();
         let s = |pd: &Pod, n| p.place(pd, n, &cs).unwrap().score;
         let sh = pod(1000, share(400));
         assert_eq!(s(&sh, 0), 25);

@@ -1,16 +1,18 @@
 //! Packing policies (the [`Packer`] extension point).
 //!
-//! Every policy is its own module and its own deterministic struct:
+//! Every policy is its own module and deterministic. The five stateless
+//! baselines are a score function each on one shared shape
+//! ([`scored::ScoredPacker`]); the others are their own struct:
 //!
-//! | name             | struct                         | idea |
+//! | name             | built by                       | idea |
 //! |------------------|--------------------------------|------|
-//! | `spread`         | [`spread::SpreadPacker`]       | least allocated node, emptiest GPU |
-//! | `binpack`        | [`binpack::BinpackPacker`]     | most allocated node, fullest GPU |
+//! | `spread`         | [`spread::packer`]             | least allocated node, emptiest GPU |
+//! | `binpack`        | [`binpack::packer`]            | most allocated node, fullest GPU |
 //! | `random`         | [`random::RandomPacker`]       | uniform random node (seeded) |
-//! | `dot-prod`       | [`dot_prod::DotProdPacker`]    | Tetris dot product (FGD paper baseline) |
+//! | `dot-prod`       | [`dot_prod::packer`]           | Tetris dot product (FGD paper baseline) |
 //! | `gpu-clustering` | [`gpu_clustering::GpuClusteringPacker`] | keep pods of one GPU shape together |
-//! | `gpu-packing`    | [`gpu_packing::GpuPackingPacker`] | used GPUs, then used nodes, then free nodes |
-//! | `best-fit`       | [`best_fit::BestFitPacker`]    | least CPU+GPU left after placing |
+//! | `gpu-packing`    | [`gpu_packing::packer`]        | used GPUs, then used nodes, then free nodes |
+//! | `best-fit`       | [`best_fit::packer`]           | least CPU+GPU left after placing |
 //! | `fgd`            | [`fgd::FgdPacker`]             | fragmentation gradient descent (Weng et al., ATC '23) |
 //! | `gpusched`       | [`gpusched::GpuschedPacker`]   | our default: exact FGD + best-fit lookahead |
 //!
@@ -34,6 +36,7 @@ pub mod gpu_packing;
 pub mod gpusched;
 pub mod profile;
 pub mod random;
+pub mod scored;
 pub mod spread;
 pub(crate) mod util;
 
@@ -152,13 +155,13 @@ pub struct PackerOptions {
 /// Builds the policy `cfg` names, with its arguments.
 pub fn build(cfg: &PackingConfig, opts: &PackerOptions) -> Box<dyn Packer> {
     match cfg {
-        PackingConfig::Spread {} => Box::new(spread::SpreadPacker::new()),
-        PackingConfig::Binpack {} => Box::new(binpack::BinpackPacker::new()),
+        PackingConfig::Spread {} => Box::new(spread::packer()),
+        PackingConfig::Binpack {} => Box::new(binpack::packer()),
         PackingConfig::Random {} => Box::new(random::RandomPacker::new()),
-        PackingConfig::DotProd {} => Box::new(dot_prod::DotProdPacker::new()),
+        PackingConfig::DotProd {} => Box::new(dot_prod::packer()),
         PackingConfig::GpuClustering {} => Box::new(gpu_clustering::GpuClusteringPacker::new()),
-        PackingConfig::GpuPacking {} => Box::new(gpu_packing::GpuPackingPacker::new()),
-        PackingConfig::BestFit {} => Box::new(best_fit::BestFitPacker::new()),
+        PackingConfig::GpuPacking {} => Box::new(gpu_packing::packer()),
+        PackingConfig::BestFit {} => Box::new(best_fit::packer()),
         PackingConfig::Fgd {} => Box::new(match &opts.profile {
             Some(p) => fgd::FgdPacker::with_profile(p.clone()),
             None => fgd::FgdPacker::new(),

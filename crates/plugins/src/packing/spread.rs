@@ -5,21 +5,15 @@
 //! in parts per million of its allocatable CPU. Shares go on the GPU with
 //! the most compute left (worst fit); whole GPUs take the topology choice.
 
-use super::util::{WholeChooser, cpu_left_after, gpu_left_after, share_worst_fit};
-use gpusched_core::{ClusterState, NodeId, Packer, Placement};
+use super::PolicyName;
+use super::scored::ScoredPacker;
+use super::util::{cpu_left_after, gpu_left_after, share_worst_fit};
+use gpusched_core::{ClusterState, NodeId, Packer};
 use gpusched_model::Pod;
 
 /// Least-allocated placement.
-#[derive(Default)]
-pub struct SpreadPacker {
-    whole: WholeChooser,
-}
-
-impl SpreadPacker {
-    /// The policy (stateless).
-    pub fn new() -> Self {
-        Self::default()
-    }
+pub fn packer() -> impl Packer {
+    ScoredPacker::new(PolicyName::Spread, share_worst_fit, left_score)
 }
 
 /// `gpu_left · 10⁶ + cpu_left_ppm` after placing (shared with `binpack`).
@@ -32,27 +26,6 @@ pub(crate) fn left_score(
     let cap = state.node(node).allocatable.cpu_milli.max(1);
     let cpu_ppm = (cpu_left_after(state, pod, node) as u128 * 1_000_000 / cap as u128) as i64;
     gpu_left_after(state, node, gpus) as i64 * 1_000_000 + cpu_ppm
-}
-
-impl Packer for SpreadPacker {
-    fn name(&self) -> &'static str {
-        super::PolicyName::Spread.as_str()
-    }
-
-    /// `place` reads the pod and the node's state only.
-    fn generation(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    fn place(&self, pod: &Pod, node: NodeId, state: &ClusterState<'_>) -> Option<Placement> {
-        let gpus = self
-            .whole
-            .assignment(state, pod, node, || share_worst_fit(state, pod, node))?;
-        Some(Placement {
-            score: left_score(state, pod, node, &gpus).into(),
-            gpus,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -68,7 +41,7 @@ mod tests {
         let mut cs = ClusterState::new(&nodes);
         take(&mut cs, 0, 0, 1000, 0);
         take(&mut cs, 1, 1, 300, 0);
-        let p = SpreadPacker::new();
+        let p = packer();
         let (n, pl) = pick(&p, &pod(1000, share(200)), &cs).unwrap();
         assert_eq!(n, 1);
         // worst fit: a completely free GPU, the lowest position

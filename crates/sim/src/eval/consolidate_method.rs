@@ -1,4 +1,4 @@
-//! Consolidation inside the FGD evaluation method ([`crate::fgd_method`]):
+//! Consolidation inside the FGD evaluation method ([`super::fgd_method`]):
 //! a pod that fits no node, while the cluster's free GPUs would hold it in
 //! total, may get room by moving already placed pods, within a budget of
 //! moves per 100 pods placed.
@@ -18,7 +18,7 @@
 //! `budget × placed / 100` moves in all. A pod shape whose search failed is
 //! not searched again until a pod is placed.
 
-use crate::fgd_method::MethodResult;
+use super::common::MethodResult;
 use gpusched_core::scheduler::moves::{MoveLimits, MoveWorld, plan_pod};
 use gpusched_core::{
     ClusterState, GpuAssignment, NodeId, Packer, PodId, PodPhase, PodState, SchedulerOptions,
