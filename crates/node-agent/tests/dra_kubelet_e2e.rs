@@ -375,6 +375,26 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
     let slice_name = format!("{NODE}-{DRIVER}");
     let s = published_slice(&c, &n).await;
     assert_eq!(s.spec.driver, DRIVER);
+    // With the agent's own credentials, a slice offering devices on
+    // another node is refused by the chart's admission policy.
+    let as_agent = k8s::client_for(n.kubeconfig.to_str().unwrap()).await;
+    let forged: ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "forged"},
+        "spec": {"driver": DRIVER, "nodeName": "another-node",
+            "pool": {"name": "another-node", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}]}}))
+    .unwrap();
+    let refused = Api::<ResourceSlice>::all(as_agent)
+        .create(&PostParams::default(), &forged)
+        .await
+        .expect_err("the agent published a slice for another node");
+    assert!(
+        refused
+            .to_string()
+            .contains("only publish the ResourceSlice of the node it runs on"),
+        "{refused}"
+    );
     assert_eq!(s.spec.pool.name, NODE);
     let devs = s.spec.devices.unwrap();
     assert_eq!(
