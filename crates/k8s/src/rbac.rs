@@ -189,6 +189,12 @@ pub const CLUSTER: &[Permission] = &[
     ),
     p(
         "resource.k8s.io",
+        "devicetaintrules",
+        WATCH,
+        "watch: DRA DeviceTaintRules, taints on devices (when served)",
+    ),
+    p(
+        "resource.k8s.io",
         "resourceclaims",
         &["get", "update"],
         "exec: a claim's finalizer before allocating it, and its removal on rollback (dra)",

@@ -494,7 +494,9 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
     });
     // DRA (resource.k8s.io/v1): watched while served, so a cluster
     // without it (before 1.34) still works
-    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    use k8s_openapi::api::resource::v1::{
+        DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice,
+    };
     optional!(ResourceClaim, ObjectKind::ResourceClaim, |w, r| match r {
         Ok(c) => w.upsert_claim(c),
         Err((key, e)) => tracing::warn!("ResourceClaim {key}: {e}"),
@@ -507,6 +509,15 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         Ok(c) => w.upsert_device_class(c),
         Err((key, e)) => tracing::warn!("DeviceClass {key}: {e}"),
     });
+    // device taints set by admins on devices of any driver (GA in 1.37)
+    optional!(
+        DeviceTaintRule,
+        ObjectKind::DeviceTaintRule,
+        |w, r| match r {
+            Ok(t) => w.upsert_device_taint_rule(t),
+            Err((key, e)) => tracing::warn!("DeviceTaintRule {key}: {e}"),
+        }
+    );
     use crate::workloads::{self, JobSet, LeaderWorkerSet, WorkloadKind};
     optional!(JobSet, ObjectKind::JobSet, |w, r| match r {
         Ok(j) => w.upsert_workload(WorkloadKind::JobSet, &ns_key(j), workloads::jobset(j)),

@@ -69,6 +69,8 @@ pub enum ObjectKind {
     ResourceSlice,
     /// DRA DeviceClasses (by name).
     DeviceClass,
+    /// DRA DeviceTaintRules (by name).
+    DeviceTaintRule,
 }
 
 /// A placement the scheduler made and is binding.
@@ -400,6 +402,7 @@ impl World {
             ObjectKind::ResourceClaim => self.dra.claim_keys(),
             ObjectKind::ResourceSlice => self.dra.slice_keys(),
             ObjectKind::DeviceClass => self.dra.class_keys(),
+            ObjectKind::DeviceTaintRule => self.dra.taint_rule_keys(),
             ObjectKind::JobSet
             | ObjectKind::LeaderWorkerSet
             | ObjectKind::UpstreamPodGroup
@@ -468,6 +471,10 @@ impl World {
             }
             ObjectKind::DeviceClass => {
                 self.dra.delete_class(key);
+                self.generation += 1;
+            }
+            ObjectKind::DeviceTaintRule => {
+                self.dra.delete_taint_rule(key);
                 self.generation += 1;
             }
             ObjectKind::JobSet
@@ -779,6 +786,15 @@ impl World {
     /// A DeviceClass was added or changed.
     pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) {
         self.dra.upsert_class(c);
+        self.generation += 1;
+    }
+
+    /// A DeviceTaintRule was added or changed.
+    pub fn upsert_device_taint_rule(
+        &mut self,
+        r: &k8s_openapi::api::resource::v1::DeviceTaintRule,
+    ) {
+        self.dra.upsert_taint_rule(r);
         self.generation += 1;
     }
 

@@ -7,7 +7,7 @@ use gpusched_k8s::world::{Problem, World};
 use gpusched_model::dra;
 use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use serde_json::{Value, json};
 
 fn node(name: &str) -> Node {
@@ -206,4 +206,73 @@ fn a_bad_claim_is_unallocatable_naming_the_field() {
     ));
     let (_, msg) = claims_problem(&w, "p").unwrap();
     assert!(msg.contains("0 match the class and selectors"), "{msg}");
+}
+
+fn taint_rule(name: &str, selector: Value, effect: &str) -> DeviceTaintRule {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": selector,
+                 "taint": {"key": "example.com/maintenance", "value": "rack-7", "effect": effect}}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn device_taint_rules_taint_the_devices_they_select_until_removed() {
+    let mut w = World::default();
+    for n in ["a", "b"] {
+        w.upsert_node(&node(n));
+        w.upsert_slice(&slice(n, 4, "H100"));
+    }
+    w.upsert_device_class(&device_class());
+    w.upsert_claim(&claim("four", gpus(4)));
+    w.upsert_pod(&pod("p", &["four"]));
+    let both = Some(vec!["a".to_string(), "b".to_string()]);
+    assert_eq!(claim_nodes(&w, "p"), both);
+
+    // one device of node a's pool: a cannot give 4 untainted GPUs
+    w.upsert_device_taint_rule(&taint_rule(
+        "gpu1-of-a",
+        json!({"driver": dra::DRIVER, "pool": "a", "device": dra::gpu_device_name(1)}),
+        "NoSchedule",
+    ));
+    assert_eq!(claim_nodes(&w, "p"), Some(vec!["b".to_string()]));
+    // a slice published again keeps the rule's taint
+    w.upsert_slice(&slice("a", 4, "H100"));
+    assert_eq!(claim_nodes(&w, "p"), Some(vec!["b".to_string()]));
+    // an informational rule (effect None) over every device changes nothing
+    w.upsert_device_taint_rule(&taint_rule(
+        "all-info",
+        json!({"driver": dra::DRIVER}),
+        "None",
+    ));
+    assert_eq!(claim_nodes(&w, "p"), Some(vec!["b".to_string()]));
+    // a rule on another driver's devices does not touch ours
+    w.upsert_device_taint_rule(&taint_rule(
+        "other-driver",
+        json!({"driver": "nic.example.com"}),
+        "NoExecute",
+    ));
+    assert_eq!(claim_nodes(&w, "p"), Some(vec!["b".to_string()]));
+    // every device of ours, NoExecute: no node, and the reason says taints
+    w.upsert_device_taint_rule(&taint_rule(
+        "all",
+        json!({"driver": dra::DRIVER}),
+        "NoExecute",
+    ));
+    let (class, msg) = claims_problem(&w, "p").expect("unallocatable");
+    assert_eq!(class, PendingClass::UnallocatableClaim);
+    assert!(msg.contains("untolerated taints"), "{msg}");
+    // a claim that tolerates the taint sees both nodes again
+    let mut tolerant = gpus(4);
+    tolerant[0]["exactly"]["tolerations"] =
+        json!([{"key": "example.com/maintenance", "operator": "Exists"}]);
+    w.upsert_claim(&claim("four", tolerant));
+    assert_eq!(claim_nodes(&w, "p"), both);
+    // rules removed: the devices are as their slices say
+    w.upsert_claim(&claim("four", gpus(4)));
+    for r in ["all", "gpu1-of-a", "all-info", "other-driver"] {
+        w.remove(gpusched_k8s::world::ObjectKind::DeviceTaintRule, r);
+    }
+    assert_eq!(claim_nodes(&w, "p"), both);
 }

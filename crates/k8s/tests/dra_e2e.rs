@@ -13,7 +13,7 @@ use common::*;
 use gpusched_model::dra;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+    DeviceClass, DeviceTaintRule, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use kube::Api;
 use kube::api::DeleteParams;
@@ -352,5 +352,33 @@ async fn claims_are_allocated_reserved_and_never_double_booked() {
     })
     .await
     .expect("claim one deallocated after its pod was deleted");
+
+    // an admin's DeviceTaintRule over every device of the driver: a new
+    // claim's pod waits naming the taints; the rule removed, it binds
+    let rules: Api<DeviceTaintRule> = Api::all(client.clone());
+    create_obj(
+        &rules,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+               "metadata": {"name": "maintenance"},
+               "spec": {"deviceSelector": {"driver": dra::DRIVER},
+                        "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"}}}),
+    )
+    .await;
+    create_obj(&claims, claim("after-rule", gpus(1))).await;
+    create(&pods, pod("p-after-rule", &[("gpu", Ok("after-rule"))])).await;
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("p-after-rule").await.ok()?)
+            .filter(|(r, m)| r == "Unschedulable" && m.contains("untolerated taints"))
+    })
+    .await
+    .expect("p-after-rule pending on the rule's taint");
+    assert!(why.1.contains("ml/after-rule"), "{why:?}");
+    rules
+        .delete("maintenance", &DeleteParams::default())
+        .await
+        .unwrap();
+    bound_node(&pods, "p-after-rule")
+        .await
+        .expect("p-after-rule bound once the rule is gone");
     s.stop().await;
 }

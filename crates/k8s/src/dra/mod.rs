@@ -62,6 +62,30 @@ pub struct DeviceTaint {
     pub effect: String,
 }
 
+/// A `DeviceTaintRule`: its taint on every device its selector matches
+/// (`driver`, `pool`, `device`; each one given must be equal, none given
+/// matches every device).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaintRule {
+    /// `spec.deviceSelector.driver`.
+    pub driver: Option<String>,
+    /// `spec.deviceSelector.pool`.
+    pub pool: Option<String>,
+    /// `spec.deviceSelector.device`.
+    pub device: Option<String>,
+    /// `spec.taint`.
+    pub taint: DeviceTaint,
+}
+
+impl TaintRule {
+    /// Whether the rule's selector matches the device.
+    pub fn matches(&self, id: &DeviceId) -> bool {
+        self.driver.as_ref().is_none_or(|d| *d == id.driver)
+            && self.pool.as_ref().is_none_or(|p| *p == id.pool)
+            && self.device.as_ref().is_none_or(|d| *d == id.device)
+    }
+}
+
 /// A toleration of device taints.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceToleration {

@@ -54,6 +54,11 @@ pub struct DraState {
     slices: BTreeMap<String, Vec<Device>>,
     /// What could not be read of each slice.
     slice_warnings: BTreeMap<String, Vec<String>>,
+    /// Each slice's devices' own taints (the slice's), by slice name, in
+    /// device order: `slices` holds these plus the matching rules' taints.
+    own_taints: BTreeMap<String, Vec<Vec<super::DeviceTaint>>>,
+    /// DeviceTaintRules by name.
+    taint_rules: BTreeMap<String, super::TaintRule>,
     /// DeviceClasses by name.
     classes: BTreeMap<String, Class>,
     /// Allocations made and not yet seen, by claim key.
@@ -101,7 +106,14 @@ impl DraState {
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, s: &ResourceSlice) {
         let name = s.metadata.name.clone().unwrap_or_default();
-        let (devices, warnings) = super::translate::slice(s, &mut self.serial);
+        let (mut devices, warnings) = super::translate::slice(s, &mut self.serial);
+        self.own_taints.insert(
+            name.clone(),
+            devices.iter().map(|d| d.taints.clone()).collect(),
+        );
+        for d in &mut devices {
+            d.taints.extend(rule_taints(&self.taint_rules, &d.id));
+        }
         self.unindex_slice(&name);
         let node = devices.first().and_then(|d| d.node.clone());
         self.slices_on.entry(node).or_default().insert(name.clone());
@@ -118,6 +130,39 @@ impl DraState {
         self.unindex_slice(name);
         self.slices.remove(name);
         self.slice_warnings.remove(name);
+        self.own_taints.remove(name);
+    }
+
+    /// A DeviceTaintRule was added or changed: its taint is on every
+    /// device it selects, as if the slice carried it.
+    pub fn upsert_taint_rule(&mut self, r: &k8s_openapi::api::resource::v1::DeviceTaintRule) {
+        let name = r.metadata.name.clone().unwrap_or_default();
+        self.taint_rules
+            .insert(name, super::translate::taint_rule(r));
+        self.retaint();
+    }
+
+    /// A DeviceTaintRule is gone.
+    pub fn delete_taint_rule(&mut self, name: &str) {
+        if self.taint_rules.remove(name).is_some() {
+            self.retaint();
+        }
+    }
+
+    /// Names of DeviceTaintRules.
+    pub fn taint_rule_keys(&self) -> Vec<String> {
+        self.taint_rules.keys().cloned().collect()
+    }
+
+    /// Every device's taints again: its slice's own plus the rules'.
+    fn retaint(&mut self) {
+        for (name, devices) in &mut self.slices {
+            let own = self.own_taints.get(name);
+            for (i, d) in devices.iter_mut().enumerate() {
+                d.taints = own.and_then(|o| o.get(i)).cloned().unwrap_or_default();
+                d.taints.extend(rule_taints(&self.taint_rules, &d.id));
+            }
+        }
     }
 
     fn unindex_claim(&mut self, key: &str) {
@@ -553,4 +598,15 @@ impl DraState {
         writes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         Ok(writes)
     }
+}
+
+/// The taints of the rules that select device `id`, in rule-name order.
+fn rule_taints<'a>(
+    rules: &'a BTreeMap<String, super::TaintRule>,
+    id: &'a super::DeviceId,
+) -> impl Iterator<Item = super::DeviceTaint> + 'a {
+    rules
+        .values()
+        .filter(move |r| r.matches(id))
+        .map(|r| r.taint.clone())
 }

@@ -100,6 +100,24 @@ pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) 
     (out, warnings)
 }
 
+/// A `DeviceTaintRule` as the allocator applies it.
+pub fn taint_rule(r: &k8s_openapi::api::resource::v1::DeviceTaintRule) -> super::TaintRule {
+    let sel = r.spec.device_selector.as_ref();
+    let field = |f: fn(&k8s_openapi::api::resource::v1::DeviceTaintSelector) -> Option<&String>| {
+        sel.and_then(f).filter(|v| !v.is_empty()).cloned()
+    };
+    super::TaintRule {
+        driver: field(|s| s.driver.as_ref()),
+        pool: field(|s| s.pool.as_ref()),
+        device: field(|s| s.device.as_ref()),
+        taint: DeviceTaint {
+            key: r.spec.taint.key.clone(),
+            value: r.spec.taint.value.clone().unwrap_or_default(),
+            effect: r.spec.taint.effect.clone(),
+        },
+    }
+}
+
 fn selectors(s: Option<&Vec<DeviceSelector>>) -> Vec<String> {
     s.into_iter()
         .flatten()
