@@ -143,7 +143,7 @@ pub fn read_config(
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+            gpusched_plugins::SchedulerConfig::from_yaml(&p.display().to_string(), &text)
                 .map_err(|e| anyhow::anyhow!("{e}"))
         }
         None => Ok(Default::default()),

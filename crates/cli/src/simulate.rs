@@ -241,7 +241,7 @@ pub(crate) fn build_scheduler(
         Some(p) => {
             let text = gpusched_sim::load::read(p)?;
             Some(
-                gpusched_sim::sched::config_from_yaml(&p.display().to_string(), &text)
+                gpusched_plugins::SchedulerConfig::from_yaml(&p.display().to_string(), &text)
                     .map_err(|e| anyhow::anyhow!("{e}"))?,
             )
         }

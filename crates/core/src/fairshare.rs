@@ -25,6 +25,21 @@ use crate::snapshot::Snapshot;
 use gpusched_model::{Queue, ResourceKind, ResourceVec};
 use std::collections::BTreeMap;
 
+/// The capacity fair shares are computed against: the allocatable of every
+/// schedulable node, its GPUs counted as its healthy ones only (what a cycle
+/// can place on). The one rule for the cycle, the report's queue tree and
+/// the published Queue status.
+pub fn schedulable_capacity(snap: &Snapshot) -> ResourceVec {
+    let mut capacity = ResourceVec::default();
+    for n in snap.nodes.iter().filter(|n| !n.unschedulable) {
+        let mut a = n.allocatable.clone();
+        a.gpu_milli =
+            n.gpus.iter().filter(|g| g.is_healthy()).count() as u64 * gpusched_model::GPU_MILLI;
+        capacity.add(&a);
+    }
+    capacity
+}
+
 /// Index of a queue in [`QueueTree::queues`].
 pub type QueueIdx = usize;
 
@@ -434,6 +449,25 @@ mod tests {
         q.weight = w;
         q.guarantee.gpu_milli = g;
         q
+    }
+
+    #[test]
+    fn schedulable_capacity_counts_healthy_gpus_of_schedulable_nodes() {
+        use gpusched_testkit::node;
+        let mut snap = Snapshot {
+            nodes: vec![
+                node("a").gpus(4).cpu("32").unhealthy_gpu(1).build(),
+                node("b").gpus(8).cpu("64").unschedulable().build(),
+                node("c").gpus(2).cpu("16").build(),
+            ],
+            ..Default::default()
+        };
+        // a node status whose allocatable still counts the unhealthy GPU
+        snap.nodes[0].allocatable.gpu_milli = 4000;
+        let c = schedulable_capacity(&snap);
+        // a: 3 of its 4 GPUs, b not at all, c: both
+        assert_eq!(c.gpu_milli, 5000);
+        assert_eq!(c.cpu_milli, 48_000);
     }
 
     #[test]

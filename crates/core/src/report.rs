@@ -11,7 +11,7 @@
 //! before the cycle's own bindings: the state the cycle decided from.
 
 use crate::decision::{CycleOutput, Decision, Explanation, GroupPhase, QueuePosition, Verdict};
-use crate::fairshare::{QueueIdx, QueueTree};
+use crate::fairshare::{QueueIdx, QueueTree, schedulable_capacity};
 use crate::reason::{
     EvictionAttempt, NearestNode, NodeReason, PendingReason, QueueProblem, level_name,
 };
@@ -516,15 +516,7 @@ pub struct QueueReport {
 pub fn queue_tree(snap: &Snapshot) -> (QueueTree, Vec<QueueProblem>) {
     let (mut tree, problems) = QueueTree::build(&snap.queues);
     tree.account(snap);
-    let mut capacity = ResourceVec::default();
-    for n in &snap.nodes {
-        if !n.unschedulable {
-            let mut a = n.allocatable.clone();
-            a.gpu_milli = n.gpus.iter().filter(|g| g.is_healthy()).count() as u64 * GPU_MILLI;
-            capacity.add(&a);
-        }
-    }
-    tree.compute_deserved(&capacity);
+    tree.compute_deserved(&schedulable_capacity(snap));
     (tree, problems)
 }
 

@@ -7,12 +7,11 @@ use crate::decision::{ANNOTATION_DECISION, DecisionError, GpuDecision};
 pub use gpusched_model::labels::LABEL_MOVABLE;
 pub use gpusched_model::labels::LABEL_QUEUE;
 use gpusched_model::labels::{GFD_MEMORY, GFD_PRODUCT, LABEL_POD_GROUP, RESOURCE_GPU, parse_flag};
+use gpusched_model::labels::{RESOURCE_GPU_MEMORY_MIB, RESOURCE_GPU_MILLI};
 pub use gpusched_model::protocol::{ANNOTATION_NODE_GPUS, NodeGpu};
 use gpusched_model::quantity::{parse_bytes, parse_cpu_milli, parse_integer, parse_mib};
 use gpusched_model::topology::GpuTopo;
-use gpusched_model::validate::{
-    ContainerResources, RESOURCE_GPU_MEMORY_MIB, RESOURCE_GPU_MILLI, ResourceError, pod_resources,
-};
+use gpusched_model::validate::{ContainerResources, ResourceError, pod_resources};
 use gpusched_model::{
     Gpu, GpuHealth, GpuRequest, Node as MNode, NodeSelectorTerm, Pod as MPod, PodGroup as MGroup,
     Queue as MQueue, ResourceKind, ResourceLimit, ResourceVec, Taint, TaintEffect, Toleration,
@@ -828,7 +827,7 @@ fn resource_vec(
                     .map_err(e)?
                     .saturating_mul(gpusched_model::GPU_MILLI)
             }
-            gpusched_model::validate::RESOURCE_GPU_MILLI => {
+            gpusched_model::labels::RESOURCE_GPU_MILLI => {
                 r.gpu_milli = parse_integer(v).map_err(e)?
             }
             k if k.contains('/') => {

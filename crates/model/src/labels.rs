@@ -6,6 +6,10 @@ pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
 pub const RESOURCE_GPU_SHARED: &str = "nvidia.com/gpu.shared";
 /// Prefix of MIG resources under the mixed strategy (`nvidia.com/mig-1g.10gb`).
 pub const RESOURCE_MIG_PREFIX: &str = "nvidia.com/mig-";
+/// Extended resource for a GPU share's compute, milli-GPU (gpusched's own).
+pub const RESOURCE_GPU_MILLI: &str = "gpusched.io/gpu-milli";
+/// Extended resource for a GPU share's memory, MiB (gpusched's own).
+pub const RESOURCE_GPU_MEMORY_MIB: &str = "gpusched.io/gpu-memory-mib";
 
 /// Rack a node sits in.
 pub const LABEL_RACK: &str = "gpusched.io/rack";

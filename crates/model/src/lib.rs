@@ -22,6 +22,7 @@ pub mod spec;
 pub mod topology;
 pub mod validate;
 pub mod volume;
+pub mod yaml;
 
 pub use gpu::{Gpu, GpuHealth};
 pub use node::{Node, Taint, TaintEffect};

@@ -36,7 +36,7 @@ impl ResourceKind {
         match name {
             "cpu" => ResourceKind::Cpu,
             "memory" => ResourceKind::Memory,
-            crate::labels::RESOURCE_GPU | crate::validate::RESOURCE_GPU_MILLI => ResourceKind::Gpu,
+            crate::labels::RESOURCE_GPU | crate::labels::RESOURCE_GPU_MILLI => ResourceKind::Gpu,
             other => ResourceKind::Extended(other.to_string()),
         }
     }

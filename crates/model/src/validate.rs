@@ -12,16 +12,11 @@
 //! `gpusched.io/gpu-memory-mib` (MiB of one GPU's memory). They cannot be
 //! combined with `nvidia.com/gpu`.
 
-use crate::labels::RESOURCE_GPU;
+use crate::labels::{RESOURCE_GPU, RESOURCE_GPU_MEMORY_MIB, RESOURCE_GPU_MILLI};
 use crate::pod::GpuRequest;
 use crate::quantity::{QuantityError, parse_bytes, parse_cpu_milli, parse_integer};
 use crate::resources::ResourceVec;
 use std::collections::BTreeMap;
-
-/// Extended resource for a GPU share's compute, milli-GPU (gpusched's own).
-pub const RESOURCE_GPU_MILLI: &str = "gpusched.io/gpu-milli";
-/// Extended resource for a GPU share's memory, MiB (gpusched's own).
-pub const RESOURCE_GPU_MEMORY_MIB: &str = "gpusched.io/gpu-memory-mib";
 
 /// Resources of one container, as quantity strings.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -26,7 +26,7 @@ use std::time::Duration;
 /// Field manager of every apply.
 pub const FIELD_MANAGER: &str = "gpusched-agent";
 /// Node-level extended resource with the GPU memory shares can take.
-pub const RESOURCE_GPU_MEMORY_MIB: &str = gpusched_model::validate::RESOURCE_GPU_MEMORY_MIB;
+pub const RESOURCE_GPU_MEMORY_MIB: &str = gpusched_model::labels::RESOURCE_GPU_MEMORY_MIB;
 
 /// The agent's view of a pod.
 pub fn pod_info(p: &Pod) -> PodInfo {

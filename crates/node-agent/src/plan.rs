@@ -576,7 +576,7 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
 
 /// Tokens of `gpusched.io/gpu-milli` per GPU.
 pub const SHARE_TOKENS: u32 = 1000;
-pub use gpusched_model::validate::RESOURCE_GPU_MILLI;
+pub use gpusched_model::labels::RESOURCE_GPU_MILLI;
 
 impl ResourcePlan {
     /// This plan carries GPU shares.

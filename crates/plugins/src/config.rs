@@ -56,6 +56,18 @@ fn v1() -> String {
     "v1".into()
 }
 
+impl SchedulerConfig {
+    /// Reads a configuration (YAML) of `file` (contents `text`), unknown
+    /// fields denied, with errors naming the file, line and field. Whether
+    /// the values make a scheduler is [`build`]'s to say.
+    pub fn from_yaml(
+        file: &str,
+        text: &str,
+    ) -> Result<SchedulerConfig, gpusched_model::yaml::LoadError> {
+        gpusched_model::yaml::parse(file, text)
+    }
+}
+
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {

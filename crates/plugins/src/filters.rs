@@ -146,16 +146,6 @@ impl Filter for GpuFit {
     }
 }
 
-/// The standard filters, in their default order.
-pub fn default_filters() -> Vec<Box<dyn Filter>> {
-    vec![
-        Box::new(NodeUnschedulable),
-        Box::new(NodeAffinity),
-        Box::new(TaintToleration),
-        Box::new(GpuFit),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,6 @@
 //! Same scenario, scheduler and seed: same result, byte for byte.
 
 pub mod engine;
-pub mod error;
 pub mod eval;
 pub mod frag;
 pub mod load;

@@ -1,17 +1,10 @@
 //! Building the scheduler a run uses: the typed configuration of
-//! `gpusched_plugins` (`SchedulerConfig`, unknown fields denied), read from
-//! YAML with located errors, optionally with another packing policy.
+//! `gpusched_plugins` (`SchedulerConfig`, unknown fields denied, read by
+//! `SchedulerConfig::from_yaml`), optionally with another packing policy.
 
-use crate::LoadError;
 use gpusched_core::Scheduler;
 use gpusched_plugins::SchedulerConfig;
 use gpusched_plugins::packing::{PackingConfig, PolicyName, UnknownPolicy};
-
-/// Reads a scheduler configuration (YAML), with errors naming the file,
-/// line and field.
-pub fn config_from_yaml(file: &str, text: &str) -> Result<SchedulerConfig, LoadError> {
-    crate::load::parse_yaml(file, text)
-}
 
 /// The scheduler for `cfg` (default: `SchedulerConfig::default()`), with
 /// the packing policy replaced by `policy` when given.

@@ -7,9 +7,9 @@
 //! error can name the line they came from. See `docs/simulator.md` for the
 //! schema with examples.
 
-use crate::error::LoadError;
 pub use gpusched_model::duration::{fmt_duration, parse_duration_ms};
 use gpusched_model::validate::{ContainerResources, pod_resources};
+use gpusched_model::yaml::LoadError;
 use gpusched_model::{
     Node, Pod, PodConstraints, PodGroup, Queue, ResourceKind, ResourceLimit, ResourceVec,
     Toleration, TopologyConstraint, TopologyLevel,

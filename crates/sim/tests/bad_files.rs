@@ -230,7 +230,7 @@ fn unreadable_file_is_named() {
 
 #[test]
 fn scheduler_config_errors_are_located() {
-    let e = gpusched_sim::sched::config_from_yaml(
+    let e = gpusched_plugins::SchedulerConfig::from_yaml(
         "s.yaml",
         "version: v1\nactions:\n  backfill: true\n  reserve: 3\n",
     )

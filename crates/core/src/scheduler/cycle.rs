@@ -9,7 +9,7 @@ use super::SchedulerOptions;
 use super::candidates::SigCache;
 use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
-use crate::fairshare::{QueueIdx, QueueTree};
+use crate::fairshare::{QueueIdx, QueueTree, schedulable_capacity};
 use crate::plugin::{
     ConstraintState, Filter, Needs, PackEnv, Packer, PodConstraint, SchedulingKey,
 };
@@ -17,7 +17,7 @@ use crate::reason::{EvictionAttempt, PendingReason};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
 use crate::state::ClusterState;
 use crate::statement::{Op, Statement};
-use gpusched_model::{Pod, ResourceVec};
+use gpusched_model::Pod;
 use std::collections::BTreeMap;
 
 /// Mutable state of one cycle.
@@ -100,16 +100,7 @@ impl<'s> Cycle<'s> {
         let (cs, errors) = ClusterState::from_snapshot(snap);
         let (mut tree, problems) = QueueTree::build(&snap.queues);
         tree.account(snap);
-        let mut capacity = ResourceVec::default();
-        for (i, n) in snap.nodes.iter().enumerate() {
-            if !n.unschedulable {
-                let mut a = n.allocatable.clone();
-                a.gpu_milli = cs.states()[i].gpu_usable.iter().filter(|u| **u).count() as u64
-                    * gpusched_model::GPU_MILLI;
-                capacity.add(&a);
-            }
-        }
-        tree.compute_deserved(&capacity);
+        tree.compute_deserved(&schedulable_capacity(snap));
         packer.prepare(&PackEnv {
             snapshot: snap,
             state: &cs,

@@ -9,7 +9,6 @@
 use crate::crd::{PodGroupStatus, QueueStatus, phase_name};
 use crate::world::{Built, Problem};
 use gpusched_core::GroupPhase;
-use gpusched_core::fairshare::QueueTree;
 use gpusched_model::ResourceVec;
 use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -347,15 +346,9 @@ pub struct QueueFigures {
 /// Figures of every valid queue, and the error of every invalid one.
 pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap<String, String>) {
     let snap = &built.snapshot;
-    let (mut tree, _) = QueueTree::build(&snap.queues);
-    tree.account(snap);
-    let mut capacity = ResourceVec::default();
-    for n in &snap.nodes {
-        if !n.unschedulable {
-            capacity.add(&n.allocatable);
-        }
-    }
-    tree.compute_deserved(&capacity);
+    // the fair shares the cycle computes at its start (one rule for the
+    // capacity: gpusched_core::fairshare::schedulable_capacity)
+    let (tree, _) = gpusched_core::report::queue_tree(snap);
     let mut invalid: BTreeMap<String, String> = BTreeMap::new();
     for p in &built.problems {
         if let Problem::InvalidQueue { queue, error } = p
