@@ -134,17 +134,6 @@ fn allocation(c: &ResourceClaim) -> (String, Vec<String>) {
     (node, devs)
 }
 
-fn scheduled_reason(p: &Pod) -> Option<(String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?;
-    Some((c.reason.clone()?, c.message.clone().unwrap_or_default()))
-}
-
 #[tokio::test]
 #[ignore = "needs the e2e control plane (e2e/run)"]
 async fn claims_are_allocated_reserved_and_never_double_booked() {

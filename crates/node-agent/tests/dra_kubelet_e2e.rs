@@ -739,13 +739,7 @@ async fn claims_gpusched_allocates_run_on_a_real_kubelet_with_exactly_those_gpus
     let late = serde_json::from_value(scheduled_pod("late", &[("gpus", Err("pair"))])).unwrap();
     pods.create(&PostParams::default(), &late).await.unwrap();
     let why = wait_for(Duration::from_secs(30), || async {
-        let p = pods.get("late").await.ok()?;
-        let cond = p
-            .status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
-        Some((cond.reason?, cond.message.unwrap_or_default()))
+        k8s::scheduled_reason(&pods.get("late").await.ok()?)
     })
     .await
     .expect("late pending with a PodScheduled reason");

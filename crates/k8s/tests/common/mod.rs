@@ -428,6 +428,18 @@ pub async fn write_token_kubeconfig(c: &Cluster, sa: &str, pod: &Pod, path: &Pat
     std::fs::write(path, text).unwrap();
 }
 
+/// The reason and message of the pod's `PodScheduled` condition.
+pub fn scheduled_reason(p: &Pod) -> Option<(String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((c.reason.clone()?, c.message.clone().unwrap_or_default()))
+}
+
 /// The arguments the chart's scheduler Deployment runs with.
 pub fn chart_scheduler_args() -> Vec<String> {
     let docs = chart_docs();
