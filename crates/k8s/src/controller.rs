@@ -47,6 +47,9 @@ pub struct Options {
     /// Pods naming one of these in `spec.schedulerName` are scheduled
     /// (empty: `gpusched`).
     pub scheduler_names: Vec<String>,
+    /// ProvisioningRequests for gangs that need new nodes
+    /// ([`crate::provreq`]; `None`: off).
+    pub provisioning: Option<crate::provreq::Config>,
 }
 
 impl Default for Options {
@@ -65,6 +68,7 @@ impl Default for Options {
             period: Duration::from_secs(1),
             exec: ExecOptions::default(),
             scheduler_names: Vec::new(),
+            provisioning: None,
         }
     }
 }
@@ -165,6 +169,18 @@ pub async fn run_with_client(
         leader_rx.clone(),
         jobs_watch,
     ));
+    // the gangs of each status cycle, for the ProvisioningRequest task
+    let (gangs_tx, gangs_rx) = tokio_watch::channel(None);
+    if let Some(config) = opts.provisioning.clone() {
+        tasks.spawn(crate::provreq::run(crate::provreq::Ctx {
+            client: client.clone(),
+            config,
+            shared: shared.clone(),
+            gangs: gangs_rx,
+            leading: leader_rx.clone(),
+            instance: opts.exec.instance.clone(),
+        }));
+    }
     let mut exec = Executor::new(
         client.clone(),
         shared.clone(),
@@ -246,6 +262,9 @@ pub async fn run_with_client(
         exec.apply(&out, &built, classes.as_ref());
         if let Some(classes) = &classes {
             last_status = Instant::now();
+            if opts.provisioning.is_some() {
+                gangs_tx.send_replace(Some(Arc::new(crate::provreq::gangs(&built, &out, classes))));
+            }
             metrics.observe_cycle(&built, &out, classes);
             let (counts, observed) =
                 shared.with(|w| (w.group_counts(), w.observed_status().clone()));

@@ -16,6 +16,7 @@ pub mod kwok;
 pub mod limiter;
 pub mod metrics;
 pub mod podapi;
+pub mod provreq;
 pub mod rbac;
 pub mod sharing;
 pub mod snapshot;

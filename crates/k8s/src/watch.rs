@@ -226,7 +226,7 @@ impl FailureLog {
 
 /// Whether the API server serves `ar` (discovery is open to every
 /// authenticated user).
-async fn served(client: &Client, ar: &ApiResource) -> bool {
+pub(crate) async fn served(client: &Client, ar: &ApiResource) -> bool {
     match client.list_api_group_resources(&ar.api_version).await {
         Ok(list) => list.resources.iter().any(|r| r.name == ar.plural),
         Err(_) => false,

@@ -211,6 +211,9 @@ pub struct World {
     /// the API shows it bound.
     assumed_at: BTreeMap<String, u64>,
     nominated: BTreeMap<String, String>,
+    /// Why each gang waits for a ProvisioningRequest, by group name
+    /// ([`crate::provreq`]): added to its members' pending message.
+    provisioning_notes: BTreeMap<String, String>,
     evicting: BTreeSet<String>,
     pdbs: BTreeMap<String, translate::PdbView>,
     /// The decision each bound pod had when this scheduler first saw it
@@ -769,6 +772,44 @@ impl World {
     /// stops pending), so the next cycle sees it at once.
     pub fn nominate(&mut self, uid: &str, node: &str) {
         self.nominated.insert(uid.to_string(), node.to_string());
+    }
+
+    /// Nominates a pending pod to a node provisioned for its gang
+    /// ([`crate::provreq`]): the node is reserved for the gang from the next
+    /// cycle. Returns whether anything changed.
+    pub fn nominate_for_provisioning(&mut self, uid: &str, node: &str) -> bool {
+        if self.nominated.get(uid).is_some_and(|n| n == node) {
+            return false;
+        }
+        self.nominated.insert(uid.to_string(), node.to_string());
+        self.generation += 1;
+        true
+    }
+
+    /// Drops a remembered nomination (its request is no longer
+    /// provisioned). Returns whether there was one.
+    pub fn forget_nomination(&mut self, uid: &str) -> bool {
+        let had = self.nominated.remove(uid).is_some();
+        if had {
+            self.generation += 1;
+        }
+        had
+    }
+
+    /// Replaces the notes of gangs waiting for a ProvisioningRequest.
+    /// Returns whether they changed.
+    pub fn set_provisioning_notes(&mut self, notes: BTreeMap<String, String>) -> bool {
+        if self.provisioning_notes == notes {
+            return false;
+        }
+        self.provisioning_notes = notes;
+        self.generation += 1;
+        true
+    }
+
+    /// The notes of gangs waiting for a ProvisioningRequest, by group name.
+    pub fn provisioning_notes(&self) -> &BTreeMap<String, String> {
+        &self.provisioning_notes
     }
 
     /// A ResourceClaim was added or changed.

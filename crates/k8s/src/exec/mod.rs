@@ -402,6 +402,8 @@ impl Executor {
         let mut unschedulable = 0;
         let mut group_waiting = BTreeMap::new();
         let mut queue_waiting: BTreeMap<String, BTreeMap<PendingClass, u32>> = BTreeMap::new();
+        // gangs waiting for a ProvisioningRequest (crate::provreq)
+        let provisioning = self.shared.with(|w| w.provisioning_notes().clone());
         for e in &out.explanations {
             if bound.contains(&e.pod) {
                 continue;
@@ -410,7 +412,15 @@ impl Executor {
                 continue;
             };
             unschedulable += 1;
-            let message = e.message();
+            let mut message = e.message();
+            let note = snap
+                .pods
+                .get(e.pod as usize)
+                .and_then(|ps| ps.pod.group.as_ref())
+                .and_then(|g| provisioning.get(g));
+            if let Some(note) = note {
+                message = format!("{message}; {note}");
+            }
             let counted = classes.map(|c| c.get(&e.pod).map(Vec::as_slice).unwrap_or(&[]));
             if let (Some(cls), Some(ps)) = (counted, snap.pods.get(e.pod as usize)) {
                 *queue_waiting
@@ -439,7 +449,10 @@ impl Executor {
                     &own
                 }
             };
-            let reason = gpusched_plugins::classify::condition_reason(e, cls);
+            let mut reason = gpusched_plugins::classify::condition_reason(e, cls);
+            if note.is_some() && reason == "Unschedulable" {
+                reason = crate::provreq::CONDITION_REASON;
+            }
             self.event(
                 pod_ref(&pr.namespace, &pr.name, &pr.uid),
                 EventType::Warning,
