@@ -12,8 +12,17 @@ E2E_CACHE="${GPUSCHED_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpusched-e2e}"
 # (crates/k8s/tests/workloads_e2e.rs, operators_e2e.rs), which start them; `cluster up` does not. kubelet and fakecri are for the
 # real-kubelet suite (crates/node-agent/tests/kubelet_e2e.rs, started by
 # e2e/cluster/kubelet); fakecri is our own program (fakecri/), versioned by
-# a hash of its sources.
-E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager jobset lws kuberay mpi-operator training-operator trainer kubelet fakecri)
+# a hash of its sources. autoscaler-apis is config only (no binary): the
+# ProvisioningRequest CRD for crates/k8s/tests/provreq_e2e.rs (cluster-autoscaler
+# itself cannot be built here: the module proxy answers 403 for every
+# k8s.io/autoscaler/cluster-autoscaler version).
+E2E_COMPONENTS=(etcd kube-apiserver kwok kube-scheduler autoscaler-apis kube-controller-manager jobset lws kuberay mpi-operator training-operator trainer kubelet fakecri)
+
+# component_config_only <component>: nothing is built; `build` copies the
+# module's config/ into the cache and `component_path` names that folder.
+component_config_only() {
+  [[ "$1" == autoscaler-apis ]]
+}
 
 # component_module <component>: the wrapper module directory name.
 component_module() {
@@ -23,7 +32,7 @@ component_module() {
     kwok) echo kwok ;;
     jobset) echo jobset ;;
     lws) echo lws ;;
-    kuberay|mpi-operator|training-operator|trainer) echo "$1" ;;
+    kuberay|mpi-operator|training-operator|trainer|autoscaler-apis) echo "$1" ;;
     fakecri) echo ../fakecri ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
@@ -41,6 +50,7 @@ component_upstream() {
     mpi-operator) echo github.com/kubeflow/mpi-operator ;;
     training-operator) echo github.com/kubeflow/training-operator ;;
     trainer) echo github.com/kubeflow/trainer/v2 ;;
+    autoscaler-apis) echo k8s.io/autoscaler/cluster-autoscaler/apis ;;
     *) echo "unknown component: $1" >&2; return 2 ;;
   esac
 }
@@ -81,10 +91,13 @@ component_version() {
   echo "$v"
 }
 
-# component_path <component>: where the binary lives (whether built or not).
-# GPUSCHED_E2E_BIN_DIR, when set, overrides the cache for every component.
+# component_path <component>: where the binary lives (whether built or not);
+# for a config-only component, its config/ folder in the cache.
+# GPUSCHED_E2E_BIN_DIR, when set, overrides the cache for every binary.
 component_path() {
-  if [[ -n "${GPUSCHED_E2E_BIN_DIR:-}" ]]; then
+  if component_config_only "$1"; then
+    echo "$E2E_CACHE/$1-$(component_version "$1")/config"
+  elif [[ -n "${GPUSCHED_E2E_BIN_DIR:-}" ]]; then
     echo "$GPUSCHED_E2E_BIN_DIR/$1"
   else
     echo "$E2E_CACHE/$1-$(component_version "$1")/$1"
@@ -107,6 +120,7 @@ component_env_key() {
     trainer) echo GPUSCHED_E2E_TRAINER_BIN ;;
     kubelet) echo GPUSCHED_E2E_KUBELET_BIN ;;
     fakecri) echo GPUSCHED_E2E_FAKECRI_BIN ;;
+    autoscaler-apis) echo GPUSCHED_E2E_AUTOSCALER_APIS_CONFIG ;;
   esac
 }
 

@@ -72,6 +72,21 @@ pub struct SchedulerArgs {
     /// Milliseconds to wait after a change before a cycle (batches arrivals).
     #[arg(long, default_value_t = 20)]
     debounce_ms: u64,
+    /// Write a ProvisioningRequest (autoscaling.x-k8s.io/v1) of this class
+    /// for each gang that needs new nodes, and mark its members as
+    /// consuming it (docs/kubernetes.md, "Pending pods and autoscalers").
+    /// Without a value: `best-effort-atomic-scale-up.autoscaling.x-k8s.io`.
+    /// Off by default.
+    #[arg(long, value_name = "CLASS", num_args = 0..=1,
+          default_missing_value = gpusched_k8s::provreq::CLASS_BEST_EFFORT_ATOMIC)]
+    provisioning_requests: Option<String>,
+    /// Seconds to wait after a ProvisioningRequest failed before the next
+    /// one for the gang (doubled per failed attempt).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    provisioning_retry_seconds: u64,
+    /// Longest wait between two ProvisioningRequests of a gang.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    provisioning_max_retry_seconds: u64,
     /// Log format: `text` (colours only on a terminal) or `json` (one
     /// object per line, for log collectors).
     #[arg(long, value_parser = ["text", "json"], default_value = "text")]
@@ -86,6 +101,25 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
             "--scheduler-name {bad:?}: a scheduler name is a non-empty DNS subdomain (lower-case letters, digits, '-' and '.', at most 253 characters), as spec.schedulerName"
         );
     }
+    if let Some(class) = a.provisioning_requests.as_deref()
+        && !valid_scheduler_name(class)
+    {
+        anyhow::bail!(
+            "--provisioning-requests {class:?}: a provisioning class is a non-empty DNS subdomain (lower-case letters, digits, '-' and '.', at most 253 characters), e.g. {}",
+            gpusched_k8s::provreq::CLASS_BEST_EFFORT_ATOMIC
+        );
+    }
+    let provisioning = a
+        .provisioning_requests
+        .map(|class| gpusched_k8s::provreq::Config {
+            class,
+            retry_base: Duration::from_secs(a.provisioning_retry_seconds),
+            retry_max: Duration::from_secs(
+                a.provisioning_max_retry_seconds
+                    .max(a.provisioning_retry_seconds),
+            ),
+            ..Default::default()
+        });
     if !a.http_addr.ip().is_loopback() && a.http_auth == gpusched_k8s::debug::HttpAuth::None {
         eprintln!(
             "warning: --http-addr {} serves /metrics and /debug (pod names, queues, decisions) to anyone who can reach it; add --http-auth delegated",
@@ -130,6 +164,7 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         scheduler_names: a.scheduler_name,
+        provisioning,
         ..Default::default()
     };
     controller::run_blocking(opts, a.log_format == "json")

@@ -212,6 +212,36 @@ pub const CLUSTER: &[Permission] = &[
         "exec: the API server (1.37) also requires it to change a claim's allocation or reservedFor (dra)",
     ),
     p(
+        "autoscaling.x-k8s.io",
+        "provisioningrequests",
+        WATCH,
+        "provreq: the ProvisioningRequests gpusched wrote for gangs (--provisioning-requests; when served)",
+    ),
+    p(
+        "autoscaling.x-k8s.io",
+        "provisioningrequests",
+        &["create", "delete"],
+        "provreq: one ProvisioningRequest per capacity-blocked gang; deleted when the gang runs, goes or is held",
+    ),
+    p(
+        "",
+        "podtemplates",
+        &["create", "delete"],
+        "provreq: the PodTemplates a ProvisioningRequest names (one per member shape)",
+    ),
+    p(
+        "",
+        "pods",
+        &["get", "patch"],
+        "provreq: the members' specs for the PodTemplates, and the consume-provisioning-request annotation on them",
+    ),
+    p(
+        "gpusched.io",
+        "podgroups",
+        &["get"],
+        "provreq: the PodGroup that owns a gang's ProvisioningRequest",
+    ),
+    p(
         "authentication.k8s.io",
         "tokenreviews",
         &["create"],
