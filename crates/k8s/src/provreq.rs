@@ -635,20 +635,89 @@ pub fn new_nodes(nodes: &[Node], since_ms: u64) -> Vec<String> {
     out
 }
 
-/// Nominations that reserve `nodes` for the gang: members in turn, one
-/// node each, until every node is named (a member may get none when there
-/// are more members than nodes; nominations reserve nodes for the whole
-/// gang, so any member may still go to any of them).
-pub fn nominations(members: &[Member], nodes: &[String]) -> Vec<(String, String)> {
-    if members.is_empty() {
-        return Vec::new();
+/// The provisioned requests' reservations, kept in the world so a node
+/// that registers for one is reserved for its gang in the same update
+/// (before any cycle could give it to another pod). A reservation is a
+/// nomination of a pending member to the node: the core then keeps the
+/// node for the gang and tries the gang first in its queue. One node per
+/// member at most (a pod has one nomination); extra nodes are not held.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reservations {
+    gangs: BTreeMap<String, Reserved>,
+}
+
+/// One gang's reservation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Reserved {
+    /// The request's creation (Unix ms).
+    since_ms: u64,
+    /// Pending members' uids, by name.
+    members: Vec<String>,
+    /// Nodes nominated so far, in order (the i-th to the i-th member).
+    nodes: Vec<String>,
+}
+
+impl Reserved {
+    fn nominate(&mut self, node: &str) -> Option<(String, String)> {
+        if self.nodes.iter().any(|n| n == node) || self.nodes.len() >= self.members.len() {
+            return None;
+        }
+        let uid = self.members[self.nodes.len()].clone();
+        self.nodes.push(node.to_string());
+        Some((uid, node.to_string()))
     }
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i < members.len())
-        .map(|(i, n)| (members[i].uid.clone(), n.clone()))
-        .collect()
+}
+
+impl Reservations {
+    /// Reserves for `gang` (provisioned by a request made at `since_ms`)
+    /// the `nodes` that came for it; returns the nominations to add
+    /// (member uid, node). Members that are no longer pending lose their
+    /// place: the reservation starts again with the members given.
+    pub fn reserve(
+        &mut self,
+        gang: &str,
+        since_ms: u64,
+        members: Vec<String>,
+        nodes: &[String],
+    ) -> Vec<(String, String)> {
+        let r = self.gangs.entry(gang.to_string()).or_default();
+        if r.since_ms != since_ms || r.members != members {
+            *r = Reserved {
+                since_ms,
+                members,
+                nodes: Vec::new(),
+            };
+        }
+        nodes.iter().filter_map(|n| r.nominate(n)).collect()
+    }
+
+    /// A node registered at `created_ms`: the nomination that reserves it
+    /// for the first gang (by name) whose request was made before it and
+    /// that has a member left without a node.
+    pub fn on_new_node(&mut self, node: &str, created_ms: u64) -> Option<(String, String)> {
+        self.gangs
+            .values_mut()
+            .filter(|r| r.since_ms - r.since_ms % 1000 <= created_ms)
+            .find_map(|r| r.nominate(node))
+    }
+
+    /// Keeps only the reservations of `keep`; returns the uids whose
+    /// nominations go.
+    pub fn retain(&mut self, keep: &BTreeSet<String>) -> Vec<String> {
+        let gone: Vec<String> = self
+            .gangs
+            .keys()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        let mut uids = Vec::new();
+        for k in gone {
+            if let Some(r) = self.gangs.remove(&k) {
+                uids.extend(r.members.into_iter().take(r.nodes.len()));
+            }
+        }
+        uids
+    }
 }
 
 /// The gangs of the last status cycle, sent by the loop to [`run`].
@@ -748,8 +817,6 @@ impl Drop for AbortOnDrop {
 /// What [`run`] remembers between rounds.
 #[derive(Default)]
 struct RunState {
-    /// Members nominated for a provisioned request, by gang.
-    nominated: BTreeMap<String, BTreeSet<String>>,
     /// (request, what) already reported by an event.
     reported: BTreeSet<(String, String)>,
 }
@@ -775,7 +842,7 @@ async fn reconcile(
         .collect();
     let mut notes: BTreeMap<String, String> = BTreeMap::new();
     let mut nodes_cache: Option<Vec<Node>> = None;
-    let mut keep_nominated: BTreeSet<String> = BTreeSet::new();
+    let mut keep_reserved: BTreeSet<String> = BTreeSet::new();
     for key in keys {
         let gang = gangs.get(key);
         let mine = by_gang.get(key).map(Vec::as_slice).unwrap_or(&[]);
@@ -858,31 +925,20 @@ async fn reconcile(
                     }
                 }
                 let nodes = new_nodes(nodes_cache.as_deref().unwrap_or(&[]), since_ms);
-                let noms = nominations(&g.pending, &nodes);
                 if st.reported.insert((pr.clone(), "Provisioned".into())) {
                     let msg = format!(
-                        "ProvisioningRequest {ns}/{pr} is provisioned; {} new node(s) reserved for the gang {key}",
+                        "ProvisioningRequest {ns}/{pr} is provisioned; the nodes that come for it are reserved for the gang {key} ({} there now)",
                         nodes.len()
                     );
                     tracing::info!("{msg}");
                     event_members(recorder, g, EventType::Normal, "Provisioned", &msg);
                 }
-                let set: BTreeSet<String> = noms.iter().map(|(u, _)| u.clone()).collect();
-                keep_nominated.insert(key.clone());
-                let changed = ctx.shared.with(|w| {
-                    let mut changed = false;
-                    for (uid, node) in &noms {
-                        changed |= w.nominate_for_provisioning(uid, node);
-                    }
-                    if let Some(old) = st.nominated.get(key) {
-                        for uid in old.difference(&set) {
-                            changed |= w.forget_nomination(uid);
-                        }
-                    }
-                    changed
-                });
-                st.nominated.insert(key.clone(), set);
-                if changed {
+                let uids = g.pending.iter().map(|m| m.uid.clone()).collect();
+                keep_reserved.insert(key.clone());
+                if ctx
+                    .shared
+                    .with(|w| w.reserve_provisioned(key, since_ms, uids, &nodes))
+                {
                     ctx.shared.changed.notify_one();
                 }
             }
@@ -906,21 +962,9 @@ async fn reconcile(
             }
         }
     }
-    // nominations of gangs whose request is no longer provisioned
-    let stale: Vec<String> = st
-        .nominated
-        .keys()
-        .filter(|k| !keep_nominated.contains(*k))
-        .cloned()
-        .collect();
-    for k in stale {
-        if let Some(uids) = st.nominated.remove(&k) {
-            ctx.shared.with(|w| {
-                for uid in &uids {
-                    w.forget_nomination(uid);
-                }
-            });
-        }
+    // reservations of gangs whose request is no longer provisioned
+    if ctx.shared.with(|w| w.retain_provisioned(&keep_reserved)) {
+        ctx.shared.changed.notify_one();
     }
     let live: BTreeSet<String> = prs.iter().filter_map(|p| p.metadata.name.clone()).collect();
     st.reported.retain(|(pr, _)| live.contains(pr));

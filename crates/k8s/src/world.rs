@@ -214,6 +214,8 @@ pub struct World {
     /// Why each gang waits for a ProvisioningRequest, by group name
     /// ([`crate::provreq`]): added to its members' pending message.
     provisioning_notes: BTreeMap<String, String>,
+    /// Nodes reserved for gangs whose ProvisioningRequest is provisioned.
+    provisioned: crate::provreq::Reservations,
     evicting: BTreeSet<String>,
     pdbs: BTreeMap<String, translate::PdbView>,
     /// The decision each bound pod had when this scheduler first saw it
@@ -260,6 +262,16 @@ impl World {
     /// A node was added or changed.
     pub fn upsert_node(&mut self, n: &Node) {
         let v = translate::node(n);
+        // a node that came for a provisioned request is its gang's from
+        // its first appearance
+        if !self.nodes.contains_key(&v.node.name)
+            && let Some(created) = n.metadata.creation_timestamp.as_ref()
+            && let Some((uid, node)) = self
+                .provisioned
+                .on_new_node(&v.node.name, created.0.as_millisecond().max(0) as u64)
+        {
+            self.nominated.insert(uid, node);
+        }
         self.nodes.insert(v.node.name.clone(), v);
         self.generation += 1;
     }
@@ -774,26 +786,41 @@ impl World {
         self.nominated.insert(uid.to_string(), node.to_string());
     }
 
-    /// Nominates a pending pod to a node provisioned for its gang
-    /// ([`crate::provreq`]): the node is reserved for the gang from the next
-    /// cycle. Returns whether anything changed.
-    pub fn nominate_for_provisioning(&mut self, uid: &str, node: &str) -> bool {
-        if self.nominated.get(uid).is_some_and(|n| n == node) {
-            return false;
+    /// Reserves for `gang`, whose ProvisioningRequest (made at `since_ms`)
+    /// is provisioned, the `nodes` that came for it, and from now on every
+    /// node that registers ([`crate::provreq::Reservations`]): its pending
+    /// `members` (uids) are nominated to them. Returns whether anything
+    /// changed.
+    pub fn reserve_provisioned(
+        &mut self,
+        gang: &str,
+        since_ms: u64,
+        members: Vec<String>,
+        nodes: &[String],
+    ) -> bool {
+        let noms = self.provisioned.reserve(gang, since_ms, members, nodes);
+        let changed = !noms.is_empty();
+        for (uid, node) in noms {
+            self.nominated.insert(uid, node);
         }
-        self.nominated.insert(uid.to_string(), node.to_string());
-        self.generation += 1;
-        true
-    }
-
-    /// Drops a remembered nomination (its request is no longer
-    /// provisioned). Returns whether there was one.
-    pub fn forget_nomination(&mut self, uid: &str) -> bool {
-        let had = self.nominated.remove(uid).is_some();
-        if had {
+        if changed {
             self.generation += 1;
         }
-        had
+        changed
+    }
+
+    /// Ends the reservations of gangs not in `keep` (their nominations
+    /// go). Returns whether anything changed.
+    pub fn retain_provisioned(&mut self, keep: &BTreeSet<String>) -> bool {
+        let uids = self.provisioned.retain(keep);
+        let changed = !uids.is_empty();
+        for uid in uids {
+            self.nominated.remove(&uid);
+        }
+        if changed {
+            self.generation += 1;
+        }
+        changed
     }
 
     /// Replaces the notes of gangs waiting for a ProvisioningRequest.

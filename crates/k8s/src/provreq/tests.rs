@@ -313,18 +313,58 @@ fn nodes_created_since_the_request_are_its_nodes() {
     // the request was made at 00:00:10.400 (whole seconds on the API)
     let got = new_nodes(&nodes, 1_767_225_610_400);
     assert_eq!(got, vec!["new-a".to_string(), "new-b".to_string()]);
-    let members = gang(Blocked::Capacity).pending;
-    assert_eq!(
-        nominations(&members, &got),
-        vec![
-            ("u0".to_string(), "new-a".to_string()),
-            ("u1".to_string(), "new-b".to_string())
-        ]
+}
+
+#[test]
+fn provisioned_nodes_are_reserved_one_per_member_as_they_come() {
+    let mut r = Reservations::default();
+    let members = vec!["u0".to_string(), "u1".to_string(), "u2".to_string()];
+    // the request was made at 00:00:10.400; one node was there already
+    let since = 1_767_225_610_400;
+    let noms = r.reserve("ml/train", since, members.clone(), &["a".to_string()]);
+    assert_eq!(noms, vec![("u0".to_string(), "a".to_string())]);
+    // the same again adds nothing
+    assert!(
+        r.reserve("ml/train", since, members.clone(), &["a".to_string()])
+            .is_empty()
     );
-    // more nodes than members: the extra ones are not nominated
-    let three = vec!["a".to_string(), "b".to_string(), "c".to_string()];
-    assert_eq!(nominations(&members, &three).len(), 2);
-    assert!(nominations(&[], &three).is_empty());
+    // a node older than the request is not its node
+    assert_eq!(r.on_new_node("old", 1_767_225_609_999), None);
+    // nodes registering later are (from the start of the request's second)
+    assert_eq!(
+        r.on_new_node("b", 1_767_225_610_000),
+        Some(("u1".to_string(), "b".to_string()))
+    );
+    assert_eq!(
+        r.on_new_node("c", 1_767_225_700_000),
+        Some(("u2".to_string(), "c".to_string()))
+    );
+    // one node per member: a fourth is not held
+    assert_eq!(r.on_new_node("d", 1_767_225_700_000), None);
+    // the reservation ends: its nominations go
+    let mut gone = r.retain(&BTreeSet::new());
+    gone.sort();
+    assert_eq!(gone, members);
+    assert_eq!(r.on_new_node("e", 1_767_225_700_000), None);
+    // a gang whose pending members changed starts again
+    let mut r = Reservations::default();
+    r.reserve(
+        "ml/train",
+        since,
+        members.clone(),
+        &["a".to_string(), "b".to_string()],
+    );
+    let noms = r.reserve(
+        "ml/train",
+        since,
+        vec!["u2".to_string()],
+        &["a".to_string(), "b".to_string()],
+    );
+    assert_eq!(noms, vec![("u2".to_string(), "a".to_string())]);
+    assert_eq!(
+        r.retain(&BTreeSet::from(["ml/train".to_string()])),
+        Vec::<String>::new()
+    );
 }
 
 #[test]
