@@ -222,11 +222,10 @@ async fn a_capacity_blocked_gang_is_provisioned_whole_and_starts_on_its_nodes() 
     for p in ["capped-0", "early"] {
         let p = pods.get(p).await.unwrap();
         assert!(
-            p.metadata
+            !p.metadata
                 .annotations
                 .unwrap_or_default()
-                .get(ANNOTATION_CONSUME)
-                .is_none()
+                .contains_key(ANNOTATION_CONSUME)
         );
     }
     assert_eq!(

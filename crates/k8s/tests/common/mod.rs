@@ -489,6 +489,13 @@ pub fn opts() -> Options {
             "--log-format" => {} // the test's own subscriber logs
             "--kube-api-qps" => o.exec.qps = value.parse().unwrap(),
             "--kube-api-burst" => o.exec.burst = value.parse().unwrap(),
+            "--provisioning-requests" => {
+                o.provisioning = Some(gpusched_k8s::provreq::Config {
+                    class: value.to_string(),
+                    ..o.provisioning.take().unwrap_or_default()
+                })
+            }
+            "--provisioning-retry-seconds" | "--provisioning-max-retry-seconds" => {} // defaults
             "--scheduler-name" => o
                 .scheduler_names
                 .extend(value.split(',').map(str::to_string)),
