@@ -944,11 +944,21 @@ async fn reconcile(
             }
             Next::Backoff { pr, why, until_ms } => {
                 let secs = until_ms.saturating_sub(now).div_ceil(1000);
+                // the note holds the time, not a countdown: it changes
+                // only when the request does (a changed note rewrites the
+                // members' conditions)
+                let at = i64::try_from(until_ms)
+                    .ok()
+                    .and_then(|ms| k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok())
+                    .map_or_else(|| "later".to_string(), |t| format!("at {t:.0}"));
+                let next = if gang.is_some_and(|g| g.blocked == Blocked::Capacity) {
+                    format!("a new request {at}")
+                } else {
+                    "no new request while the gang does not need nodes".to_string()
+                };
                 notes.insert(
                     key.clone(),
-                    format!(
-                        "ProvisioningRequest {ns}/{pr} failed: {why}; a new request in {secs}s"
-                    ),
+                    format!("ProvisioningRequest {ns}/{pr} failed: {why}; {next}"),
                 );
                 if let Some(g) = gang
                     && st.reported.insert((pr.clone(), why.clone()))
