@@ -60,21 +60,6 @@ fn member(name: &str, group: &str, gpus: u32) -> serde_json::Value {
     p
 }
 
-fn reason_of(p: &Pod) -> Option<(String, String)> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")
-        .map(|c| {
-            (
-                c.reason.clone().unwrap_or_default(),
-                c.message.clone().unwrap_or_default(),
-            )
-        })
-}
-
 /// What cluster-autoscaler's kwok provider does for a request it can
 /// satisfy: one node per pod of the request (8-GPU pods here), all at once.
 async fn scale_up(c: &Cluster, prefix: &str, count: usize) -> Vec<String> {
@@ -113,7 +98,8 @@ async fn set_condition(c: &Cluster, name: &str, type_: &str, reason: &str, messa
 /// its condition `WaitingForProvisioning`); a gang held by its queue's
 /// limit and a gang that fits get none. When the stand-in autoscaler adds
 /// the nodes and sets `Provisioned=True`, the gang starts whole on them —
-/// never partly at any poll — though a pending pod that asked first waits
+/// never partly bound beyond its bindings' spread — though a pending pod
+/// that asked first waits
 /// for the same nodes; then the request and its template are deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
@@ -205,7 +191,7 @@ async fn a_capacity_blocked_gang_is_provisioned_whole_and_starts_on_its_nodes() 
         for i in 0..4 {
             let p = pods.get(&format!("train-{i}")).await.ok()?;
             let ann = p.metadata.annotations.clone().unwrap_or_default();
-            let (reason, message) = reason_of(&p)?;
+            let (reason, message) = scheduled_reason(&p)?;
             if ann.get(ANNOTATION_CONSUME) != Some(&name)
                 || ann.get(ANNOTATION_CLASS).map(String::as_str) != Some(CLASS_BEST_EFFORT_ATOMIC)
                 || reason != provreq::CONDITION_REASON
@@ -229,7 +215,7 @@ async fn a_capacity_blocked_gang_is_provisioned_whole_and_starts_on_its_nodes() 
         );
     }
     assert_eq!(
-        reason_of(&pods.get("capped-0").await.unwrap()).map(|r| r.0),
+        scheduled_reason(&pods.get("capped-0").await.unwrap()).map(|r| r.0),
         Some("QueueQuota".into())
     );
     // the stand-in autoscaler: provisioned, then the nodes register
@@ -244,36 +230,32 @@ async fn a_capacity_blocked_gang_is_provisioned_whole_and_starts_on_its_nodes() 
     wait_event(&c, "ml", "train-0", "Provisioned:", 60)
         .await
         .expect("a Provisioned event on the members");
-    // poll for partial gangs while the nodes come and the gang starts
-    let watcher = {
-        let pods = pods.clone();
-        tokio::spawn(async move {
-            let mut partial = Vec::new();
-            let mut polls = 0;
-            loop {
-                let b = bound(&pods).await;
-                let n = (0..4)
-                    .filter(|i| b.contains_key(&format!("train-{i}")))
-                    .count();
-                polls += 1;
-                if n != 0 && n != 4 {
-                    partial.push(n);
-                }
-                if n == 4 {
-                    return (polls, partial, b.contains_key("early"));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
+    // the nodes register while the gangs are polled: the gang is never
+    // partly bound beyond its bindings' spread (controllers::BINDING_SPREAD:
+    // the members' bindings are separate calls made in one cycle)
+    static GROUP: fn(&Pod) -> Option<String> = |p| {
+        p.metadata
+            .labels
+            .as_ref()?
+            .get("gpusched.io/pod-group")
+            .cloned()
     };
-    let new = scale_up(&c, "scaled", 4).await;
-    let (polls, partial, early_bound) = tokio::time::timeout(Duration::from_secs(90), watcher)
-        .await
-        .expect("the gang starts on the provisioned nodes")
-        .unwrap();
-    assert!(partial.is_empty(), "partial gangs seen: {partial:?}");
-    assert!(polls > 1);
-    assert!(!early_bound, "the earlier pod took a provisioned node");
+    let (new, g) = tokio::join!(
+        scale_up(&c, "scaled", 4),
+        controllers::poll_gangs_by(
+            &pods,
+            &GROUP,
+            &|name| if name == "train" { 4 } else { 2 },
+            90,
+            "the gang starts on the provisioned nodes",
+            |g| controllers::bound_of(g, "train") == 4,
+        )
+    );
+    assert_eq!(controllers::bound_of(&g, "capped"), 0, "{g:?}");
+    assert!(
+        !bound(&pods).await.contains_key("early"),
+        "the earlier pod took a provisioned node"
+    );
     let b = bound(&pods).await;
     for i in 0..4 {
         let node = b[&format!("train-{i}")]
