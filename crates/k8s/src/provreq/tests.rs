@@ -478,3 +478,69 @@ fn the_gangs_of_a_cycle_say_which_need_capacity() {
         assert_eq!(decide(Some(st), &[], 0, &cfg()).next, want, "{k}");
     }
 }
+
+fn gpu_node(name: &str, created: &str) -> Node {
+    let mut n = crate::kwok::node_object(&tk::node(name).gpus(8).build());
+    n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        created.parse().unwrap(),
+    ));
+    n.status
+        .get_or_insert_with(Default::default)
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(json!({"type": "Ready", "status": "True"})).unwrap());
+    n
+}
+
+/// The race the reservation closes: a node that registers after the
+/// request is provisioned is nominated to the gang by the same world update
+/// that adds it, so the first snapshot that has the node already holds it
+/// for the gang.
+#[test]
+fn a_node_that_registers_for_a_provisioned_gang_is_its_in_the_first_snapshot() {
+    let mut w = crate::world::World::default();
+    for i in 0..2 {
+        let mut p = pod(&format!("w-{i}"), "8", &i.to_string());
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-01-01T00:00:00Z".parse().unwrap(),
+        ));
+        w.upsert_pod(&p);
+    }
+    // provisioned; one node was there already, the other registers later
+    assert!(w.reserve_provisioned(
+        "ml/train",
+        1_767_225_610_400,
+        vec!["uid-w-0".into(), "uid-w-1".into()],
+        &["n-a".to_string()],
+    ));
+    w.upsert_node(&gpu_node("n-a", "2026-01-01T00:00:10Z"));
+    w.upsert_node(&gpu_node("old", "2026-01-01T00:00:05Z"));
+    w.upsert_node(&gpu_node("n-b", "2026-01-01T00:01:00Z"));
+    let built = w.build();
+    let node_id = |name: &str| {
+        built
+            .snapshot
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .unwrap() as u32
+    };
+    let nominated: BTreeMap<String, Option<u32>> = built
+        .pods
+        .iter()
+        .zip(&built.snapshot.pods)
+        .map(|(r, ps)| match ps.phase {
+            gpusched_core::PodPhase::Pending { nominated } => (r.name.clone(), nominated),
+            _ => (r.name.clone(), None),
+        })
+        .collect();
+    assert_eq!(nominated["w-0"], Some(node_id("n-a")), "{nominated:?}");
+    assert_eq!(nominated["w-1"], Some(node_id("n-b")), "{nominated:?}");
+    // the request goes: so do the reservations
+    assert!(w.retain_provisioned(&BTreeSet::new()));
+    let built = w.build();
+    assert!(built.snapshot.pods.iter().all(|ps| matches!(
+        ps.phase,
+        gpusched_core::PodPhase::Pending { nominated: None }
+    )));
+}
