@@ -275,7 +275,7 @@ pub async fn run_with_client(
         }
     }
     tracing::info!("shutting down: waiting for bindings in flight");
-    exec.drain(Duration::from_secs(10)).await;
+    exec.drain(SHUTDOWN_DRAIN).await;
     let _ = stop_tx.send(true);
     // every holder of the leadership channel goes, so the lease task
     // releases the lease and ends
@@ -283,7 +283,7 @@ pub async fn run_with_client(
     drop(leader_rx);
     drop(leader_changes);
     if let Some(task) = lease_task.0.take() {
-        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        let _ = tokio::time::timeout(LEASE_RELEASE_WAIT, task).await;
     }
     Ok(())
 }
@@ -317,6 +317,12 @@ impl Drop for AbortOnDrop {
 /// How often PodGroup and Queue status is compared with what the watches
 /// show (and written where they differ).
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long shutdown waits for the bindings in flight.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(10);
+/// How long shutdown waits for the lease task to release the lease.
+const LEASE_RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// Pause after a failed lease renewal or acquisition before the next try.
+const LEASE_RETRY: Duration = Duration::from_secs(1);
 
 /// The lease this replica runs for.
 #[derive(Clone, Debug)]
@@ -394,7 +400,7 @@ async fn lead(
                             }
                             Err(e) => {
                                 tracing::warn!(lease = %what, "lease: {e}");
-                                tokio::time::sleep(Duration::from_secs(1)).await;
+                                tokio::time::sleep(LEASE_RETRY).await;
                             }
                         }
                         break;

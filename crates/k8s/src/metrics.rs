@@ -315,9 +315,12 @@ impl Metrics {
         };
         set("total", total as f64);
         set("unhealthy", unhealthy as f64);
-        set("allocated", usable.saturating_sub(free) as f64 / 1000.0);
-        set("free", free as f64 / 1000.0);
-        self.gpus_fragmented.set(frag as f64 / 1000.0);
+        set(
+            "allocated",
+            usable.saturating_sub(free) as f64 / GPU_MILLI as f64,
+        );
+        set("free", free as f64 / GPU_MILLI as f64);
+        self.gpus_fragmented.set(frag as f64 / GPU_MILLI as f64);
         self.nodes_by_free_gpus.clear();
         for (k, n) in by_free {
             self.nodes_by_free_gpus

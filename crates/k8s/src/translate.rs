@@ -68,20 +68,27 @@ pub enum TranslateError {
     /// A resource quantity or rule was refused.
     #[error("{object}: {source}")]
     Resources {
+        /// The object it is about (`pod ns/name`, `node name`, …).
         object: String,
+        /// What the rule refused.
         source: ResourceError,
     },
     /// A field has a value we cannot use.
     #[error("{object}: {field}: {what}")]
     Field {
+        /// The object it is about (`pod ns/name`, `node name`, …).
         object: String,
+        /// The field's path in the object.
         field: String,
+        /// What is wrong with its value.
         what: String,
     },
     /// The GPU decision annotation is unusable.
     #[error("{object}: {source}")]
     Decision {
+        /// The object it is about (`pod ns/name`).
         object: String,
+        /// Why the annotation cannot be used.
         source: DecisionError,
     },
 }

@@ -665,11 +665,11 @@ impl Executor {
             self.metrics
                 .queue_allocated_gpus
                 .get_or_create(&label)
-                .set(f.allocated.gpu_milli as f64 / 1000.0);
+                .set(f.allocated.gpu_milli as f64 / gpusched_model::GPU_MILLI as f64);
             self.metrics
                 .queue_fair_share_gpus
                 .get_or_create(&label)
-                .set(f.fair_share.gpu_milli as f64 / 1000.0);
+                .set(f.fair_share.gpu_milli as f64 / gpusched_model::GPU_MILLI as f64);
             let error = invalid.remove(q);
             wanted.insert(q.clone(), status::wanted_queue(Some(f), error.as_deref()));
         }

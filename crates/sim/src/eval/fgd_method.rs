@@ -95,6 +95,11 @@ impl Default for FgdMethod {
     }
 }
 
+/// Salt of the tie-break stream (node permutation, random ties) on the
+/// run's seed, apart from the sampling and shuffling stream of
+/// [`workload`] (ASCII `tiebreak`).
+const TIE_BREAK_SALT: u64 = 0x7469_6562_7265_616b;
+
 /// Why an evaluation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum MethodError {
@@ -378,7 +383,7 @@ fn run_seed_with(
         nodes: nodes.to_vec(),
         ..Default::default()
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7469_6562_7265_616b);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ TIE_BREAK_SALT);
     // priority of each node among equal scores (lower first)
     let prio: Vec<u32> = match method.tie_break {
         TieBreak::Permuted => {
