@@ -671,8 +671,8 @@ impl Reserved {
 impl Reservations {
     /// Reserves for `gang` (provisioned by a request made at `since_ms`)
     /// the `nodes` that came for it; returns the nominations to add
-    /// (member uid, node). Members that are no longer pending lose their
-    /// place: the reservation starts again with the members given.
+    /// (member uid, node). When the pending members changed, the nodes
+    /// already held are handed to the members given, in order.
     pub fn reserve(
         &mut self,
         gang: &str,
@@ -681,14 +681,23 @@ impl Reservations {
         nodes: &[String],
     ) -> Vec<(String, String)> {
         let r = self.gangs.entry(gang.to_string()).or_default();
+        let mut held = Vec::new();
         if r.since_ms != since_ms || r.members != members {
+            // the same request with other members pending (some bound):
+            // the nodes it holds go to the members pending now
+            if r.since_ms == since_ms {
+                held = std::mem::take(&mut r.nodes);
+            }
             *r = Reserved {
                 since_ms,
                 members,
                 nodes: Vec::new(),
             };
         }
-        nodes.iter().filter_map(|n| r.nominate(n)).collect()
+        held.iter()
+            .chain(nodes)
+            .filter_map(|n| r.nominate(n))
+            .collect()
     }
 
     /// A node registered at `created_ms`: the nomination that reserves it
@@ -819,6 +828,9 @@ impl Drop for AbortOnDrop {
 struct RunState {
     /// (request, what) already reported by an event.
     reported: BTreeSet<(String, String)>,
+    /// Provisioned requests whose existing nodes were listed (once: the
+    /// nodes that register later are reserved by the world as they come).
+    listed: BTreeSet<String>,
 }
 
 async fn reconcile(
@@ -915,7 +927,8 @@ async fn reconcile(
                     format!("ProvisioningRequest {ns}/{pr} is provisioned: the new nodes are reserved for the gang"),
                 );
                 let Some(g) = gang else { continue };
-                if nodes_cache.is_none() {
+                let first = !st.listed.contains(&pr);
+                if first && nodes_cache.is_none() {
                     let api: Api<Node> = Api::all(ctx.client.clone());
                     match api.list(&ListParams::default()).await {
                         Ok(l) => nodes_cache = Some(l.items),
@@ -924,7 +937,13 @@ async fn reconcile(
                         }
                     }
                 }
-                let nodes = new_nodes(nodes_cache.as_deref().unwrap_or(&[]), since_ms);
+                let nodes = match (&nodes_cache, first) {
+                    (Some(all), true) => {
+                        st.listed.insert(pr.clone());
+                        new_nodes(all, since_ms)
+                    }
+                    _ => Vec::new(),
+                };
                 if st.reported.insert((pr.clone(), "Provisioned".into())) {
                     let msg = format!(
                         "ProvisioningRequest {ns}/{pr} is provisioned; the nodes that come for it are reserved for the gang {key} ({} there now)",
@@ -978,6 +997,7 @@ async fn reconcile(
     }
     let live: BTreeSet<String> = prs.iter().filter_map(|p| p.metadata.name.clone()).collect();
     st.reported.retain(|(pr, _)| live.contains(pr));
+    st.listed.retain(|pr| live.contains(pr));
     let changed = ctx.shared.with(|w| w.set_provisioning_notes(notes));
     if changed {
         ctx.shared.changed.notify_one();

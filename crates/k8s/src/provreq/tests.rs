@@ -346,7 +346,23 @@ fn provisioned_nodes_are_reserved_one_per_member_as_they_come() {
     gone.sort();
     assert_eq!(gone, members);
     assert_eq!(r.on_new_node("e", 1_767_225_700_000), None);
-    // a gang whose pending members changed starts again
+    // members bound (no longer pending): the held nodes go to those left,
+    // without listing the nodes again
+    let mut r = Reservations::default();
+    r.reserve(
+        "ml/train",
+        since,
+        members.clone(),
+        &["a".to_string(), "b".to_string()],
+    );
+    assert_eq!(
+        r.reserve("ml/train", since, vec!["u1".into(), "u2".into()], &[]),
+        vec![
+            ("u1".to_string(), "a".to_string()),
+            ("u2".to_string(), "b".to_string())
+        ]
+    );
+    // a gang whose pending members changed keeps its nodes for them
     let mut r = Reservations::default();
     r.reserve(
         "ml/train",
