@@ -25,7 +25,7 @@ pub use decision::{
 };
 pub use plugin::{
     ConstraintState, Filter, FilterResult, Needs, PackEnv, Packer, Placement, PodConstraint,
-    SchedulingKey, Score,
+    SchedulingKey, Score, place,
 };
 pub use reason::{
     CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,

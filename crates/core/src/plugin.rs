@@ -257,3 +257,38 @@ pub trait ConstraintState {
     /// 0–100 and weighs them with [`PodConstraint::weight`].
     fn score(&self, pod: PodId, node: NodeId) -> Option<i64>;
 }
+
+/// Where `pod` would go on `node` and how good that is: the packer's
+/// answer, except for a pod asking MIG instances, which the core places
+/// itself by instances ([`ClusterState::mig_choice`]; a packer only knows
+/// whole GPUs and shares). Its score prefers the GPU, then the node, with
+/// the fewest free instances of the profile left (best fit keeps whole
+/// partitions free for larger asks).
+pub fn place(
+    packer: &dyn Packer,
+    pod: &Pod,
+    node: NodeId,
+    state: &ClusterState<'_>,
+) -> Option<Placement> {
+    let Some(ask) = &pod.mig else {
+        return packer.place(pod, node, state);
+    };
+    let gpus = state.mig_choice(pod, node)?;
+    let GpuAssignment::Mig { gpu, .. } = &gpus else {
+        return None;
+    };
+    let n = state.node(node);
+    let st = state.get(node);
+    let left_gpu = st
+        .free_mig(n, *gpu as usize, &ask.resource, &ask.profile)
+        .len() as i64
+        - i64::from(ask.count);
+    let left_node: i64 = (0..n.gpus.len())
+        .map(|g| st.free_mig(n, g, &ask.resource, &ask.profile).len() as i64)
+        .sum::<i64>()
+        - i64::from(ask.count);
+    Some(Placement {
+        score: Score::keys(-left_gpu, -left_node, 0),
+        gpus,
+    })
+}

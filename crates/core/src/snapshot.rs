@@ -26,6 +26,15 @@ pub enum GpuAssignment {
         /// GPU memory in MiB (0: not asked by memory).
         memory_mib: u64,
     },
+    /// MIG instances of one GPU in MIG mode.
+    Mig {
+        /// The GPU's position.
+        gpu: u32,
+        /// The instances' positions in the GPU's [`gpusched_model::Gpu::mig`].
+        instances: Vec<u32>,
+        /// Their measure, milli-GPU (Σ of the instances' milli).
+        milli: u32,
+    },
 }
 
 impl GpuAssignment {
@@ -34,7 +43,7 @@ impl GpuAssignment {
         match self {
             GpuAssignment::None => 0,
             GpuAssignment::Whole(v) => v.len() as u64 * gpusched_model::GPU_MILLI,
-            GpuAssignment::Share { milli, .. } => *milli as u64,
+            GpuAssignment::Share { milli, .. } | GpuAssignment::Mig { milli, .. } => *milli as u64,
         }
     }
 }

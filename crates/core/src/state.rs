@@ -19,8 +19,17 @@ pub struct NodeState {
     pub gpu_free_milli: Vec<u32>,
     /// Free memory (MiB) per GPU position.
     pub gpu_free_mem: Vec<u64>,
-    /// Whether each GPU may be used (healthy).
+    /// Whether each GPU may be used whole or shared (healthy, not in MIG
+    /// mode).
     pub gpu_usable: Vec<bool>,
+    /// Whether each GPU in MIG mode may give out instances (healthy; false
+    /// for GPUs not in MIG mode).
+    pub mig_usable: Vec<bool>,
+    /// Instances in use per GPU in MIG mode, bit `i` = instance `i`.
+    pub mig_used: Vec<u64>,
+    /// Free milli-GPU per GPU in MIG mode (1000 less its used instances'
+    /// measure; 0 when unusable or not in MIG mode).
+    pub mig_free_milli: Vec<u32>,
     /// Bumped on every change.
     pub version: u64,
     /// Pods placed on the node.
@@ -30,7 +39,20 @@ pub struct NodeState {
 impl NodeState {
     /// An empty node (healthy GPUs usable, everything free).
     pub fn new(node: &Node) -> Self {
-        let usable: Vec<bool> = node.gpus.iter().map(|g| g.is_healthy()).collect();
+        let usable: Vec<bool> = node
+            .gpus
+            .iter()
+            .map(|g| g.is_healthy() && !g.is_mig())
+            .collect();
+        let mig_usable: Vec<bool> = node
+            .gpus
+            .iter()
+            .map(|g| g.is_healthy() && g.is_mig())
+            .collect();
+        let mig_free_milli: Vec<u32> = mig_usable
+            .iter()
+            .map(|u| if *u { GPU_MILLI as u32 } else { 0 })
+            .collect();
         let mut free = node.allocatable.clone();
         free.gpu_milli = 0;
         free.gpu_mem_mib = 0;
@@ -44,13 +66,20 @@ impl NodeState {
             .zip(&usable)
             .map(|(g, u)| if *u { g.memory_mib } else { 0 })
             .collect();
-        free.gpu_milli = gpu_free_milli.iter().map(|m| *m as u64).sum();
+        free.gpu_milli = gpu_free_milli
+            .iter()
+            .chain(&mig_free_milli)
+            .map(|m| *m as u64)
+            .sum();
         free.gpu_mem_mib = gpu_free_mem.iter().sum();
         NodeState {
             free,
             gpu_free_milli,
             gpu_free_mem,
             gpu_usable: usable,
+            mig_used: vec![0; node.gpus.len()],
+            mig_usable,
+            mig_free_milli,
             version: 0,
             pods: 0,
         }
@@ -62,6 +91,37 @@ impl NodeState {
             .iter()
             .filter(|m| **m as u64 == GPU_MILLI)
             .count() as u32
+    }
+
+    /// Milli-GPU of the node's usable GPUs, whole, shared or in MIG mode
+    /// (each GPU counts 1000 once).
+    pub fn gpu_capacity_milli(&self) -> u64 {
+        let n = self
+            .gpu_usable
+            .iter()
+            .zip(&self.mig_usable)
+            .filter(|(a, b)| **a || **b)
+            .count() as u64;
+        n * GPU_MILLI
+    }
+
+    /// Free instances of `(resource, profile)` on GPU `g` of `node`
+    /// (positions in its [`gpusched_model::Gpu::mig`], ascending); empty
+    /// when the GPU is not usable in MIG mode.
+    pub fn free_mig(&self, node: &Node, g: usize, resource: &str, profile: &str) -> Vec<u32> {
+        if !self.mig_usable.get(g).copied().unwrap_or(false) {
+            return Vec::new();
+        }
+        let used = self.mig_used[g];
+        node.gpus[g]
+            .mig
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| {
+                *i < 64 && used & (1 << i) == 0 && m.resource == resource && m.profile == profile
+            })
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 }
 
@@ -315,6 +375,55 @@ impl<'a> ClusterState<'a> {
                 st.free.gpu_milli -= *milli as u64;
                 st.free.gpu_mem_mib -= memory_mib;
             }
+            GpuAssignment::Mig {
+                gpu,
+                instances,
+                milli,
+            } => {
+                let gi = *gpu as usize;
+                if gi >= st.mig_usable.len() || !st.mig_usable[gi] {
+                    return Err(StateError::BadGpu {
+                        node: n.name.clone(),
+                        gpu: *gpu,
+                    });
+                }
+                let slots = &n.gpus[gi].mig;
+                let mut mask = 0u64;
+                let mut sum = 0u32;
+                for &i in instances {
+                    let Some(m) = slots.get(i as usize).filter(|_| i < 64) else {
+                        return Err(StateError::BadGpu {
+                            node: n.name.clone(),
+                            gpu: *gpu,
+                        });
+                    };
+                    if mask & (1 << i) != 0 {
+                        return Err(StateError::DuplicateGpu {
+                            node: n.name.clone(),
+                            gpu: *gpu,
+                        });
+                    }
+                    if st.mig_used[gi] & (1 << i) != 0 {
+                        return Err(StateError::Insufficient {
+                            node: n.name.clone(),
+                            what: format!("MIG instance {} of gpu {gpu} (in use)", m.id),
+                        });
+                    }
+                    mask |= 1 << i;
+                    sum += m.milli;
+                }
+                if instances.is_empty() || sum != *milli || st.mig_free_milli[gi] < sum {
+                    return Err(StateError::Insufficient {
+                        node: n.name.clone(),
+                        what: format!(
+                            "MIG instances of gpu {gpu} ({milli} milli asked, {sum} named)"
+                        ),
+                    });
+                }
+                st.mig_used[gi] |= mask;
+                st.mig_free_milli[gi] -= sum;
+                st.free.gpu_milli -= sum as u64;
+            }
         }
         st.free.sub(&cpu_mem);
         st.version += 1;
@@ -361,11 +470,54 @@ impl<'a> ClusterState<'a> {
                     st.free.gpu_mem_mib += memory_mib;
                 }
             }
+            GpuAssignment::Mig { gpu, instances, .. } => {
+                let gi = *gpu as usize;
+                if gi < st.mig_usable.len() && st.mig_usable[gi] {
+                    for &i in instances {
+                        if i < 64
+                            && st.mig_used[gi] & (1 << i) != 0
+                            && let Some(m) = n.gpus[gi].mig.get(i as usize)
+                        {
+                            st.mig_used[gi] &= !(1 << i);
+                            st.mig_free_milli[gi] += m.milli;
+                            st.free.gpu_milli += m.milli as u64;
+                        }
+                    }
+                }
+            }
         }
         st.version += 1;
         st.pods = st.pods.saturating_sub(1);
         let given = st.free.gpu_milli - free_before;
         self.free_by_model[self.models.of_node[node as usize] as usize] += given;
+    }
+
+    /// Where `pod`'s MIG instances would go on `node`, if it asks MIG
+    /// instances and a usable GPU of an allowed model has `count` free
+    /// instances of its (resource, profile): the GPU with the fewest such
+    /// instances left after placing (best fit), then the lowest position;
+    /// its lowest free instances. `None` when the pod asks none or none fit.
+    pub fn mig_choice(&self, pod: &Pod, node: NodeId) -> Option<GpuAssignment> {
+        let ask = pod.mig.as_ref()?;
+        let n = self.node(node);
+        let st = self.get(node);
+        let want = ask.count as usize;
+        (0..n.gpus.len())
+            .filter(|&g| st.mig_usable[g] && pod.allows_model(&n.gpus[g].model))
+            .filter_map(|g| {
+                let free = st.free_mig(n, g, &ask.resource, &ask.profile);
+                (want > 0 && free.len() >= want).then(|| (free.len() - want, g, free))
+            })
+            .min_by_key(|(left, g, _)| (*left, *g))
+            .map(|(_, g, mut free)| {
+                free.truncate(want);
+                let milli = free.iter().map(|&i| n.gpus[g].mig[i as usize].milli).sum();
+                GpuAssignment::Mig {
+                    gpu: g as u32,
+                    instances: free,
+                    milli,
+                }
+            })
     }
 
     /// Whether GPU `g` of `node` is allowed for `pod` (model, memory).
@@ -415,6 +567,7 @@ impl<'a> ClusterState<'a> {
     /// CPU, memory and extended resources are not checked here.
     pub fn default_gpu_choice(&self, pod: &Pod, node: NodeId) -> Option<GpuAssignment> {
         match pod.gpu {
+            _ if pod.mig.is_some() => self.mig_choice(pod, node),
             GpuRequest::None | GpuRequest::Whole(0) => Some(GpuAssignment::None),
             GpuRequest::Whole(k) => {
                 let free = self.free_whole_gpus(pod, node);
@@ -446,7 +599,7 @@ impl<'a> ClusterState<'a> {
         let mut total = 0;
         let mut free = 0;
         for st in &self.state {
-            total += st.gpu_usable.iter().filter(|u| **u).count() as u64 * GPU_MILLI;
+            total += st.gpu_capacity_milli();
             free += st.free.gpu_milli;
         }
         (total, total - free)
@@ -641,5 +794,167 @@ mod tests {
         p.gpu_models = vec!["H100".into()];
         p.gpu = GpuRequest::Whole(1);
         assert_eq!(cs.default_gpu_choice(&p, 1), None);
+    }
+
+    /// A100 node: GPU 0 cut 7×1g.10gb, GPU 1 cut 2×3g.40gb, GPUs 2–3 whole
+    /// (`migStrategy: mixed`).
+    pub(crate) fn mig_node() -> Node {
+        let mut n = nodes().remove(0);
+        let slot = |g: u32, k: u32, p: &str, milli: u32| gpusched_model::MigSlot {
+            id: format!("MIG-{g}-{k}"),
+            profile: p.into(),
+            resource: format!("nvidia.com/mig-{p}"),
+            milli,
+        };
+        n.gpus[0].mig = (0..7).map(|k| slot(0, k, "1g.10gb", 142)).collect();
+        n.gpus[1].mig = (0..2).map(|k| slot(1, k, "3g.40gb", 428)).collect();
+        n.sync_gpu_allocatable();
+        n
+    }
+
+    fn mig_pod(profile: &str, count: u32, milli: u32) -> Pod {
+        let mut p = Pod::new("ml/m", "q");
+        p.mig = Some(Box::new(gpusched_model::MigAsk {
+            resource: format!("nvidia.com/mig-{profile}"),
+            profile: profile.into(),
+            count,
+        }));
+        p.gpu = GpuRequest::Share {
+            milli: count * milli,
+            memory_mib: 0,
+        };
+        p
+    }
+
+    #[test]
+    fn mig_instances_are_placed_by_profile_never_by_milli() {
+        let nodes = vec![mig_node()];
+        let mut cs = ClusterState::new(&nodes);
+        // every GPU counts 1000 once, in MIG mode or not
+        assert_eq!(cs.get(0).gpu_capacity_milli(), 4000);
+        assert_eq!(cs.gpu_milli_totals(), (4000, 0));
+        // whole GPUs and shares never land on a GPU in MIG mode
+        let mut whole = Pod::new("ml/w", "q");
+        whole.gpu = GpuRequest::Whole(1);
+        assert_eq!(cs.free_whole_gpus(&whole, 0), vec![2, 3]);
+        let mut share = Pod::new("ml/s", "q");
+        share.gpu = GpuRequest::Share {
+            milli: 100,
+            memory_mib: 0,
+        };
+        let on: Vec<usize> = cs.share_candidates(&share, 0).iter().map(|c| c.0).collect();
+        assert_eq!(on, vec![2, 3]);
+        // seven 1g pods fill GPU 0 exactly; the eighth does not fit, though
+        // GPU 1 (3g instances) has 1000 milli free
+        let one = mig_pod("1g.10gb", 1, 142);
+        for k in 0..7u32 {
+            let a = cs.mig_choice(&one, 0).unwrap();
+            assert_eq!(
+                a,
+                GpuAssignment::Mig {
+                    gpu: 0,
+                    instances: vec![k],
+                    milli: 142
+                }
+            );
+            cs.assign(0, &one.requests, &a).unwrap();
+        }
+        assert_eq!(cs.mig_choice(&one, 0), None);
+        assert_eq!(cs.default_gpu_choice(&one, 0), None);
+        assert_eq!(cs.get(0).mig_free_milli[1], 1000);
+        assert_eq!(cs.gpu_milli_totals(), (4000, 994));
+        // a 2×3g pod takes both instances of GPU 1; a third 3g does not fit
+        let two = mig_pod("3g.40gb", 2, 428);
+        let a = cs.mig_choice(&two, 0).unwrap();
+        assert_eq!(
+            a,
+            GpuAssignment::Mig {
+                gpu: 1,
+                instances: vec![0, 1],
+                milli: 856
+            }
+        );
+        cs.assign(0, &two.requests, &a).unwrap();
+        assert_eq!(cs.mig_choice(&mig_pod("3g.40gb", 1, 428), 0), None);
+        // whole GPUs are untouched by all this
+        assert_eq!(cs.free_whole_gpus(&whole, 0), vec![2, 3]);
+        // an instance in use is refused, freed ones come back
+        let again = GpuAssignment::Mig {
+            gpu: 0,
+            instances: vec![3],
+            milli: 142,
+        };
+        assert!(matches!(
+            cs.assign(0, &one.requests, &again),
+            Err(StateError::Insufficient { .. })
+        ));
+        cs.release(0, &one.requests, &again);
+        assert_eq!(cs.mig_choice(&one, 0), Some(again.clone()));
+        // a wrong measure or a GPU not in MIG mode is refused
+        let wrong = GpuAssignment::Mig {
+            gpu: 0,
+            instances: vec![3],
+            milli: 428,
+        };
+        assert!(cs.assign(0, &one.requests, &wrong).is_err());
+        let not_mig = GpuAssignment::Mig {
+            gpu: 2,
+            instances: vec![0],
+            milli: 142,
+        };
+        assert!(matches!(
+            cs.assign(0, &one.requests, &not_mig),
+            Err(StateError::BadGpu { .. })
+        ));
+        cs.assign(0, &one.requests, &again).unwrap();
+        assert_eq!(cs.gpu_milli_totals(), (4000, 994 + 856));
+    }
+
+    #[test]
+    fn a_mig_gpu_of_several_profiles_gives_each_its_own_instances() {
+        // 3g + 2g + 1g + 1g on one GPU: 1g asks get the two 1g instances
+        let mut n = mig_node();
+        let slot = |k: u32, p: &str, milli: u32| gpusched_model::MigSlot {
+            id: format!("MIG-x-{k}"),
+            profile: p.into(),
+            resource: format!("nvidia.com/mig-{p}"),
+            milli,
+        };
+        n.gpus[0].mig = vec![
+            slot(0, "3g.40gb", 428),
+            slot(1, "2g.20gb", 285),
+            slot(2, "1g.10gb", 142),
+            slot(3, "1g.10gb", 142),
+        ];
+        n.gpus[1].mig.clear();
+        let nodes = vec![n];
+        let mut cs = ClusterState::new(&nodes);
+        let one = mig_pod("1g.10gb", 2, 142);
+        let a = cs.mig_choice(&one, 0).unwrap();
+        assert_eq!(
+            a,
+            GpuAssignment::Mig {
+                gpu: 0,
+                instances: vec![2, 3],
+                milli: 284
+            }
+        );
+        cs.assign(0, &one.requests, &a).unwrap();
+        assert_eq!(cs.mig_choice(&mig_pod("1g.10gb", 1, 142), 0), None);
+        let three = mig_pod("3g.40gb", 1, 428);
+        assert_eq!(
+            cs.mig_choice(&three, 0),
+            Some(GpuAssignment::Mig {
+                gpu: 0,
+                instances: vec![0],
+                milli: 428
+            })
+        );
+        // an unhealthy GPU gives nothing
+        let mut sick = nodes.clone();
+        sick[0].gpus[0].health = gpusched_model::GpuHealth::Unhealthy;
+        let cs = ClusterState::new(&sick);
+        assert_eq!(cs.mig_choice(&three, 0), None);
+        assert_eq!(cs.get(0).gpu_capacity_milli(), 3000);
     }
 }

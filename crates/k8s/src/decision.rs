@@ -7,14 +7,40 @@ use gpusched_core::GpuAssignment;
 use gpusched_model::Node;
 pub use gpusched_model::protocol::{
     ANNOTATION_DECISION, DECISION_VERSION, DecisionError, GpuDecision, MAX_DECISION_BYTES,
-    ShareDecision,
+    MigDecision, ShareDecision,
 };
 
 /// The decision for a placement of the core.
 pub fn make(uid: &str, node: &Node, seq: u64, gpus: &GpuAssignment) -> GpuDecision {
+    let mut mig = None;
     let (indices, share) = match gpus {
         GpuAssignment::None => (Vec::new(), None),
         GpuAssignment::Whole(v) => (v.clone(), None),
+        GpuAssignment::Mig {
+            gpu,
+            instances,
+            milli,
+        } => {
+            let slots: Vec<&gpusched_model::MigSlot> = node
+                .gpus
+                .get(*gpu as usize)
+                .map(|g| {
+                    instances
+                        .iter()
+                        .filter_map(|&i| g.mig.get(i as usize))
+                        .collect()
+                })
+                .unwrap_or_default();
+            mig = slots.first().map(|s| {
+                Box::new(MigDecision {
+                    resource: s.resource.clone(),
+                    profile: s.profile.clone(),
+                    instances: slots.iter().map(|m| m.id.clone()).collect(),
+                    milli: *milli,
+                })
+            });
+            (vec![*gpu], None)
+        }
         GpuAssignment::Share {
             gpu,
             milli,
@@ -52,6 +78,7 @@ pub fn make(uid: &str, node: &Node, seq: u64, gpus: &GpuAssignment) -> GpuDecisi
             .collect(),
         gpus: uuids,
         share,
+        mig,
     }
 }
 
@@ -98,6 +125,55 @@ pub fn assignment(d: &GpuDecision, uid: &str, node: &Node) -> Result<GpuAssignme
         }
         pos.push(p as u32);
     }
+    if let Some(m) = &d.mig {
+        let [gpu] = pos[..] else {
+            return Err(DecisionError::Gpus(format!(
+                "MIG instances name exactly one GPU, not {}",
+                pos.len()
+            )));
+        };
+        if d.share.is_some() {
+            return Err(DecisionError::Gpus(
+                "a decision is a share or MIG instances, not both".into(),
+            ));
+        }
+        let g = &node.gpus[gpu as usize];
+        let mut instances = Vec::with_capacity(m.instances.len());
+        let mut milli = 0u32;
+        for id in &m.instances {
+            let Some(i) = g.mig.iter().position(|s| &s.id == id) else {
+                return Err(DecisionError::Gpus(format!(
+                    "GPU {} of node {} has no MIG instance {id}",
+                    g.index, node.name
+                )));
+            };
+            let s = &g.mig[i];
+            if s.resource != m.resource || s.profile != m.profile {
+                return Err(DecisionError::Gpus(format!(
+                    "MIG instance {id} is {} of {}, not {} of {}",
+                    s.profile, s.resource, m.profile, m.resource
+                )));
+            }
+            if instances.contains(&(i as u32)) {
+                return Err(DecisionError::Gpus(format!(
+                    "MIG instance {id} named twice"
+                )));
+            }
+            instances.push(i as u32);
+            milli += s.milli;
+        }
+        if instances.is_empty() || milli != m.milli {
+            return Err(DecisionError::Gpus(format!(
+                "MIG instances measure {milli} milli-GPU, the decision says {}",
+                m.milli
+            )));
+        }
+        return Ok(GpuAssignment::Mig {
+            gpu,
+            instances,
+            milli,
+        });
+    }
     Ok(match &d.share {
         Some(s) => {
             let [gpu] = pos[..] else {
@@ -131,6 +207,7 @@ mod tests {
                 memory_mib: 81920,
                 health: GpuHealth::Healthy,
                 topo: GpuTopo::default(),
+                mig: Vec::new(),
             })
             .collect();
         Node::new("n1", ResourceVec::new(8000, 1 << 34, 0), gpus)
@@ -152,6 +229,60 @@ mod tests {
             let back = GpuDecision::parse(&d.to_annotation()).unwrap();
             assert_eq!(assignment(&back, "u1", &n).unwrap(), a);
         }
+    }
+
+    #[test]
+    fn mig_decisions_name_their_instances_and_are_checked() {
+        let mut n = node();
+        n.gpus[1].mig = (0..7)
+            .map(|k| gpusched_model::MigSlot {
+                id: format!("MIG-{k}"),
+                profile: "1g.10gb".into(),
+                resource: "nvidia.com/mig-1g.10gb".into(),
+                milli: 142,
+            })
+            .collect();
+        let a = GpuAssignment::Mig {
+            gpu: 1,
+            instances: vec![2, 5],
+            milli: 284,
+        };
+        let d = make("u1", &n, 3, &a);
+        let text = d.to_annotation();
+        assert!(
+            text.contains(r#""mig":{"resource":"nvidia.com/mig-1g.10gb","profile":"1g.10gb","instances":["MIG-2","MIG-5"],"milli":284}"#),
+            "{text}"
+        );
+        assert_eq!(d.indices, vec![1]);
+        assert!(d.share.is_none());
+        let back = GpuDecision::parse(&text).unwrap();
+        assert_eq!(assignment(&back, "u1", &n).unwrap(), a);
+        let bad = |f: &dyn Fn(&mut GpuDecision), want: &str| {
+            let mut b = d.clone();
+            f(&mut b);
+            let e = assignment(&b, "u1", &n).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        bad(
+            &|b| b.mig.as_mut().unwrap().instances[1] = "MIG-9".into(),
+            "no MIG instance MIG-9",
+        );
+        bad(
+            &|b| b.mig.as_mut().unwrap().instances[1] = "MIG-2".into(),
+            "named twice",
+        );
+        bad(&|b| b.mig.as_mut().unwrap().milli = 1000, "measure 284");
+        bad(
+            &|b| b.mig.as_mut().unwrap().profile = "3g.40gb".into(),
+            "is 1g.10gb",
+        );
+        bad(
+            &|b| {
+                b.indices = vec![0];
+                b.gpus = vec!["GPU-0".into()];
+            },
+            "GPU 0 of node n1 has no MIG instance",
+        );
     }
 
     #[test]

@@ -294,7 +294,13 @@ impl Metrics {
         let mut by_free: BTreeMap<u32, i64> = BTreeMap::new();
         for (n, st) in snap.nodes.iter().zip(cs.states()) {
             total += n.gpus.len() as u64;
-            unhealthy += st.gpu_usable.iter().filter(|u| !**u).count() as u64;
+            // a GPU in MIG mode is usable through its instances
+            unhealthy += st
+                .gpu_usable
+                .iter()
+                .zip(&st.mig_usable)
+                .filter(|(u, m)| !**u && !**m)
+                .count() as u64;
             free += st.free.gpu_milli;
             frag += st
                 .gpu_free_milli
@@ -376,6 +382,7 @@ mod tests {
                 GpuHealth::Unhealthy
             },
             topo: Default::default(),
+            mig: Vec::new(),
         };
         let n = Node::new(
             "n",

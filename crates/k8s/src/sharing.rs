@@ -20,10 +20,22 @@
 //!   offer whole GPUs, a pod asking `nvidia.com/gpu` asks whole GPUs, and
 //!   the time-sliced nodes are withheld (their GPUs are not offered, with
 //!   a warning saying to rename the resource).
+//!
+//! MIG instances are resolved the same way. Agents publish their MIG
+//! layout (`NodeSharing::mig`); a resource name served by MIG instances
+//! (`nvidia.com/mig-<profile>` under `migStrategy: mixed`,
+//! `nvidia.com/gpu` under `single`) means instances of one profile with
+//! one measure (`⌊1000 · g / G⌋`). A pod asking `k` of them gets
+//! [`Pod::mig`] (the core places it by instances, `k` free instances of
+//! that profile on one GPU) and the share they measure as `pod.gpu` (what
+//! quotas, fair share and metrics count). `nvidia.com/gpu` means MIG
+//! instances only where every node with GPUs serves it with MIG instances
+//! of one profile; where other nodes offer whole GPUs, the `single` nodes
+//! are withheld with a warning, as time-sliced ones are.
 
 use gpusched_model::labels::RESOURCE_GPU;
 use gpusched_model::sharing::{NodeSharing, replica_milli};
-use gpusched_model::{GpuRequest, Pod};
+use gpusched_model::{GpuRequest, MigAsk, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a time-sliced resource name means in the cluster.
@@ -35,11 +47,28 @@ pub enum Meaning {
     Conflict(String),
 }
 
+/// What a resource name served by MIG instances means in the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MigMeaning {
+    /// Instances of this profile, each this many milli-GPU, on every node
+    /// serving it.
+    Instances {
+        /// The profile.
+        profile: String,
+        /// One instance's measure.
+        milli: u32,
+    },
+    /// Nodes disagree; pods asking it are refused with this text.
+    Conflict(String),
+}
+
 /// The cluster's time-sliced resources, from the nodes' agents.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SharingTable {
     /// Meaning of each time-sliced resource name.
     pub resources: BTreeMap<String, Meaning>,
+    /// Meaning of each resource name served by MIG instances.
+    pub mig: BTreeMap<String, MigMeaning>,
     /// Nodes (by position in the input) whose GPUs are withheld: they
     /// time-slice `nvidia.com/gpu` under its own name while other nodes
     /// offer it whole.
@@ -123,7 +152,131 @@ pub fn table(nodes: &[NodeIn<'_>]) -> SharingTable {
         }
         t.resources.insert(res.to_string(), meaning);
     }
+    mig_table(nodes, &mut t);
     t
+}
+
+/// Adds the MIG resources to `t`.
+fn mig_table(nodes: &[NodeIn<'_>], t: &mut SharingTable) {
+    // resource → (profile, milli) → node names
+    type Seen<'a> = BTreeMap<&'a str, BTreeMap<(&'a str, u32), Vec<&'a str>>>;
+    let mut seen: Seen<'_> = BTreeMap::new();
+    for n in nodes {
+        for m in n
+            .sharing
+            .iter()
+            .flat_map(|s| &s.mig)
+            .flat_map(|g| &g.instances)
+        {
+            let names = seen
+                .entry(m.resource.as_str())
+                .or_default()
+                .entry((m.profile.as_str(), m.milli()))
+                .or_default();
+            if names.last() != Some(&n.name) {
+                names.push(n.name);
+            }
+        }
+    }
+    for (res, kinds) in &seen {
+        let meaning = match kinds.iter().next() {
+            Some(((profile, milli), _)) if kinds.len() == 1 => MigMeaning::Instances {
+                profile: profile.to_string(),
+                milli: *milli,
+            },
+            _ => {
+                let list: Vec<String> = kinds
+                    .iter()
+                    .map(|((p, m), nodes)| format!("{p} ({m} milli) on {}", nodes.join(", ")))
+                    .collect();
+                MigMeaning::Conflict(format!(
+                    "nodes serve {res} with MIG instances of different profiles ({}); gpusched needs one profile per resource name (migStrategy: mixed names each profile)",
+                    list.join("; ")
+                ))
+            }
+        };
+        if *res == RESOURCE_GPU {
+            let single = |n: &NodeIn<'_>| {
+                n.sharing.is_some_and(|s| {
+                    s.mig
+                        .iter()
+                        .flat_map(|g| &g.instances)
+                        .any(|m| m.resource == RESOURCE_GPU)
+                })
+            };
+            let whole: Vec<&str> = nodes
+                .iter()
+                .filter(|n| n.has_gpus && !single(n))
+                .map(|n| n.name)
+                .collect();
+            if !whole.is_empty() {
+                for (i, n) in nodes.iter().enumerate().filter(|(_, n)| single(n)) {
+                    t.withheld.insert(i);
+                    t.warnings.push((
+                        i,
+                        format!(
+                            "node {} serves {RESOURCE_GPU} as MIG instances (migStrategy: single) while other nodes ({}) offer it as whole GPUs; a pod asking {RESOURCE_GPU} cannot mean both, so gpusched places no GPU pod on this node: use migStrategy: mixed",
+                            n.name,
+                            whole.join(", ")
+                        ),
+                    ));
+                }
+                continue;
+            }
+        }
+        t.mig.insert(res.to_string(), meaning);
+    }
+}
+
+/// Turns a pod's ask of MIG instances into [`Pod::mig`] and the share
+/// they measure (`pod.gpu`); `Ok(false)` when it asks none. Errors name
+/// the resource and why.
+pub fn resolve_mig(pod: &mut Pod, t: &SharingTable) -> Result<bool, String> {
+    let mut found: Option<(&String, u64, &MigMeaning)> = None;
+    for (res, meaning) in &t.mig {
+        let k = if res == RESOURCE_GPU {
+            u64::from(pod.gpu.whole())
+        } else {
+            pod.requests.ext_get(res)
+        };
+        if k == 0 {
+            continue;
+        }
+        if res != RESOURCE_GPU && !pod.gpu.is_none() {
+            return Err(format!(
+                "asks {res} (MIG instances) together with other GPUs; a pod's GPUs are MIG instances of one profile or GPUs of one kind"
+            ));
+        }
+        if let Some((other, _, _)) = &found {
+            return Err(format!(
+                "asks both {other} and {res}; a pod's MIG instances are of one profile"
+            ));
+        }
+        found = Some((res, k, meaning));
+    }
+    let Some((resource, k, meaning)) = found else {
+        return Ok(false);
+    };
+    let (profile, milli) = match meaning {
+        MigMeaning::Instances { profile, milli } => (profile, *milli),
+        MigMeaning::Conflict(why) => return Err(why.clone()),
+    };
+    if k > gpusched_model::sharing::MAX_MIG_INSTANCES as u64 {
+        return Err(format!(
+            "asks {k} MIG instances of {resource}; a pod's instances come from one GPU"
+        ));
+    }
+    let count = k as u32;
+    pod.mig = Some(Box::new(MigAsk {
+        resource: resource.clone(),
+        profile: profile.clone(),
+        count,
+    }));
+    pod.gpu = GpuRequest::Share {
+        milli: count * milli,
+        memory_mib: 0,
+    };
+    Ok(true)
 }
 
 /// A pod's ask of a time-sliced resource, once resolved.
@@ -139,6 +292,9 @@ pub struct ReplicaAsk {
 /// as (`pod.gpu`); `Ok(None)` when it asks none. Errors name the resource
 /// and why.
 pub fn resolve(pod: &mut Pod, t: &SharingTable) -> Result<Option<ReplicaAsk>, String> {
+    if resolve_mig(pod, t)? {
+        return Ok(None);
+    }
     let mut found: Option<(String, u64, &Meaning)> = None;
     for (res, meaning) in &t.resources {
         let k = if res == RESOURCE_GPU {
@@ -197,6 +353,7 @@ mod tests {
                     replicas: *n,
                 })
                 .collect(),
+            mig: Vec::new(),
         }
     }
 
@@ -297,5 +454,91 @@ mod tests {
         // a pod asking no GPU is untouched
         let mut cpu = Pod::new("ml/cpu", "default");
         assert_eq!(resolve(&mut cpu, &t), Ok(None));
+    }
+
+    fn mig(list: &[(&str, &str, u32, u32)]) -> NodeSharing {
+        use gpusched_model::sharing::{MigGpu, MigInstance};
+        NodeSharing {
+            v: SHARING_VERSION,
+            time_slicing: Vec::new(),
+            mig: vec![MigGpu {
+                index: 0,
+                instances: list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (res, profile, g, of))| MigInstance {
+                        id: format!("MIG-{i}"),
+                        profile: profile.to_string(),
+                        slices: *g,
+                        of: *of,
+                        memory_mib: 0,
+                        resource: res.to_string(),
+                    })
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn mig_resources_become_instance_asks_measured_by_slices() {
+        let a = mig(&[
+            ("nvidia.com/mig-1g.10gb", "1g.10gb", 1, 7),
+            ("nvidia.com/mig-3g.40gb", "3g.40gb", 3, 7),
+        ]);
+        let node = |name, s| NodeIn {
+            name,
+            sharing: Some(s),
+            has_gpus: true,
+        };
+        let t = table(&[node("a", &a)]);
+        let mut p = pod_asking("nvidia.com/mig-1g.10gb", 3);
+        assert_eq!(resolve(&mut p, &t), Ok(None));
+        assert_eq!(
+            p.mig.as_deref(),
+            Some(&MigAsk {
+                resource: "nvidia.com/mig-1g.10gb".into(),
+                profile: "1g.10gb".into(),
+                count: 3
+            })
+        );
+        assert_eq!(p.gpu.milli(), 3 * 142);
+        // with other GPUs, or two profiles: refused, naming why
+        let mut both = pod_asking("nvidia.com/mig-1g.10gb", 1);
+        both.requests.ext.insert("nvidia.com/mig-3g.40gb".into(), 1);
+        assert!(resolve(&mut both, &t).unwrap_err().contains("asks both"));
+        let mut with = pod_asking("nvidia.com/mig-1g.10gb", 1);
+        with.gpu = GpuRequest::Whole(1);
+        assert!(
+            resolve(&mut with, &t)
+                .unwrap_err()
+                .contains("together with")
+        );
+        // one name, two measures (a 1g of 7 and of 4 slices): a conflict
+        let b = mig(&[("nvidia.com/mig-1g.10gb", "1g.10gb", 1, 4)]);
+        let t = table(&[node("a", &a), node("b", &b)]);
+        let e = resolve(&mut pod_asking("nvidia.com/mig-1g.10gb", 1), &t).unwrap_err();
+        assert!(
+            e.contains("142 milli) on a") && e.contains("250 milli) on b"),
+            "{e}"
+        );
+        // single: nvidia.com/gpu means instances where every GPU node agrees
+        let s = mig(&[("nvidia.com/gpu", "1g.10gb", 1, 7)]);
+        let t = table(&[node("s", &s)]);
+        let mut p = pod_asking(RESOURCE_GPU, 2);
+        assert_eq!(resolve(&mut p, &t), Ok(None));
+        assert_eq!(p.mig.as_ref().map(|m| m.count), Some(2));
+        assert_eq!(p.gpu.milli(), 284);
+        let t = table(&[
+            node("s", &s),
+            NodeIn {
+                name: "w",
+                sharing: None,
+                has_gpus: true,
+            },
+        ]);
+        assert_eq!(t.withheld, BTreeSet::from([0]));
+        let mut p = pod_asking(RESOURCE_GPU, 1);
+        assert_eq!(resolve(&mut p, &t), Ok(None));
+        assert_eq!((p.gpu, p.mig), (GpuRequest::Whole(1), None));
     }
 }

@@ -19,7 +19,7 @@ use gpusched_model::{
 };
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Scheduler name pods use to opt in.
 pub const SCHEDULER_NAME: &str = "gpusched";
@@ -184,6 +184,7 @@ pub fn node(n: &Node) -> NodeView {
                             pcie_switch: g.pcie_switch,
                             numa: g.numa,
                         },
+                        mig: Vec::new(),
                     })
                     .collect();
                 gpus.sort_by_key(|g| g.index);
@@ -230,6 +231,7 @@ pub fn node(n: &Node) -> NodeView {
                 memory_mib,
                 health: GpuHealth::Healthy,
                 topo: GpuTopo::default(),
+                mig: Vec::new(),
             })
             .collect();
     }
@@ -242,6 +244,64 @@ pub fn node(n: &Node) -> NodeView {
             )),
         }
     }
+    // GPUs in MIG mode: their instances, as the agent publishes them; the
+    // kubelet's `nvidia.com/gpu` counts MIG devices under `single`, so
+    // those are not whole GPUs
+    let mut mig_as_gpu = 0u64;
+    if let Some(s) = &sharing {
+        for mg in &s.mig {
+            let Some(g) = gpus.iter_mut().find(|g| g.index == mg.index) else {
+                warnings.push(format!(
+                    "{obj}: annotation {}: MIG GPU {} is not among the node's GPUs; its instances are not placed",
+                    gpusched_model::sharing::ANNOTATION_NODE_SHARING,
+                    mg.index
+                ));
+                continue;
+            };
+            g.mig = mg
+                .instances
+                .iter()
+                .map(|m| gpusched_model::MigSlot {
+                    id: m.id.clone(),
+                    profile: m.profile.clone(),
+                    resource: m.resource.clone(),
+                    milli: m.milli(),
+                })
+                .collect();
+            mig_as_gpu += mg
+                .instances
+                .iter()
+                .filter(|m| m.resource == RESOURCE_GPU)
+                .count() as u64;
+        }
+    }
+    // each MIG resource: GPUs beyond what the kubelet offers (not yet
+    // registered, or unhealthy instances) are not allocatable, highest
+    // index first
+    let mig_resources: BTreeSet<String> = gpus
+        .iter()
+        .flat_map(|g| g.mig.iter().map(|m| m.resource.clone()))
+        .collect();
+    for r in &mig_resources {
+        let offered = if r == RESOURCE_GPU {
+            gpu_alloc
+        } else {
+            res.ext_get(r)
+        };
+        let of_r = |g: &Gpu| g.mig.iter().filter(|m| &m.resource == r).count() as u64;
+        let mut listed: u64 = gpus.iter().filter(|g| g.is_healthy()).map(of_r).sum();
+        for g in gpus.iter_mut().rev() {
+            if listed <= offered {
+                break;
+            }
+            let k = of_r(g);
+            if k > 0 && g.is_healthy() {
+                g.health = GpuHealth::NotAllocatable;
+                listed -= k;
+            }
+        }
+    }
+    gpu_alloc = gpu_alloc.saturating_sub(mig_as_gpu);
     // GPUs time-sliced (under their own name or renamed): the kubelet
     // counts replicas, N per GPU, of the advertised name
     if let Some(s) = &sharing {
@@ -266,12 +326,15 @@ pub fn node(n: &Node) -> NodeView {
     // mark healthy GPUs beyond it not allocatable, highest index first (for
     // ~10 s after an agent starts its GPUs are published before the
     // kubelet's allocatable: they are not "unhealthy").
-    let mut healthy = gpus.iter().filter(|g| g.is_healthy()).count() as u64;
+    let mut healthy = gpus
+        .iter()
+        .filter(|g| g.is_healthy() && !g.is_mig())
+        .count() as u64;
     for g in gpus.iter_mut().rev() {
         if healthy <= gpu_alloc {
             break;
         }
-        if g.is_healthy() {
+        if g.is_healthy() && !g.is_mig() {
             g.health = GpuHealth::NotAllocatable;
             healthy -= 1;
         }

@@ -1023,6 +1023,28 @@ impl World {
             }
             pos.push(p);
         }
+        if !a.mig.is_empty() {
+            // MIG instances: the positions of the ids on their one GPU
+            let [gpu] = pos[..] else {
+                return None;
+            };
+            let slots = &nv.gpus[gpu as usize].mig;
+            let mut instances = Vec::with_capacity(a.mig.len());
+            for id in &a.mig {
+                let i = slots.iter().position(|m| &m.id == id)? as u32;
+                if instances.contains(&i) {
+                    return None;
+                }
+                instances.push(i);
+            }
+            instances.sort_unstable();
+            let milli = instances.iter().map(|&i| slots[i as usize].milli).sum();
+            return Some(GpuAssignment::Mig {
+                gpu,
+                instances,
+                milli,
+            });
+        }
         match (a.milli, pos.as_slice()) {
             (Some(milli), [gpu]) => Some(GpuAssignment::Share {
                 gpu: *gpu,
@@ -1411,6 +1433,10 @@ impl World {
                         {
                             Some(real)
                         }
+                        (
+                            Some(GpuAssignment::Mig { .. }),
+                            Some(real @ GpuAssignment::Mig { .. }),
+                        ) if real.milli() == pod.gpu.milli() => Some(real),
                         (g, _) => g,
                     };
                     if let Some(d) = decided_whole {
@@ -1465,31 +1491,39 @@ impl World {
         for (i, n) in undecided {
             let node = &out.snapshot.nodes[n as usize];
             let want = out.snapshot.pods[i].pod.gpu;
-            let a = match want {
-                GpuRequest::Whole(k) => {
-                    let mut order: Vec<u32> = (0..node.gpus.len() as u32)
-                        .filter(|g| {
-                            !taken[n as usize].contains(g) && !shared[n as usize].contains_key(g)
-                        })
-                        .collect();
-                    order.sort_by_key(|&g| (!node.gpus[g as usize].is_healthy(), g));
-                    order.truncate(k as usize);
-                    GpuAssignment::Whole(order)
-                }
-                GpuRequest::Share { milli, memory_mib } => {
-                    let gpu = (0..node.gpus.len() as u32)
-                        .filter(|g| !taken[n as usize].contains(g))
-                        .min_by_key(|g| (shared[n as usize].get(g).copied().unwrap_or(0), *g));
-                    match gpu {
-                        Some(gpu) => GpuAssignment::Share {
-                            gpu,
-                            milli,
-                            memory_mib,
-                        },
-                        None => GpuAssignment::None,
+            let a = match (&out.snapshot.pods[i].pod.mig, want) {
+                // MIG instances: the lowest free ones of its profile
+                (Some(ask), _) => undecided_mig(&out.snapshot, n, ask),
+                (None, want) => match want {
+                    GpuRequest::Whole(k) => {
+                        let mut order: Vec<u32> = (0..node.gpus.len() as u32)
+                            .filter(|g| {
+                                !taken[n as usize].contains(g)
+                                    && !shared[n as usize].contains_key(g)
+                                    && !node.gpus[*g as usize].is_mig()
+                            })
+                            .collect();
+                        order.sort_by_key(|&g| (!node.gpus[g as usize].is_healthy(), g));
+                        order.truncate(k as usize);
+                        GpuAssignment::Whole(order)
                     }
-                }
-                GpuRequest::None => GpuAssignment::None,
+                    GpuRequest::Share { milli, memory_mib } => {
+                        let gpu = (0..node.gpus.len() as u32)
+                            .filter(|g| {
+                                !taken[n as usize].contains(g) && !node.gpus[*g as usize].is_mig()
+                            })
+                            .min_by_key(|g| (shared[n as usize].get(g).copied().unwrap_or(0), *g));
+                        match gpu {
+                            Some(gpu) => GpuAssignment::Share {
+                                gpu,
+                                milli,
+                                memory_mib,
+                            },
+                            None => GpuAssignment::None,
+                        }
+                    }
+                    GpuRequest::None => GpuAssignment::None,
+                },
             };
             mark(&mut taken[n as usize], &mut shared[n as usize], &a);
             match &mut out.snapshot.pods[i].phase {
@@ -1671,11 +1705,67 @@ fn group_queue(groups: &[MGroup], pod: &mut gpusched_model::Pod) {
     }
 }
 
+/// The lowest free MIG instances of `ask` on node `n` (by GPU position,
+/// healthy GPUs first) for a bound pod without a usable decision (placed by
+/// another scheduler): the kubelet chose, we do not know which, and the
+/// count per node is what matters for the next placement.
+fn undecided_mig(
+    snap: &gpusched_core::Snapshot,
+    n: NodeId,
+    ask: &gpusched_model::MigAsk,
+) -> GpuAssignment {
+    let node = &snap.nodes[n as usize];
+    let mut used: BTreeSet<(u32, u32)> = BTreeSet::new();
+    for p in &snap.pods {
+        if let PodPhase::Running {
+            node: pn,
+            gpus: GpuAssignment::Mig { gpu, instances, .. },
+            ..
+        }
+        | PodPhase::Terminating {
+            node: pn,
+            gpus: GpuAssignment::Mig { gpu, instances, .. },
+        } = &p.phase
+            && *pn == n
+        {
+            used.extend(instances.iter().map(|&i| (*gpu, i)));
+        }
+    }
+    let mut order: Vec<usize> = (0..node.gpus.len()).collect();
+    order.sort_by_key(|&g| (!node.gpus[g].is_healthy(), g));
+    for g in order {
+        let free: Vec<u32> = node.gpus[g]
+            .mig
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| {
+                m.resource == ask.resource
+                    && m.profile == ask.profile
+                    && !used.contains(&(g as u32, *i as u32))
+            })
+            .map(|(i, _)| i as u32)
+            .take(ask.count as usize)
+            .collect();
+        if free.len() == ask.count as usize {
+            let milli = free
+                .iter()
+                .map(|&i| node.gpus[g].mig[i as usize].milli)
+                .sum();
+            return GpuAssignment::Mig {
+                gpu: g as u32,
+                instances: free,
+                milli,
+            };
+        }
+    }
+    GpuAssignment::None
+}
+
 fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {
     match a {
         GpuAssignment::None => {}
         GpuAssignment::Whole(v) => taken.extend(v.iter().copied()),
-        GpuAssignment::Share { gpu, milli, .. } => {
+        GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
             *shared.entry(*gpu).or_default() += *milli as u64;
         }
     }

@@ -189,6 +189,7 @@ fn the_largest_pod_has_a_decision_the_agent_accepts() {
             .map(|i| format!("GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd"))
             .collect(),
         share: None,
+        mig: None,
     };
     assert_eq!(d.gpus[0].len(), 40);
     let n = d.to_annotation().len();

@@ -101,7 +101,7 @@ fn held(w: &World) -> BTreeMap<(String, u32), u64> {
         if let PodPhase::Running { node, gpus, .. } = &p.phase {
             let name = b.snapshot.nodes[*node as usize].name.clone();
             match gpus {
-                GpuAssignment::Share { gpu, milli, .. } => {
+                GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
                     *m.entry((name, *gpu)).or_default() += u64::from(*milli)
                 }
                 GpuAssignment::Whole(v) => {

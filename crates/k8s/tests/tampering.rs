@@ -27,6 +27,7 @@ fn bound(index: u32) -> Pod {
         indices: vec![index],
         gpus: vec![String::new()],
         share: None,
+        mig: None,
     };
     serde_json::from_value(json!({
         "metadata": {"name": "a", "namespace": "ml", "uid": "u1",
@@ -97,6 +98,7 @@ fn the_agents_served_gpus_win_over_the_decision() {
             name: "a".into(),
             gpus: vec!["GPU-5".into()],
             milli: None,
+            mig: Vec::new(),
         }],
     };
     n.metadata.annotations = Some(
@@ -125,6 +127,7 @@ fn the_agents_served_gpus_win_over_the_decision() {
         indices: vec![3],
         gpus: vec!["GPU-3".into()],
         share: None,
+        mig: None,
     };
     p.metadata
         .annotations
@@ -158,6 +161,7 @@ fn a_swap_in_progress_counts_the_waiting_pod_on_the_gpu_it_will_get() {
             name: "b".into(),
             gpus: vec!["GPU-2".into()],
             milli: None,
+            mig: Vec::new(),
         }],
     };
     n.metadata.annotations = Some(
@@ -186,6 +190,7 @@ fn a_swap_in_progress_counts_the_waiting_pod_on_the_gpu_it_will_get() {
             indices: vec![idx],
             gpus: vec![format!("GPU-{idx}")],
             share: None,
+            mig: None,
         };
         p.metadata
             .annotations

@@ -24,10 +24,10 @@ pub mod validate;
 pub mod volume;
 pub mod yaml;
 
-pub use gpu::{Gpu, GpuHealth};
+pub use gpu::{Gpu, GpuHealth, MigSlot};
 pub use node::{Node, Taint, TaintEffect};
 pub use pod::{
-    GpuRequest, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup,
+    GpuRequest, MigAsk, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup,
     Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
 };
 pub use podapi::{

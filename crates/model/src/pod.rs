@@ -330,6 +330,26 @@ pub struct Pod {
     /// node affinity (`None`: none of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub constraints: Option<Box<PodConstraints>>,
+    /// MIG instances asked (`None`: none). Such a pod's [`Pod::gpu`] is
+    /// the share the instances measure (`count` instances of
+    /// [`crate::sharing::mig_milli`] each), which quotas and fair share
+    /// count; where it goes is decided by instances, never by that milli.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Box<MigAsk>>,
+}
+
+/// A pod's ask of MIG instances: `count` instances of one profile under
+/// one resource name, all of one GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigAsk {
+    /// The resource asked (`nvidia.com/mig-1g.10gb`, or `nvidia.com/gpu`
+    /// on nodes of `migStrategy: single`).
+    pub resource: String,
+    /// The profile its instances have (`1g.10gb`).
+    pub profile: String,
+    /// Instances asked (≥ 1).
+    pub count: u32,
 }
 
 fn yes() -> bool {
@@ -359,6 +379,7 @@ impl Pod {
             namespace: String::new(),
             labels: BTreeMap::new(),
             constraints: None,
+            mig: None,
         }
     }
 

@@ -35,6 +35,23 @@ pub struct ShareDecision {
     pub replicas: Option<u32>,
 }
 
+/// MIG instances of one GPU decided for a pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigDecision {
+    /// The resource the pod asks (`nvidia.com/mig-1g.10gb`, or
+    /// `nvidia.com/gpu` on a `migStrategy: single` node).
+    pub resource: String,
+    /// The instances' profile.
+    pub profile: String,
+    /// Device ids of the instances (`MIG-…`), as the node agent publishes
+    /// them in `gpusched.io/sharing`; all of the decision's one GPU.
+    pub instances: Vec<String>,
+    /// Their measure in milli-GPU (Σ of each instance's
+    /// [`crate::sharing::mig_milli`]).
+    pub milli: u32,
+}
+
 /// What the scheduler decided for one pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,6 +72,10 @@ pub struct GpuDecision {
     /// Set when the pod holds a share of `gpus[0]` rather than whole GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<ShareDecision>,
+    /// Set when the pod holds MIG instances of `gpus[0]` (then `share` is
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<Box<MigDecision>>,
 }
 
 /// Why a recorded decision was not accepted.
@@ -184,6 +205,10 @@ pub struct PodAllocation {
     /// Milli-GPU handed out, for a share (absent for whole GPUs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub milli: Option<u32>,
+    /// Device ids of the MIG instances its containers hold (with `gpus`
+    /// their one GPU and `milli` their measure); absent otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<String>,
 }
 
 /// The [`ANNOTATION_NODE_ALLOCATIONS`] document.
@@ -253,6 +278,7 @@ mod allocation_tests {
                     name: "a".into(),
                     gpus: vec!["GPU-0".into(), "GPU-1".into()],
                     milli: None,
+                    mig: Vec::new(),
                 },
                 PodAllocation {
                     uid: "u2".into(),
@@ -260,6 +286,7 @@ mod allocation_tests {
                     name: "b".into(),
                     gpus: vec!["GPU-2".into()],
                     milli: Some(300),
+                    mig: Vec::new(),
                 },
             ],
         };

@@ -19,8 +19,11 @@
 //! in replicas, instances and shares at once is never counted above one.
 //!
 //! The node agent publishes what it shares in [`ANNOTATION_NODE_SHARING`]
-//! ([`NodeSharing`]) on its Node; the scheduler reads it to know what a
-//! request for a shared resource means there.
+//! ([`NodeSharing`]) on its Node: its time-sliced resources and its MIG
+//! layout (per GPU in MIG mode: each instance's device id, profile,
+//! compute slices `g` of `G`, memory and the resource serving it). The
+//! scheduler reads it to know what a request for a shared resource means
+//! there.
 
 use crate::resources::GPU_MILLI;
 use serde::{Deserialize, Serialize};
@@ -34,6 +37,45 @@ pub const SHARING_VERSION: u32 = 1;
 pub const MAX_SHARING_BYTES: usize = 64 * 1024;
 /// Most replicas per GPU the measure can express (one milli each).
 pub const MAX_REPLICAS: u32 = GPU_MILLI as u32;
+/// Most MIG instances one GPU may list (NVIDIA's largest partition is 7).
+pub const MAX_MIG_INSTANCES: usize = 64;
+
+/// One MIG instance as a node agent publishes it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigInstance {
+    /// The device id the kubelet advertises for it (`MIG-…`).
+    pub id: String,
+    /// Profile (`1g.10gb`).
+    pub profile: String,
+    /// Compute slices of the instance (`g`).
+    pub slices: u32,
+    /// Compute slices of its GPU (`G`, 7 on A100/H100).
+    pub of: u32,
+    /// Memory, MiB.
+    #[serde(rename = "memoryMiB", default)]
+    pub memory_mib: u64,
+    /// The resource serving it (`nvidia.com/gpu` under `migStrategy:
+    /// single`, `nvidia.com/mig-<profile>` under `mixed`).
+    pub resource: String,
+}
+
+impl MigInstance {
+    /// Its measure: [`mig_milli`]`(slices, of)`.
+    pub fn milli(&self) -> u32 {
+        mig_milli(self.slices, self.of)
+    }
+}
+
+/// One GPU in MIG mode and its instances.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MigGpu {
+    /// The GPU's index (as in `gpusched.io/gpus`).
+    pub index: u32,
+    /// Its instances, in the agent's order.
+    pub instances: Vec<MigInstance>,
+}
 
 /// One time-sliced resource as a node advertises it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -57,6 +99,10 @@ pub struct NodeSharing {
     /// Time-sliced resources, by advertised name.
     #[serde(default)]
     pub time_slicing: Vec<TimeSliced>,
+    /// GPUs in MIG mode whose instances the kubelet is offered, by index
+    /// (absent: none; readers that predate it ignore it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<MigGpu>,
 }
 
 /// Why a sharing annotation was not accepted.
@@ -109,7 +155,59 @@ impl NodeSharing {
                 )));
             }
         }
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, g) in s.mig.iter().enumerate() {
+            if s.mig[..i].iter().any(|o| o.index == g.index) {
+                return Err(SharingError::Invalid(format!(
+                    "mig[{i}]: GPU {} is listed twice",
+                    g.index
+                )));
+            }
+            if g.instances.is_empty() || g.instances.len() > MAX_MIG_INSTANCES {
+                return Err(SharingError::Invalid(format!(
+                    "mig[{i}] (GPU {}): {} instances is not in 1..={MAX_MIG_INSTANCES}",
+                    g.index,
+                    g.instances.len()
+                )));
+            }
+            let mut used = 0u32;
+            for (j, m) in g.instances.iter().enumerate() {
+                let at = format!("mig[{i}].instances[{j}] (GPU {}, {})", g.index, m.id);
+                if m.id.is_empty() || m.resource.is_empty() || m.profile.is_empty() {
+                    return Err(SharingError::Invalid(format!(
+                        "{at}: id, profile and resource must not be empty"
+                    )));
+                }
+                if m.slices == 0 || m.slices > m.of || m.of > 64 {
+                    return Err(SharingError::Invalid(format!(
+                        "{at}: {} of {} compute slices is not a MIG instance",
+                        m.slices, m.of
+                    )));
+                }
+                if m.of != g.instances[0].of {
+                    return Err(SharingError::Invalid(format!(
+                        "{at}: the GPU's instances disagree on its compute slices ({} and {})",
+                        g.instances[0].of, m.of
+                    )));
+                }
+                used += m.slices;
+                if !ids.insert(m.id.as_str()) {
+                    return Err(SharingError::Invalid(format!("{at}: id listed twice")));
+                }
+            }
+            if used > g.instances[0].of {
+                return Err(SharingError::Invalid(format!(
+                    "mig[{i}] (GPU {}): instances take {used} compute slices of {}",
+                    g.index, g.instances[0].of
+                )));
+            }
+        }
         Ok(s)
+    }
+
+    /// The GPU's MIG instances, if the node lists it in MIG mode.
+    pub fn mig_of(&self, index: u32) -> Option<&MigGpu> {
+        self.mig.iter().find(|g| g.index == index)
     }
 
     /// The replicas per GPU of `resource`, if the node time-slices it.
@@ -176,6 +274,7 @@ mod tests {
                 of: "nvidia.com/gpu".into(),
                 replicas: 4,
             }],
+            mig: Vec::new(),
         };
         let text = s.to_annotation();
         assert_eq!(
@@ -211,5 +310,69 @@ mod tests {
             NodeSharing::parse(&long),
             Err(SharingError::TooLong(_))
         ));
+    }
+
+    fn inst(id: &str, profile: &str, g: u32, res: &str) -> MigInstance {
+        MigInstance {
+            id: id.into(),
+            profile: profile.into(),
+            slices: g,
+            of: 7,
+            memory_mib: 9856,
+            resource: res.into(),
+        }
+    }
+
+    #[test]
+    fn mig_layout_round_trips_and_refuses_impossible_partitions() {
+        let s = NodeSharing {
+            v: SHARING_VERSION,
+            time_slicing: Vec::new(),
+            mig: vec![MigGpu {
+                index: 0,
+                instances: vec![
+                    inst("MIG-a", "3g.40gb", 3, "nvidia.com/mig-3g.40gb"),
+                    inst("MIG-b", "1g.10gb", 1, "nvidia.com/mig-1g.10gb"),
+                ],
+            }],
+        };
+        let text = s.to_annotation();
+        assert!(
+            text.contains(r#""mig":[{"index":0,"instances":[{"id":"MIG-a""#),
+            "{text}"
+        );
+        assert!(text.contains(r#""memoryMiB":9856"#), "{text}");
+        assert_eq!(NodeSharing::parse(&text).unwrap(), s);
+        assert_eq!(s.mig_of(0).unwrap().instances[0].milli(), 428);
+        assert!(s.mig_of(1).is_none());
+        // a v1 reader without MIG still reads a v1 text without it
+        assert!(!NodeSharing::default().to_annotation().contains("mig"));
+        let bad = |f: &dyn Fn(&mut NodeSharing), want: &str| {
+            let mut b = s.clone();
+            f(&mut b);
+            let e = NodeSharing::parse(&b.to_annotation())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        bad(
+            &|b| b.mig[0].instances.push(inst("MIG-c", "4g.40gb", 4, "r")),
+            "take 8 compute slices of 7",
+        );
+        bad(
+            &|b| b.mig[0].instances[1].id = "MIG-a".into(),
+            "id listed twice",
+        );
+        bad(
+            &|b| b.mig[0].instances[1].slices = 0,
+            "0 of 7 compute slices",
+        );
+        bad(&|b| b.mig[0].instances[1].of = 8, "disagree");
+        bad(
+            &|b| b.mig[0].instances[1].resource.clear(),
+            "must not be empty",
+        );
+        bad(&|b| b.mig.push(b.mig[0].clone()), "GPU 0 is listed twice");
+        bad(&|b| b.mig[0].instances.clear(), "0 instances");
     }
 }

@@ -349,6 +349,7 @@ impl NodeGroupSpec {
                     memory_mib: mem,
                     health: GpuHealth::Healthy,
                     topo,
+                    mig: Vec::new(),
                 });
             }
             let mut seen = std::collections::BTreeSet::new();

@@ -1406,6 +1406,7 @@ mod tests {
                 resource: None,
                 replicas: None,
             }),
+            mig: None,
         };
         PodInfo {
             namespace: "ns".into(),

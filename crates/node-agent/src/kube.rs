@@ -320,6 +320,7 @@ pub fn sharing(plans: &[crate::plan::ResourcePlan]) -> NodeSharing {
     NodeSharing {
         v: SHARING_VERSION,
         time_slicing,
+        mig: Vec::new(),
     }
 }
 
@@ -352,6 +353,7 @@ pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
             name: e.pod.name.clone(),
             gpus,
             milli,
+            mig: Vec::new(),
         });
     }
     NodeAllocations {
@@ -431,6 +433,7 @@ mod tests {
                 resource: None,
                 replicas: None,
             }),
+            mig: None,
         };
         PodInfo {
             namespace: "ml".into(),

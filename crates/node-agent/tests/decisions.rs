@@ -47,6 +47,7 @@ fn decision(uid: &str, idx: &[u32], share: Option<(u32, u64)>) -> String {
             resource: None,
             replicas: None,
         }),
+        mig: None,
     }
     .to_annotation()
 }
@@ -725,6 +726,7 @@ fn decided(name: &str, seq: u64, idx: &[u32], share: Option<(u32, u64)>) -> PodI
             resource: None,
             replicas: None,
         }),
+        mig: None,
     };
     // Created in the same second: the kubelet's order is the bindings'.
     pod(name, "2026-01-01T00:00:01Z", Some(d.to_annotation()))
@@ -1263,6 +1265,7 @@ fn replica_pod(name: &str, seq: u64, gpu: u32, k: u32, n: u32, resource: &str) -
             resource: Some(resource.into()),
             replicas: Some(k),
         }),
+        mig: None,
     };
     pod(name, "2026-01-01T00:00:01Z", Some(d.to_annotation()))
 }

@@ -88,10 +88,14 @@ impl Filter for GpuFit {
     }
     fn scheduling_key(&self, pod: &Pod, key: &mut SchedulingKey) {
         key.add(&pod.gpu);
+        key.add(&pod.mig);
         key.add(&pod.gpu_models);
         key.add(&pod.min_gpu_memory_mib);
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
+        if let Some(ask) = &pod.mig {
+            return mig_fit(pod, ask, node);
+        }
         let want = match pod.gpu {
             GpuRequest::None | GpuRequest::Whole(0) => return FilterResult::Pass,
             GpuRequest::Whole(k) => k as usize,
@@ -105,10 +109,15 @@ impl Filter for GpuFit {
                 "node(s) offered their GPUs only as time-sliced replicas".into(),
             );
         }
+        if node.gpus.iter().all(|g| g.is_mig()) {
+            return FilterResult::Reject(
+                "node(s) had their GPUs in MIG mode (offered only as MIG instances)".into(),
+            );
+        }
         let model_ok: Vec<_> = node
             .gpus
             .iter()
-            .filter(|g| pod.allows_model(&g.model))
+            .filter(|g| !g.is_mig() && pod.allows_model(&g.model))
             .collect();
         if model_ok.is_empty() {
             return FilterResult::Reject("node(s) didn't have the requested GPU model".into());
@@ -144,6 +153,50 @@ impl Filter for GpuFit {
         }
         FilterResult::Pass
     }
+}
+
+/// [`GpuFit`] for a pod asking MIG instances: a GPU of an allowed model
+/// with at least `count` instances of its (resource, profile), healthy.
+/// Whether they are free is the core's question (capacity).
+fn mig_fit(pod: &Pod, ask: &gpusched_model::MigAsk, node: &Node) -> FilterResult {
+    let holds = |g: &gpusched_model::Gpu| {
+        g.mig
+            .iter()
+            .filter(|m| m.resource == ask.resource && m.profile == ask.profile)
+            .count()
+            >= ask.count as usize
+    };
+    let big: Vec<_> = node.gpus.iter().filter(|g| holds(g)).collect();
+    if big.is_empty() {
+        return FilterResult::Reject(
+            format!(
+                "node(s) had no GPU with {} MIG instance(s) {} ({})",
+                ask.count, ask.profile, ask.resource
+            )
+            .into(),
+        );
+    }
+    let allowed: Vec<_> = big
+        .into_iter()
+        .filter(|g| pod.allows_model(&g.model))
+        .collect();
+    if allowed.is_empty() {
+        return FilterResult::Reject("node(s) didn't have the requested GPU model".into());
+    }
+    if allowed.iter().any(|g| g.is_healthy()) {
+        return FilterResult::Pass;
+    }
+    if allowed
+        .iter()
+        .all(|g| g.health == GpuHealth::NotAllocatable)
+    {
+        return FilterResult::Reject(format!(
+            "node(s) had MIG instances the kubelet does not offer yet ({} allocatable below the instances the node agent reports)",
+            ask.resource
+        )
+        .into());
+    }
+    FilterResult::Reject("node(s) had unhealthy GPUs".into())
 }
 
 #[cfg(test)]
@@ -310,5 +363,69 @@ mod tests {
             memory_mib: 0,
         };
         assert_eq!(GpuFit.filter(&p, &n), FilterResult::Pass);
+    }
+
+    #[test]
+    fn mig_pods_need_instances_of_their_profile_and_others_avoid_mig_gpus() {
+        use gpusched_model::{MigAsk, MigSlot};
+        let mut n = gpu_node_for_mig();
+        let slot = |k: u32, p: &str| MigSlot {
+            id: format!("MIG-{k}"),
+            profile: p.into(),
+            resource: format!("nvidia.com/mig-{p}"),
+            milli: 142,
+        };
+        n.gpus[0].mig = (0..7).map(|k| slot(k, "1g.10gb")).collect();
+        n.gpus[1].mig = vec![slot(7, "3g.40gb"), slot(8, "3g.40gb")];
+        let mut p = Pod::new("ml/m", "q");
+        p.mig = Some(Box::new(MigAsk {
+            resource: "nvidia.com/mig-1g.10gb".into(),
+            profile: "1g.10gb".into(),
+            count: 1,
+        }));
+        p.gpu = GpuRequest::Share {
+            milli: 142,
+            memory_mib: 0,
+        };
+        assert_eq!(GpuFit.filter(&p, &n), FilterResult::Pass);
+        p.mig.as_mut().unwrap().count = 8;
+        assert!(
+            matches!(GpuFit.filter(&p, &n), FilterResult::Reject(r) if r.contains("no GPU with 8 MIG instance(s) 1g.10gb"))
+        );
+        p.mig.as_mut().unwrap().count = 1;
+        p.mig.as_mut().unwrap().profile = "2g.20gb".into();
+        assert!(matches!(GpuFit.filter(&p, &n), FilterResult::Reject(_)));
+        p.mig.as_mut().unwrap().profile = "1g.10gb".into();
+        n.gpus[0].health = GpuHealth::Unhealthy;
+        assert_eq!(
+            GpuFit.filter(&p, &n),
+            FilterResult::Reject("node(s) had unhealthy GPUs".into())
+        );
+        // whole GPUs: only the GPUs not in MIG mode count
+        let mut w = Pod::new("ml/w", "q");
+        w.gpu = GpuRequest::Whole(2);
+        assert_eq!(GpuFit.filter(&w, &n), FilterResult::Pass);
+        w.gpu = GpuRequest::Whole(3);
+        assert!(matches!(GpuFit.filter(&w, &n), FilterResult::Reject(_)));
+        for g in &mut n.gpus {
+            g.mig = vec![slot(9, "7g.80gb")];
+        }
+        w.gpu = GpuRequest::Whole(1);
+        assert!(matches!(GpuFit.filter(&w, &n), FilterResult::Reject(r) if r.contains("MIG mode")));
+    }
+
+    fn gpu_node_for_mig() -> Node {
+        let gpus = (0..4)
+            .map(|i| gpusched_model::Gpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                model: "A100-SXM4-80GB".into(),
+                memory_mib: 81920,
+                health: GpuHealth::Healthy,
+                topo: Default::default(),
+                mig: Vec::new(),
+            })
+            .collect();
+        Node::new("n", gpusched_model::ResourceVec::default(), gpus)
     }
 }

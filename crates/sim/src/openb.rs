@@ -266,6 +266,7 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Vec<Node>, OpenbError> {
                 memory_mib: gmem,
                 health: GpuHealth::Healthy,
                 topo,
+                mig: Vec::new(),
             })
             .collect();
         let mut node = Node::new(

@@ -156,7 +156,9 @@ fn gpu_list(snap: &Snapshot, node: u32, a: &GpuAssignment) -> (Vec<u32>, Vec<Str
     let (pos, milli) = match a {
         GpuAssignment::None => (Vec::new(), None),
         GpuAssignment::Whole(v) => (v.clone(), None),
-        GpuAssignment::Share { gpu, milli, .. } => (vec![*gpu], Some(*milli)),
+        GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
+            (vec![*gpu], Some(*milli))
+        }
     };
     let gpus: Vec<_> = pos.iter().filter_map(|&p| n.gpus.get(p as usize)).collect();
     (
@@ -545,6 +547,7 @@ mod tests {
                 memory_mib: 81_920,
                 health: GpuHealth::Healthy,
                 topo: Default::default(),
+                mig: Vec::new(),
             })
             .collect();
         Node::new(name, ResourceVec::new(64_000, 512 << 30, 0), gpus)

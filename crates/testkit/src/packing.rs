@@ -18,6 +18,7 @@ pub fn node(name: &str, gpus: usize, cpu_milli: u64, model: &str) -> Node {
             memory_mib: 16 * 1024,
             health: GpuHealth::Healthy,
             topo,
+            mig: Vec::new(),
         })
         .collect();
     Node::new(name, ResourceVec::new(cpu_milli, 256 << 30, 0), g)

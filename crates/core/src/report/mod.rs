@@ -79,6 +79,10 @@ pub struct Placement {
     pub share: Option<(u32, u64)>,
     /// For two or more whole GPUs.
     pub topology: Option<TopologyScore>,
+    /// MIG instances of that GPU (device ids), for MIG instances; `share`
+    /// then holds their measure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<String>,
 }
 
 /// Where a pod stands.
@@ -426,6 +430,7 @@ fn placement(snap: &Snapshot, node: NodeId, gpus: &GpuAssignment) -> Placement {
             gpus: Vec::new(),
             share: None,
             topology: None,
+            mig: Vec::new(),
         };
     };
     let gref = |i: u32| {
@@ -441,6 +446,7 @@ fn placement(snap: &Snapshot, node: NodeId, gpus: &GpuAssignment) -> Placement {
             gpus: Vec::new(),
             share: None,
             topology: None,
+            mig: Vec::new(),
         },
         GpuAssignment::Whole(v) => {
             let topos: Vec<_> = n.gpus.iter().map(|g| g.topo).collect();
@@ -457,6 +463,7 @@ fn placement(snap: &Snapshot, node: NodeId, gpus: &GpuAssignment) -> Placement {
                     cost: set_cost(&topos, &set),
                     ideal: ideal_cost(set.len()),
                 }),
+                mig: Vec::new(),
             }
         }
         GpuAssignment::Share {
@@ -468,6 +475,27 @@ fn placement(snap: &Snapshot, node: NodeId, gpus: &GpuAssignment) -> Placement {
             gpus: gref(*gpu).into_iter().collect(),
             share: Some((*milli, *memory_mib)),
             topology: None,
+            mig: Vec::new(),
+        },
+        GpuAssignment::Mig {
+            gpu,
+            instances,
+            milli,
+        } => Placement {
+            node: n.name.clone(),
+            gpus: gref(*gpu).into_iter().collect(),
+            share: Some((*milli, 0)),
+            topology: None,
+            mig: n
+                .gpus
+                .get(*gpu as usize)
+                .map(|g| {
+                    instances
+                        .iter()
+                        .filter_map(|&i| g.mig.get(i as usize).map(|m| m.id.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         },
     }
 }

@@ -45,6 +45,7 @@ impl<'s> Cycle<'s> {
         let mut key = SchedulingKey::new();
         key.add(&pod.requests);
         key.add(&pod.gpu);
+        key.add(&pod.mig);
         key.add(&pod.gpu_models);
         key.add(&pod.min_gpu_memory_mib);
         for f in self.filters {
@@ -107,7 +108,7 @@ impl<'s> Cycle<'s> {
         if !self.cs.fits_non_gpu(pod, node) {
             return None;
         }
-        self.packer.place(pod, node, &self.cs)
+        crate::place(self.packer, pod, node, &self.cs)
     }
     /// Asks every constraint state what pod `p` needs (its pre-filter,
     /// before each evaluation; the states keep it current as pods are

@@ -72,7 +72,7 @@ pub(crate) fn add_held(held: &mut BTreeMap<(u32, u32), u64>, node: u32, g: &GpuA
                 *held.entry((node, i)).or_default() += gpusched_model::GPU_MILLI;
             }
         }
-        GpuAssignment::Share { gpu, milli, .. } => {
+        GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
             *held.entry((node, *gpu)).or_default() += u64::from(*milli)
         }
     }
@@ -88,7 +88,7 @@ pub(crate) fn overbooked(
     match g {
         GpuAssignment::None => None,
         GpuAssignment::Whole(v) => v.iter().copied().find(|&i| now(i) > 0),
-        GpuAssignment::Share { gpu, milli, .. } => {
+        GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
             (now(*gpu) + u64::from(*milli) > gpusched_model::GPU_MILLI).then_some(*gpu)
         }
     }

@@ -35,7 +35,8 @@ pub fn gpu_packing_score(state: &ClusterState<'_>, node: NodeId, gpus: &GpuAssig
         .filter(|&&g| st.gpu_free_milli[g] as u64 == GPU_MILLI)
         .count() as i64;
     match gpus {
-        GpuAssignment::None => 0,
+        // MIG instances are placed by the core, never by a packer
+        GpuAssignment::None | GpuAssignment::Mig { .. } => 0,
         _ if fully_free == usable.len() as i64 => (33 - fully_free).max(fully_free),
         GpuAssignment::Whole(list) => (50 - list.len() as i64).max(33),
         GpuAssignment::Share { gpu, .. } => {

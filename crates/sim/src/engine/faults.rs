@@ -52,7 +52,8 @@ impl<'a> Sim<'a> {
                         .filter(|&p| match &self.pods[p.ix()].phase {
                             Ph::Running { gpus, .. } => match gpus {
                                 GpuAssignment::Whole(l) => l.contains(&(g as u32)),
-                                GpuAssignment::Share { gpu, .. } => *gpu as usize == g,
+                                GpuAssignment::Share { gpu, .. }
+                                | GpuAssignment::Mig { gpu, .. } => *gpu as usize == g,
                                 GpuAssignment::None => false,
                             },
                             _ => false,

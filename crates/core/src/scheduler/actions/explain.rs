@@ -200,9 +200,12 @@ fn diagnose(
                 miss.push(NodeReason::Insufficient(ResourceKind::Extended(k.clone())));
             }
         }
-        if !pod.gpu.is_none() && packer.place(pod, n, cs).is_none() {
-            miss.push(match pod.gpu {
-                GpuRequest::Share { .. } => NodeReason::InsufficientGpuShare,
+        if !pod.gpu.is_none() && crate::place(packer, pod, n, cs).is_none() {
+            miss.push(match (&pod.mig, pod.gpu) {
+                (Some(m), _) => {
+                    NodeReason::Insufficient(ResourceKind::Extended(m.resource.clone()))
+                }
+                (_, GpuRequest::Share { .. }) => NodeReason::InsufficientGpuShare,
                 _ => NodeReason::Insufficient(ResourceKind::Gpu),
             });
         }
