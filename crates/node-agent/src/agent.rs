@@ -51,6 +51,10 @@ pub struct Agent {
     /// that handed it out named: PodResources then tells which pod was told
     /// which GPU (`docs/protocol.md`, replica swaps). Since this start.
     pub replica_told: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+    /// MIG device id the kubelet passed → the decided instance (device id)
+    /// the answer named in its place: PodResources then tells which pod
+    /// holds which instances. Since this start.
+    pub mig_told: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 impl Agent {
@@ -107,6 +111,7 @@ impl Agent {
             coord: std::sync::OnceLock::new(),
             health_gen: watch::channel(0).0,
             replica_told: Default::default(),
+            mig_told: Default::default(),
         };
         // Counters exist from the start at 0, so `increase()` sees the
         // first event (a series born at 1 hides it).

@@ -155,6 +155,10 @@ pub enum Grant {
         /// for that resource, not `gpusched.io/gpu-milli`, and are served
         /// as a plain time-slicing plugin would: docs/protocol.md).
         resource: Option<String>,
+        /// MIG instances decided (device ids), for a MIG decision: its
+        /// calls come for `resource` (the MIG resource) and are answered
+        /// with these devices. Empty otherwise.
+        mig: Vec<String>,
     },
 }
 
@@ -209,6 +213,8 @@ pub struct ShareGrant {
     pub gpu: usize,
     pub milli: u32,
     pub memory_mib: u64,
+    /// The decided MIG instances (device ids), for a MIG decision.
+    pub mig: Vec<String>,
 }
 
 /// Which decision a whole-GPU `Allocate` was charged to. The kubelet does
@@ -232,6 +238,8 @@ pub struct HeldPod {
     /// For time-sliced replicas: the GPU the `Allocate` calls that handed
     /// out its replica ids named (all one GPU), when known.
     pub replica_gpu: Option<usize>,
+    /// MIG instances (device ids) its containers were told.
+    pub mig: BTreeSet<String>,
 }
 
 /// What [`Ledger::reconcile`] did.
@@ -322,6 +330,40 @@ fn validate(
         }
         pos.push(p);
     }
+    if let Some(m) = &d.mig {
+        if pos.len() != 1 || d.share.is_some() {
+            return Err(format!(
+                "MIG instances name one GPU and no share, not {} GPUs{}",
+                pos.len(),
+                if d.share.is_some() {
+                    " and a share"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if m.instances.is_empty() || m.milli == 0 || m.milli > GPU_MILLI {
+            return Err(format!(
+                "MIG decision of {} instances and {} milli is not 1.. instances of 1..{GPU_MILLI}",
+                m.instances.len(),
+                m.milli
+            ));
+        }
+        let distinct: BTreeSet<&String> = m.instances.iter().collect();
+        if distinct.len() != m.instances.len() {
+            return Err("MIG decision names an instance twice".into());
+        }
+        return Ok(Grant::Share {
+            gpu: pos[0],
+            milli: m.milli,
+            memory_mib: 0,
+            served_milli: 0,
+            // one call of its whole size, for its resource
+            slots: vec![m.milli],
+            resource: Some(m.resource.clone()),
+            mig: m.instances.clone(),
+        });
+    }
     match &d.share {
         None => Ok(Grant::Whole {
             slots: slots_for(pod, pos.len() as u32, |c| c.gpus),
@@ -365,6 +407,7 @@ fn validate(
                     slots_for(pod, *milli, |c| c.milli)
                 },
                 resource: resource.clone(),
+                mig: Vec::new(),
             })
         }
     }
@@ -746,6 +789,16 @@ impl Ledger {
     /// The GPU to take share tokens from: that of the pending share
     /// decision expecting a call of exactly `size` milli (else one with
     /// that much unserved).
+    /// The MIG instances (device ids) of the MIG decision a call of
+    /// `size` milli of `resource` would be charged to.
+    pub fn preferred_mig(&self, size: u32, resource: &str) -> Option<Vec<String>> {
+        let cands = self.share_candidates(size, Some(resource));
+        match &self.rank(&cands, |_| false)?.state {
+            Ok(Grant::Share { mig, .. }) if !mig.is_empty() => Some(mig.clone()),
+            _ => None,
+        }
+    }
+
     pub fn preferred_share(&self, size: u32, resource: Option<&str>) -> Option<usize> {
         let cands = self.share_candidates(size, resource);
         match &self.rank(&cands, |_| false)?.state {
@@ -765,12 +818,15 @@ impl Ledger {
                         served_milli,
                         slots,
                         resource: r,
+                        mig,
                         ..
                     }) if r.as_deref() == resource => {
                         if exact {
                             slots.contains(&n)
                         } else {
-                            milli.saturating_sub(*served_milli) >= n
+                            // a MIG decision is answered with all its
+                            // instances: only a call of its size
+                            mig.is_empty() && milli.saturating_sub(*served_milli) >= n
                         }
                     }
                     _ => false,
@@ -972,6 +1028,7 @@ impl Ledger {
             memory_mib,
             served_milli,
             slots,
+            mig,
             ..
         }) = &mut e.state
         else {
@@ -990,6 +1047,7 @@ impl Ledger {
             gpu: *gpu,
             milli: *milli,
             memory_mib: *memory_mib,
+            mig: mig.clone(),
         };
         self.last = Some(uid);
         Ok(out)
@@ -1164,6 +1222,7 @@ impl Ledger {
             }
         }
         self.correct_replica_swaps(held, &mut out);
+        self.correct_mig_swaps(held, &mut out);
         self.recheck();
         Some(out)
     }
@@ -1181,6 +1240,93 @@ impl Ledger {
     /// held table then follow the pods. Skipped for a (resource, size)
     /// while its served decisions and listed pods differ in number (a call
     /// the kubelet has not recorded yet).
+    /// Pods holding other MIG instances than their decision named (their
+    /// call was charged to another pending decision of the same size, or
+    /// the kubelet took ids of its own): the pod's decision exchanges
+    /// instances, GPU and served state with the decision whose instances
+    /// the pod's containers were told (`HeldPod::mig`), so that every
+    /// decision stands for the pod really holding its instances
+    /// (`gpusched.io/allocations`, and the instances freed when it ends).
+    fn correct_mig_swaps(
+        &mut self,
+        held: &BTreeMap<(String, String), HeldPod>,
+        out: &mut Reconciled,
+    ) {
+        let uids: Vec<String> = self.entries.keys().cloned().collect();
+        for p in uids {
+            let Some(e) = self.entries.get(&p) else {
+                continue;
+            };
+            let Ok(Grant::Share {
+                mig,
+                resource: Some(res),
+                milli,
+                ..
+            }) = &e.state
+            else {
+                continue;
+            };
+            let Some(h) = held.get(&(e.pod.namespace.clone(), e.pod.name.clone())) else {
+                continue;
+            };
+            let have: BTreeSet<String> = mig.iter().cloned().collect();
+            if mig.is_empty() || h.mig.len() != have.len() || h.mig == have {
+                continue;
+            }
+            let (res, milli) = (res.clone(), *milli);
+            let partner = self
+                .entries
+                .iter()
+                .find(|(u, x)| {
+                    **u != p
+                        && matches!(&x.state, Ok(Grant::Share { mig: m, resource: Some(r), milli: mm, .. })
+                            if *r == res && *mm == milli
+                                && m.iter().cloned().collect::<BTreeSet<String>>() == h.mig)
+                })
+                .map(|(u, _)| u.clone());
+            let Some(q) = partner else {
+                continue;
+            };
+            let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
+                Some(Ok(Grant::Share {
+                    gpu,
+                    served_milli,
+                    slots,
+                    mig,
+                    ..
+                })) => Some((*gpu, *served_milli, slots.clone(), mig.clone())),
+                _ => None,
+            };
+            let (Some(sp), Some(sq)) = (state(self, &p), state(self, &q)) else {
+                continue;
+            };
+            for (u, (to, sm, sl, mg)) in [(&p, sq), (&q, sp)] {
+                if let Some(e) = self.entries.get_mut(u)
+                    && let Ok(Grant::Share {
+                        gpu,
+                        served_milli,
+                        slots,
+                        mig,
+                        ..
+                    }) = &mut e.state
+                {
+                    *gpu = to;
+                    *served_milli = sm;
+                    *slots = sl;
+                    *mig = mg;
+                }
+            }
+            if let Some(e) = self.entries.get(&p) {
+                out.moved.push(format!(
+                    "pod {} holds MIG instances {:?}, its decision named {:?}",
+                    e.pod.key(),
+                    h.mig,
+                    have
+                ));
+            }
+        }
+    }
+
     fn correct_replica_swaps(
         &mut self,
         held: &BTreeMap<(String, String), HeldPod>,
@@ -1257,30 +1403,34 @@ impl Ledger {
             let Some(q) = partner else { continue };
             // the two decisions exchange GPU and served state: p's is where
             // its pod is, q's carries what p's decision stood for
+            // (MIG instances go with their GPU)
             let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
                 Some(Ok(Grant::Share {
                     gpu,
                     served_milli,
                     slots,
+                    mig,
                     ..
-                })) => Some((*gpu, *served_milli, slots.clone())),
+                })) => Some((*gpu, *served_milli, slots.clone(), mig.clone())),
                 _ => None,
             };
             let (Some(sp), Some(sq)) = (state(self, &p), state(self, &q)) else {
                 continue;
             };
-            for (u, (to, sm, sl)) in [(&p, sq), (&q, sp)] {
+            for (u, (to, sm, sl, mg)) in [(&p, sq), (&q, sp)] {
                 if let Some(e) = self.entries.get_mut(u)
                     && let Ok(Grant::Share {
                         gpu,
                         served_milli,
                         slots,
+                        mig,
                         ..
                     }) = &mut e.state
                 {
                     *gpu = to;
                     *served_milli = sm;
                     *slots = sl;
+                    *mig = mg;
                 }
             }
             if let Some(e) = self.entries.get(&p)
@@ -1439,6 +1589,7 @@ mod tests {
                         whole: BTreeSet::new(),
                         milli: *milli,
                         replica_gpu: Some(*g),
+                        mig: BTreeSet::new(),
                     },
                 )
             })
@@ -1777,6 +1928,7 @@ mod tests {
                         whole: whole.iter().copied().collect(),
                         milli: *milli,
                         replica_gpu: None,
+                        mig: BTreeSet::new(),
                     },
                 )
             })

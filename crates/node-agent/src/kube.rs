@@ -273,10 +273,11 @@ pub fn node_facts(agent: &Agent) -> NodeFacts {
         ANNOTATION_NODE_GPUS.to_string(),
         serde_json::to_string(&gpus).unwrap_or_default(),
     );
-    annotations.insert(
-        ANNOTATION_NODE_SHARING.to_string(),
-        sharing(&agent.plans).to_annotation(),
-    );
+    annotations.insert(ANNOTATION_NODE_SHARING.to_string(), {
+        let mut sh = sharing(&agent.plans);
+        sh.mig = mig_layout(&agent.plans, &agent.inventory);
+        sh.to_annotation()
+    });
     if let Some(coord) = agent.coord.get() {
         annotations.insert(
             ANNOTATION_NODE_ALLOCATIONS.to_string(),
@@ -324,6 +325,40 @@ pub fn sharing(plans: &[crate::plan::ResourcePlan]) -> NodeSharing {
     }
 }
 
+/// The node's MIG layout for [`ANNOTATION_NODE_SHARING`]: per GPU in MIG
+/// mode, the devices of every MIG resource decisions govern
+/// ([`crate::plan::ResourcePlan::is_mig`]: not time-sliced), each with the
+/// id the kubelet is offered, its profile, compute slices and resource.
+/// Ordered by GPU index, then device order.
+pub fn mig_layout(
+    plans: &[crate::plan::ResourcePlan],
+    inv: &crate::backend::Inventory,
+) -> Vec<gpusched_model::sharing::MigGpu> {
+    let mut by_gpu: BTreeMap<u32, Vec<gpusched_model::sharing::MigInstance>> = BTreeMap::new();
+    for p in plans.iter().filter(|p| p.is_mig()) {
+        for d in &p.devices {
+            let Some(u) = p.units.get(d.unit) else {
+                continue;
+            };
+            let Some(mut m) = crate::plan::mig_instance(inv, u) else {
+                continue;
+            };
+            m.id = d.id.clone();
+            m.resource = p.name.clone();
+            if let Some(g) = inv.gpus.get(u.gpu) {
+                by_gpu.entry(g.index).or_default().push(m);
+            }
+        }
+    }
+    by_gpu
+        .into_iter()
+        .map(|(index, mut instances)| {
+            instances.sort_by(|a, b| a.id.cmp(&b.id));
+            gpusched_model::sharing::MigGpu { index, instances }
+        })
+        .collect()
+}
+
 /// What the ledger says the kubelet has been given, per pod (served whole
 /// GPUs, or a served share), for [`ANNOTATION_NODE_ALLOCATIONS`]. Ordered by
 /// pod UID (the ledger's order), so an unchanged ledger gives the same text.
@@ -338,13 +373,16 @@ pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
     };
     let mut pods = Vec::new();
     for (uid, e) in ledger.entries() {
-        let (gpus, milli) = match &e.state {
+        let (gpus, milli, mig) = match &e.state {
             Ok(Grant::Whole { served, .. }) if !served.is_empty() => {
-                (served.iter().map(|&g| uuid(g)).collect(), None)
+                (served.iter().map(|&g| uuid(g)).collect(), None, Vec::new())
             }
             Ok(Grant::Share {
-                gpu, served_milli, ..
-            }) if *served_milli > 0 => (vec![uuid(*gpu)], Some(*served_milli)),
+                gpu,
+                served_milli,
+                mig,
+                ..
+            }) if *served_milli > 0 => (vec![uuid(*gpu)], Some(*served_milli), mig.clone()),
             _ => continue,
         };
         pods.push(PodAllocation {
@@ -353,7 +391,7 @@ pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
             name: e.pod.name.clone(),
             gpus,
             milli,
-            mig: Vec::new(),
+            mig,
         });
     }
     NodeAllocations {

@@ -57,6 +57,18 @@ pub fn label_value(s: &str) -> String {
         .to_string()
 }
 
+/// Compute slices (GPCs available to MIG) of a GPU model: 4 on an A30,
+/// 7 on the A100, H100, H200 and B200 families (NVIDIA's MIG user guide,
+/// *Supported MIG profiles*). A MIG instance of `g` slices measures
+/// `⌊1000 · g / G⌋` of its GPU (`gpusched_model::sharing::mig_milli`).
+pub fn gpu_compute_slices(model: &str) -> u32 {
+    if model.to_ascii_uppercase().contains("A30") {
+        4
+    } else {
+        7
+    }
+}
+
 /// GPU instance and compute instance slices of a MIG profile:
 /// `3g.40gb` → (3, 3), `1c.3g.40gb` → (3, 1).
 pub fn mig_slices(profile: &str) -> Option<(u32, u32)> {

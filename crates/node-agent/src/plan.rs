@@ -49,6 +49,10 @@ pub struct ResourcePlan {
     pub replicas: u32,
     pub fail_requests_greater_than_one: bool,
     pub unit_topos: Vec<GpuTopo>,
+    /// For MIG devices not time-sliced: one device's measure in milli-GPU
+    /// of its GPU (`⌊1000 · g / G⌋`, all devices of a resource have one
+    /// profile); 0 otherwise.
+    pub unit_milli: u32,
 }
 
 /// The node's resources cannot be built from its devices and settings.
@@ -152,6 +156,7 @@ impl ResourcePlan {
             by_id,
             replicas,
             fail_requests_greater_than_one: s.fail_requests_greater_than_one && replicas > 1,
+            unit_milli: 0,
         }
     }
 
@@ -525,7 +530,10 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
                 });
             }
         }
-        let p = ResourcePlan::new(name, units, s);
+        let mut p = ResourcePlan::new(name, units, s);
+        if p.replicas <= 1 && !p.units.is_empty() && p.units.iter().all(|u| u.mig.is_some()) {
+            p.unit_milli = mig_instance(inv, &p.units[0]).map_or(0, |m| m.milli());
+        }
         if plans.iter().any(|q| q.name == p.name) {
             return Err(PlanError::DuplicateResource(p.name));
         }
@@ -574,6 +582,24 @@ pub fn build_plans(inv: &Inventory, s: &Settings) -> Result<Vec<ResourcePlan>, P
     Ok(plans)
 }
 
+/// A MIG unit as the scheduler sees it (`gpusched.io/sharing`): profile,
+/// compute slices of its GPU; `id` and `resource` left for the caller.
+/// `None` for a whole GPU or a profile that names no slices.
+pub fn mig_instance(inv: &Inventory, u: &Unit) -> Option<gpusched_model::sharing::MigInstance> {
+    let g = inv.gpus.get(u.gpu)?;
+    let m = g.mig.get(u.mig?)?;
+    let (_, compute) = crate::labels::mig_slices(&m.profile)?;
+    let of = crate::labels::gpu_compute_slices(&g.model);
+    (compute >= 1 && compute <= of).then(|| gpusched_model::sharing::MigInstance {
+        id: String::new(),
+        profile: m.profile.clone(),
+        slices: compute,
+        of,
+        memory_mib: m.memory_mib,
+        resource: String::new(),
+    })
+}
+
 /// Tokens of `gpusched.io/gpu-milli` per GPU.
 pub const SHARE_TOKENS: u32 = 1000;
 pub use gpusched_model::labels::RESOURCE_GPU_MILLI;
@@ -602,12 +628,27 @@ impl ResourcePlan {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
         if self.is_share() {
             (n, None)
+        } else if self.is_mig() {
+            (n.saturating_mul(self.unit_milli), Some(self.name.as_str()))
         } else {
             (
                 n.saturating_mul(gpusched_model::sharing::replica_milli(self.replicas)),
                 Some(self.name.as_str()),
             )
         }
+    }
+
+    /// This plan is MIG devices, not time-sliced, of a known measure: the
+    /// scheduler places a pod's devices as MIG instances of one GPU
+    /// (`GpuDecision::mig`), and decisions govern. A call for `k` devices
+    /// is `k ·` [`ResourcePlan::unit_milli`] of that resource
+    /// ([`ResourcePlan::share_call`]).
+    pub fn is_mig(&self) -> bool {
+        !self.is_share()
+            && self.replicas <= 1
+            && self.unit_milli > 0
+            && !self.units.is_empty()
+            && self.units.iter().all(|u| u.mig.is_some())
     }
 
     /// This plan is whole, non-shared GPUs (`nvidia.com/gpu`, no MIG, no

@@ -58,11 +58,24 @@ pub fn held_pods(agent: &Agent, held: &Held) -> BTreeMap<(String, String), HeldP
                 h.milli = h
                     .milli
                     .saturating_add(u32::try_from(distinct.len()).unwrap_or(u32::MAX));
-            } else if plan.is_time_sliced_gpu() {
-                // replicas, in the decisions' measure (k·⌊1000/N⌋), and
-                // the GPU their Allocate named, when it is known
+            } else if plan.is_time_sliced_gpu() || plan.is_mig() {
+                // replicas or MIG devices, in the decisions' measure
+                // (k·⌊1000/N⌋, k·⌊1000·g/G⌋), and the GPU their Allocate
+                // named, when it is known
                 let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
                 h.milli = h.milli.saturating_add(plan.share_call(distinct.len()).0);
+                if plan.is_mig()
+                    && let Ok(told) = agent.mig_told.lock()
+                {
+                    // the instances its containers were told (the ids
+                    // themselves when the kubelet took the preference, or
+                    // after a restart)
+                    h.mig.extend(
+                        distinct
+                            .iter()
+                            .map(|id| told.get(*id).cloned().unwrap_or_else(|| (*id).clone())),
+                    );
+                }
                 if let Ok(told) = agent.replica_told.lock() {
                     let gpus: std::collections::BTreeSet<Option<usize>> =
                         distinct.iter().map(|id| told.get(*id).copied()).collect();

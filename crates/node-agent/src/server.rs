@@ -105,7 +105,12 @@ impl PluginService {
     ) -> Result<api::AllocateResponse, Status> {
         let plan = &self.agent.plans[self.res];
         let coord = match self.agent.coord.get() {
-            Some(c) if plan.is_whole_gpu() || plan.is_share() || plan.is_time_sliced_gpu() => {
+            Some(c)
+                if plan.is_whole_gpu()
+                    || plan.is_share()
+                    || plan.is_time_sliced_gpu()
+                    || plan.is_mig() =>
+            {
                 c.clone()
             }
             _ if plan.is_share() => {
@@ -163,14 +168,38 @@ impl PluginService {
                     }
                 }
             } else {
-                // gpu-milli tokens, or time-sliced replicas (k of a GPU
-                // shared N ways = k·⌊1000/N⌋ milli: gpusched_model::sharing)
+                // gpu-milli tokens, time-sliced replicas (k of a GPU
+                // shared N ways = k·⌊1000/N⌋ milli: gpusched_model::sharing),
+                // or MIG devices (k of g of G slices = k·⌊1000·g/G⌋)
                 let (n, resource) = plan.share_call(c.devices_ids.len());
                 let first = units.first().map(|&u| plan.units[u].gpu);
                 let hint = first.filter(|&g| units.iter().all(|&u| plan.units[u].gpu == g));
                 match coord.allocate_share(n, resource, hint, &healthy).await {
                     Ok(g) => {
                         tracing::info!(resource = %plan.name, decision_of = %g.pod, gpu = g.gpu, milli = n, "allocate: share charged to the decision of pod {} (or another pending pod of the same size)", g.pod);
+                        if plan.is_mig() {
+                            // the answer is the decided instances, whatever
+                            // ids the kubelet passed (it was steered to them)
+                            let r = plan
+                                .allocate(&g.mig, &view.unit_healthy, s, inv)
+                                .map_err(|e| {
+                                    Status::failed_precondition(format!(
+                                        "allocate {} on node {node}: the decided MIG instances {:?} of pod {}: {}",
+                                        plan.name,
+                                        g.mig,
+                                        g.pod,
+                                        e.into_status().message()
+                                    ))
+                                })?;
+                            if let Ok(mut told) = self.agent.mig_told.lock() {
+                                for (id, m) in c.devices_ids.iter().zip(&g.mig) {
+                                    told.insert(id.clone(), m.clone());
+                                }
+                            }
+                            self.agent.mark_allocated(g.gpu);
+                            out.container_responses.push(r);
+                            continue;
+                        }
                         let Some(u) = plan.units.iter().position(|x| x.gpu == g.gpu) else {
                             return Err(Status::internal("share GPU not in plan"));
                         };
@@ -248,6 +277,14 @@ impl PluginService {
                 })
                 .collect();
             (ids.len() == size).then_some(ids)
+        } else if plan.is_mig() {
+            // the decided instances, if the kubelet offers them all
+            let (milli, resource) = plan.share_call(size);
+            let ids = coord.ledger().preferred_mig(milli, resource?)?;
+            let offered = ids.len() == size
+                && ids.iter().all(|id| c.available_device_i_ds.contains(id))
+                && c.must_include_device_i_ds.iter().all(|id| ids.contains(id));
+            offered.then_some(ids)
         } else if plan.is_share() || plan.is_time_sliced_gpu() {
             let (milli, resource) = plan.share_call(size);
             let g = coord.ledger().preferred_share(milli, resource)?;
@@ -377,7 +414,7 @@ impl DevicePlugin for PluginService {
                 !l.expects_share(milli, resource)
             }
         };
-        if (plan.is_whole_gpu() || plan.is_share() || plan.is_time_sliced_gpu())
+        if (plan.is_whole_gpu() || plan.is_share() || plan.is_time_sliced_gpu() || plan.is_mig())
             && let Some(coord) = self.agent.coord.get()
             && req
                 .container_requests
