@@ -3,7 +3,7 @@
 //! binary run as `kubectl-gpusched`: only the verbs a kubectl user needs).
 
 use clap::{Args, ValueEnum};
-use gpusched_k8s::debug::KubeconfigChoice;
+use gpusched_k8s::client::KubeconfigChoice;
 use std::path::PathBuf;
 
 /// kubectl's connection flags.

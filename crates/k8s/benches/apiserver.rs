@@ -281,7 +281,7 @@ impl TmpDir {
 /// An admin client from the cluster's kubeconfig. kube-rs has no
 /// client-side rate limit, so this client is unthrottled.
 async fn client_for(kubeconfig: &str) -> Client {
-    controller::client(Some(Path::new(kubeconfig)))
+    gpusched_k8s::client::client(Some(Path::new(kubeconfig)))
         .await
         .unwrap()
 }

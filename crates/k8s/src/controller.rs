@@ -73,23 +73,6 @@ impl Default for Options {
     }
 }
 
-/// A client from a kubeconfig file, or the environment.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Client> {
-    let config = match kubeconfig {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .with_context(|| format!("reading kubeconfig {}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("kubeconfig {}", p.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("finding cluster credentials")?,
-    };
-    Client::try_from(config).context("building the API client")
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -99,7 +82,7 @@ fn now_ms() -> u64 {
 
 /// Runs the scheduler until `shutdown` resolves.
 pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let client = client(opts.kubeconfig.as_deref()).await?;
+    let client = crate::client::client(opts.kubeconfig.as_deref()).await?;
     run_with_client(client, opts, shutdown).await
 }
 

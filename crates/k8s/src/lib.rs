@@ -5,6 +5,7 @@
 //! snapshot from it, runs `Scheduler::cycle`, and the executor turns the
 //! decisions into bindings, evictions, events and status updates.
 
+pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod debug;

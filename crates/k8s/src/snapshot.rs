@@ -391,7 +391,7 @@ pub fn capture_blocking(
     config: &SchedulerConfig,
 ) -> anyhow::Result<SnapshotFile> {
     crate::doctor::gather::block_on(async {
-        let client = crate::controller::client(kubeconfig).await?;
+        let client = crate::client::client(kubeconfig).await?;
         capture(&client, config).await
     })
 }

@@ -266,12 +266,12 @@ pub async fn diagnose(client: &kube::Client, opts: &DoctorOptions) -> anyhow::Re
 /// [`diagnose`] on its own runtime (for the binary).
 pub fn diagnose_blocking(opts: &DoctorOptions) -> anyhow::Result<Report> {
     gather::block_on(async {
-        let choice = crate::debug::KubeconfigChoice {
+        let client = crate::client::KubeconfigChoice {
             path: opts.kubeconfig.clone(),
             context: opts.context.clone(),
-        };
-        let client = kube::Client::try_from(choice.config().await?)
-            .map_err(|e| anyhow::anyhow!("building the API client: {e}"))?;
+        }
+        .client()
+        .await?;
         diagnose(&client, opts).await
     })
 }

@@ -69,7 +69,7 @@ fn up_in(dir: &Path, extra: &[String]) -> BTreeMap<String, String> {
 }
 
 pub async fn client_for(kubeconfig: &str) -> Client {
-    controller::client(Some(Path::new(kubeconfig)))
+    gpusched_k8s::client::client(Some(Path::new(kubeconfig)))
         .await
         .unwrap()
 }
