@@ -218,7 +218,7 @@ pub async fn run_with_client(
         last_gen = generation;
         last_cycle = Instant::now();
         let t0 = Instant::now();
-        let built = shared.with(|w| w.build());
+        let built = shared.with(|w| w.snapshot());
         cycles += 1;
         let cycle_ms = now_ms();
         let out = scheduler.cycle(&built.snapshot, cycle_ms, cycles);

@@ -17,6 +17,11 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::StorageClass;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod build;
+mod cache;
+
+pub use cache::first_difference;
+
 /// The kinds of object the world keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ObjectKind {
@@ -72,6 +77,13 @@ pub enum ObjectKind {
     /// DRA DeviceTaintRules (by name).
     DeviceTaintRule,
 }
+
+/// Up to this many nodes + pods, debug builds check every incremental
+/// snapshot against a full build ([`World::snapshot`]).
+pub const CHECK_EVERY_SIZE: usize = 2_000;
+/// Above [`CHECK_EVERY_SIZE`], debug builds check every this many
+/// snapshots.
+pub const CHECK_EVERY: u64 = 32;
 
 /// A placement the scheduler made and is binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -239,6 +251,9 @@ pub struct World {
     dra: crate::dra::state::DraState,
     /// Bumped on every change; the loop runs a cycle when it moved.
     pub generation: u64,
+    /// The incremental snapshot's parts and what changed since
+    /// ([`World::snapshot`]).
+    cache: cache::Cache,
 }
 
 fn key(ns: Option<&String>, name: Option<&String>) -> String {
@@ -262,6 +277,9 @@ impl World {
     /// A node was added or changed.
     pub fn upsert_node(&mut self, n: &Node) {
         let v = translate::node(n);
+        if self.nodes.get(&v.node.name) != Some(&v) {
+            self.cache.dirty.nodes.insert(v.node.name.clone());
+        }
         // a node that came for a provisioned request is its gang's from
         // its first appearance
         if !self.nodes.contains_key(&v.node.name)
@@ -270,6 +288,7 @@ impl World {
                 .provisioned
                 .on_new_node(&v.node.name, created.0.as_millisecond().max(0) as u64)
         {
+            self.cache.dirty.pods.insert(uid.clone());
             self.nominated.insert(uid, node);
         }
         self.nodes.insert(v.node.name.clone(), v);
@@ -283,7 +302,9 @@ impl World {
 
     /// A node is gone.
     pub fn delete_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+        if self.nodes.remove(name).is_some() {
+            self.cache.dirty.nodes.insert(name.to_string());
+        }
         self.generation += 1;
     }
 
@@ -295,6 +316,7 @@ impl World {
         } else {
             translate::pod_for(p, &self.scheduler_names)
         };
+        self.cache.dirty.pods.insert(v.uid.clone());
         match workloads::scheduling_group_member(p) {
             Some(m) => self.scheduling_groups.insert(v.uid.clone(), m),
             None => self.scheduling_groups.remove(&v.uid),
@@ -382,6 +404,10 @@ impl World {
 
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.cache.dirty.pods.insert(uid.to_string());
+        if self.pods.get(uid).is_some_and(|v| !v.claims.is_empty()) {
+            self.cache.dirty.dra = true;
+        }
         self.release_volumes(uid);
         self.pod_claims.remove(uid);
         self.dra.forget_pod(uid);
@@ -462,30 +488,37 @@ impl World {
             ObjectKind::Job => {}
             ObjectKind::Namespace => {
                 self.namespaces.remove(key);
+                self.cache.dirty.namespaces = true;
                 self.generation += 1;
             }
             ObjectKind::Pvc => {
                 self.volumes.claims.remove(key);
+                self.cache.dirty.volumes = true;
                 self.generation += 1;
             }
             ObjectKind::Pv => {
                 self.volumes.volumes.remove(key);
+                self.cache.dirty.volumes = true;
                 self.generation += 1;
             }
             ObjectKind::StorageClass => {
                 self.volumes.classes.remove(key);
+                self.cache.dirty.volumes = true;
                 self.generation += 1;
             }
             ObjectKind::ResourceClaim => {
                 self.dra.delete_claim(key);
+                self.cache.dirty.dra = true;
                 self.generation += 1;
             }
             ObjectKind::ResourceSlice => {
                 self.dra.delete_slice(key);
+                self.cache.dirty.dra = true;
                 self.generation += 1;
             }
             ObjectKind::DeviceClass => {
                 self.dra.delete_class(key);
+                self.cache.dirty.dra = true;
                 self.generation += 1;
             }
             ObjectKind::DeviceTaintRule => {
@@ -502,6 +535,7 @@ impl World {
             | ObjectKind::MpiJobV1 => {
                 if let Some(k) = workload_kind(kind) {
                     self.workloads.remove(&(k, key.to_string()));
+                    self.cache.dirty.groups = true;
                     self.generation += 1;
                 }
             }
@@ -514,6 +548,7 @@ impl World {
         let labels = n.metadata.labels.clone().unwrap_or_default();
         if self.namespaces.get(&name) != Some(&labels) {
             self.namespaces.insert(name, labels);
+            self.cache.dirty.namespaces = true;
             self.generation += 1;
         }
     }
@@ -545,6 +580,7 @@ impl World {
     pub fn upsert_pvc(&mut self, c: &PersistentVolumeClaim) {
         let k = key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref());
         self.volumes.claims.insert(k, c.clone());
+        self.cache.dirty.volumes = true;
         self.generation += 1;
     }
 
@@ -552,6 +588,7 @@ impl World {
     pub fn upsert_pv(&mut self, v: &PersistentVolume) {
         let k = v.metadata.name.clone().unwrap_or_default();
         self.volumes.volumes.insert(k, v.clone());
+        self.cache.dirty.volumes = true;
         self.generation += 1;
     }
 
@@ -559,6 +596,7 @@ impl World {
     pub fn upsert_storage_class(&mut self, c: &StorageClass) {
         let k = c.metadata.name.clone().unwrap_or_default();
         self.volumes.classes.insert(k, c.clone());
+        self.cache.dirty.volumes = true;
         self.generation += 1;
     }
 
@@ -580,6 +618,7 @@ impl World {
             gpusched_model::pick_volumes(&needs, &nv.node, |_, _| true).map_err(|e| e.reason())?;
         let writes = crate::volumes::writes(&self.volumes, &picks, node);
         for (claim, pick) in picks {
+            self.cache.dirty.volumes = true;
             self.volumes.reserved.insert(
                 claim.to_string(),
                 Reservation {
@@ -600,6 +639,7 @@ impl World {
         let before = self.volumes.reserved.len();
         self.volumes.reserved.retain(|_, r| r.uid != uid);
         if self.volumes.reserved.len() != before {
+            self.cache.dirty.volumes = true;
             self.generation += 1;
         }
     }
@@ -618,6 +658,7 @@ impl World {
         self.observed.queues.insert(name.clone(), q.status.clone());
         self.queues
             .insert(name, translate::queue(q).map_err(|e| e.to_string()));
+        self.cache.dirty.queues = true;
         self.generation += 1;
     }
 
@@ -626,6 +667,7 @@ impl World {
     /// why, while every other queue works.
     pub fn invalid_queue(&mut self, name: &str, error: String) {
         self.queues.insert(name.to_string(), Err(error));
+        self.cache.dirty.queues = true;
         self.observed.queues.entry(name.to_string()).or_insert(None);
         self.generation += 1;
     }
@@ -633,6 +675,7 @@ impl World {
     /// A Queue is gone.
     pub fn delete_queue(&mut self, name: &str) {
         self.queues.remove(name);
+        self.cache.dirty.queues = true;
         self.observed.queues.remove(name);
         self.generation += 1;
     }
@@ -646,6 +689,7 @@ impl World {
             .as_ref()
             .is_some_and(|a| a.contains_key(translate::ANNOTATION_FOR_JOB));
         self.observed.groups.insert(k.clone(), g.status.clone());
+        self.cache.dirty.groups = true;
         self.groups.insert(
             k,
             GroupEntry {
@@ -660,6 +704,7 @@ impl World {
     /// A PodGroup that could not be decoded (`key`: `namespace/name`).
     pub fn invalid_group(&mut self, key: &str, error: String) {
         self.observed.groups.entry(key.to_string()).or_insert(None);
+        self.cache.dirty.groups = true;
         self.groups.insert(
             key.to_string(),
             GroupEntry {
@@ -674,6 +719,7 @@ impl World {
     /// A PodGroup is gone.
     pub fn delete_group(&mut self, key: &str) {
         self.groups.remove(key);
+        self.cache.dirty.groups = true;
         self.observed.groups.remove(key);
         self.generation += 1;
     }
@@ -683,18 +729,21 @@ impl World {
         let k = key(g.metadata.namespace.as_ref(), g.metadata.name.as_ref());
         self.sp_groups
             .insert(k, translate::sp_group(g).map_err(|e| e.to_string()));
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
     /// A scheduler-plugins PodGroup that could not be decoded.
     pub fn invalid_sp_group(&mut self, key: &str, error: String) {
         self.sp_groups.insert(key.to_string(), Err(error));
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
     /// A scheduler-plugins PodGroup is gone.
     pub fn delete_sp_group(&mut self, key: &str) {
         self.sp_groups.remove(key);
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
@@ -703,6 +752,7 @@ impl World {
     /// wait, and the problem is reported).
     pub fn upsert_workload(&mut self, kind: WorkloadKind, key: &str, w: Result<Workload, String>) {
         self.workloads.insert((kind, key.to_string()), w);
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
@@ -745,12 +795,14 @@ impl World {
     pub fn upsert_priority_class(&mut self, pc: &PriorityClass) {
         let name = pc.metadata.name.clone().unwrap_or_default();
         self.priority_classes.insert(name, pc.value.unwrap_or(0));
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
     /// A PriorityClass is gone.
     pub fn delete_priority_class(&mut self, name: &str) {
         self.priority_classes.remove(name);
+        self.cache.dirty.groups = true;
         self.generation += 1;
     }
 
@@ -760,6 +812,7 @@ impl World {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
+        self.cache.dirty.pods.insert(uid.to_string());
         self.assumed_at.insert(uid.to_string(), now);
         self.assumed.insert(uid.to_string(), a);
         self.generation += 1;
@@ -769,6 +822,7 @@ impl World {
     /// terminating (still holding, never a victim again) until the API shows
     /// it terminating or gone.
     pub fn assume_evicted(&mut self, uid: &str) {
+        self.cache.dirty.pods.insert(uid.to_string());
         self.evicting.insert(uid.to_string());
         self.generation += 1;
     }
@@ -776,6 +830,7 @@ impl World {
     /// The eviction failed: the pod runs on.
     pub fn forget_eviction(&mut self, uid: &str) {
         if self.evicting.remove(uid) {
+            self.cache.dirty.pods.insert(uid.to_string());
             self.generation += 1;
         }
     }
@@ -783,6 +838,7 @@ impl World {
     /// Remembers a nomination until the pod's status shows it (or the pod
     /// stops pending), so the next cycle sees it at once.
     pub fn nominate(&mut self, uid: &str, node: &str) {
+        self.cache.dirty.pods.insert(uid.to_string());
         self.nominated.insert(uid.to_string(), node.to_string());
     }
 
@@ -842,18 +898,21 @@ impl World {
     /// A ResourceClaim was added or changed.
     pub fn upsert_claim(&mut self, c: &k8s_openapi::api::resource::v1::ResourceClaim) {
         self.dra.upsert_claim(c);
+        self.cache.dirty.dra = true;
         self.generation += 1;
     }
 
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, s: &k8s_openapi::api::resource::v1::ResourceSlice) {
         self.dra.upsert_slice(s);
+        self.cache.dirty.dra = true;
         self.generation += 1;
     }
 
     /// A DeviceClass was added or changed.
     pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) {
         self.dra.upsert_class(c);
+        self.cache.dirty.dra = true;
         self.generation += 1;
     }
 
@@ -888,18 +947,54 @@ impl World {
         }
         let (ns, claims) = (v.namespace.clone(), v.claims.clone());
         let r = self.dra.allocate(uid, &ns, &claims, node);
+        self.cache.dirty.dra = true;
         self.generation += 1;
         r
     }
 
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
+        self.cache.dirty.pods.insert(uid.to_string());
+        if self.pods.get(uid).is_some_and(|v| !v.claims.is_empty()) {
+            self.cache.dirty.dra = true;
+        }
         self.release_volumes(uid);
         self.dra.forget_pod(uid);
         self.assumed_at.remove(uid);
         if self.assumed.remove(uid).is_some() {
             self.generation += 1;
         }
+    }
+
+    /// The core's snapshot of the world as it is now — the scheduler's
+    /// path. Equal to [`World::build`], but computed from what changed
+    /// since the last call (`world/cache.rs`): the parts and pod entries
+    /// nothing touched are reused. Debug builds compare it with a full
+    /// build (every call up to [`CHECK_EVERY_SIZE`] nodes + pods, every
+    /// [`CHECK_EVERY`]th above) and panic naming the first difference.
+    pub fn snapshot(&mut self) -> Built {
+        let mut c = std::mem::take(&mut self.cache);
+        c.refresh(self);
+        let built = c.assemble(self);
+        self.cache = c;
+        if cfg!(debug_assertions) {
+            self.cache.since_check += 1;
+            if self.nodes.len() + self.pods.len() <= CHECK_EVERY_SIZE
+                || self.cache.since_check >= CHECK_EVERY
+            {
+                self.cache.since_check = 0;
+                if let Some(d) = first_difference(&built, &self.build()) {
+                    panic!("the incremental snapshot differs from a full build: {d}");
+                }
+            }
+        }
+        built
+    }
+
+    /// How many pod entries the last [`World::snapshot`] recomputed (the
+    /// rest were reused).
+    pub fn last_snapshot_work(&self) -> usize {
+        self.cache.last_work
     }
 
     /// Number of assumed placements not yet confirmed.
@@ -1058,481 +1153,6 @@ impl World {
             }
         }
     }
-
-    /// The core's snapshot of the world as it is now.
-    pub fn build(&self) -> Built {
-        let mut out = Built::default();
-        let mut node_ids: BTreeMap<&str, NodeId> = BTreeMap::new();
-        for (i, (name, v)) in self.nodes.iter().enumerate() {
-            node_ids.insert(name.as_str(), i as NodeId);
-            out.snapshot.nodes.push(v.node.clone());
-            for w in &v.warnings {
-                out.problems.push(Problem::NodeWarning {
-                    node: name.clone(),
-                    warning: w.clone(),
-                });
-            }
-        }
-        // what a request for a time-sliced resource means (crate::sharing)
-        let sharing = {
-            let ins: Vec<crate::sharing::NodeIn<'_>> = self
-                .nodes
-                .iter()
-                .map(|(name, v)| crate::sharing::NodeIn {
-                    name,
-                    sharing: v.sharing.as_ref(),
-                    has_gpus: !v.node.gpus.is_empty(),
-                })
-                .collect();
-            crate::sharing::table(&ins)
-        };
-        for &i in &sharing.withheld {
-            let n = &mut out.snapshot.nodes[i];
-            for g in &mut n.gpus {
-                if g.is_healthy() {
-                    g.health = gpusched_model::GpuHealth::NotAllocatable;
-                }
-            }
-            n.sync_gpu_allocatable();
-        }
-        for (i, w) in &sharing.warnings {
-            out.problems.push(Problem::NodeWarning {
-                node: out.snapshot.nodes[*i].name.clone(),
-                warning: w.clone(),
-            });
-        }
-        // queues: the valid ones, plus an implicit default queue
-        for (name, q) in &self.queues {
-            match q {
-                Ok(q) => out.snapshot.queues.push(q.clone()),
-                Err(e) => out.problems.push(Problem::InvalidQueue {
-                    queue: name.clone(),
-                    error: e.clone(),
-                }),
-            }
-        }
-        if !self.queues.contains_key(DEFAULT_QUEUE) {
-            out.snapshot.queues.push(MQueue::new(DEFAULT_QUEUE));
-        }
-        let (_, queue_problems) = QueueTree::build(&out.snapshot.queues);
-        for p in queue_problems {
-            out.problems.push(Problem::InvalidQueue {
-                queue: p.queue().to_string(),
-                error: p.to_string(),
-            });
-        }
-        // the queue of a group defaults to its first member's label
-        let mut member_queue: BTreeMap<String, &str> = BTreeMap::new();
-        for v in self.pods.values() {
-            if let (Some(g), Some(q)) = (self.group_of(v), self.queue_label(v)) {
-                member_queue.entry(g).or_insert(q);
-            }
-        }
-        let mut group_names: BTreeSet<&str> = BTreeSet::new();
-        for (k, e) in &self.groups {
-            match &e.group {
-                Ok(g) => {
-                    let mut g = g.clone();
-                    g.priority = e
-                        .priority_class
-                        .as_ref()
-                        .and_then(|pc| self.priority_classes.get(pc).copied())
-                        .unwrap_or(0);
-                    if let (Some(q), true) = (member_queue.get(k), g.queue == DEFAULT_QUEUE) {
-                        g.queue = q.to_string();
-                    }
-                    group_names.insert(k.as_str());
-                    out.snapshot.groups.push(g);
-                }
-                Err(e) => out.problems.push(Problem::InvalidGroup {
-                    group: k.clone(),
-                    error: e.clone(),
-                }),
-            }
-        }
-        for (k, g) in &self.sp_groups {
-            if group_names.contains(k.as_str()) {
-                continue;
-            }
-            match g {
-                Ok(g) => {
-                    let mut g = g.clone();
-                    if let Some(q) = member_queue.get(k) {
-                        g.queue = q.to_string();
-                    }
-                    out.snapshot.groups.push(g);
-                }
-                Err(e) => out.problems.push(Problem::InvalidGroup {
-                    group: k.clone(),
-                    error: e.clone(),
-                }),
-            }
-        }
-        self.workload_groups(&mut out, &member_queue, &group_names);
-        out.snapshot.groups.sort_by(|a, b| a.name.cmp(&b.name));
-
-        // pods, in creation order (then name) for determinism
-        let mut views: Vec<&PodView> = self.pods.values().collect();
-        views.sort_by(|a, b| {
-            (a.created_ms, &a.namespace, &a.name).cmp(&(b.created_ms, &b.namespace, &b.name))
-        });
-        let pref = |v: &PodView| PodRef {
-            uid: v.uid.clone(),
-            namespace: v.namespace.clone(),
-            name: v.name.clone(),
-        };
-        let exhausted = self.budget_exhausted();
-        // DRA: the devices per node and those held, once per build
-        let dra_nodes: Vec<&str> = self.nodes.keys().map(String::as_str).collect();
-        let dra_devices = self.dra.devices_by_node();
-        let dra_in_use = self.dra.in_use();
-        let mut dra_memo = BTreeMap::new();
-        for w in self.dra.warnings() {
-            out.problems.push(Problem::NodeWarning {
-                node: "(resourceslices)".into(),
-                warning: w.clone(),
-            });
-        }
-        // GPUs taken per node by pods whose GPUs are known
-        let mut taken: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); out.snapshot.nodes.len()];
-        let mut shared: Vec<BTreeMap<u32, u64>> = vec![BTreeMap::new(); out.snapshot.nodes.len()];
-        let mut undecided: Vec<(usize, NodeId)> = Vec::new();
-        // bound whole-GPU pods: (index, node, listed by the agent, decided GPUs)
-        let mut whole_bound: Vec<(usize, NodeId, bool, Vec<u32>)> = Vec::new();
-        for v in views {
-            match &v.kind {
-                PodKind::Ignored => {}
-                PodKind::Gated { gates } => {
-                    *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                    *out.unseen_by_queue
-                        .entry(self.queue_name(v))
-                        .or_default()
-                        .entry(PendingClass::Gated)
-                        .or_default() += 1;
-                    out.problems.push(Problem::GatedPod {
-                        pod: pref(v),
-                        gates: gates.clone(),
-                    });
-                }
-                PodKind::Invalid { error } => {
-                    *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                    *out.unseen_by_queue
-                        .entry(self.queue_name(v))
-                        .or_default()
-                        .entry(PendingClass::InvalidSpec)
-                        .or_default() += 1;
-                    out.problems.push(Problem::InvalidPod {
-                        pod: pref(v),
-                        error: error.clone(),
-                    });
-                }
-                PodKind::Pending { pod, nominated } => {
-                    let mut pod = pod.clone();
-                    let replicas = match crate::sharing::resolve(&mut pod, &sharing) {
-                        Ok(r) => r,
-                        Err(why) => {
-                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                            *out.unseen_by_queue
-                                .entry(self.queue_name(v))
-                                .or_default()
-                                .entry(PendingClass::InvalidSpec)
-                                .or_default() += 1;
-                            out.problems.push(Problem::InvalidPod {
-                                pod: pref(v),
-                                error: format!("pod {}/{}: {why}", v.namespace, v.name),
-                            });
-                            continue;
-                        }
-                    };
-                    let pod = &pod;
-                    // a queue that exists but cannot be used: the pod is
-                    // told which and why (not that it does not exist)
-                    let group = self.group_of(v);
-                    let queue = group
-                        .as_ref()
-                        .and_then(|g| {
-                            out.snapshot
-                                .groups
-                                .binary_search_by(|x| x.name.as_str().cmp(g))
-                                .ok()
-                        })
-                        .map_or(pod.queue.as_str(), |i| {
-                            out.snapshot.groups[i].queue.as_str()
-                        });
-                    if !self.assumed.contains_key(&v.uid)
-                        && let Some(Err(why)) = self.queues.get(queue)
-                    {
-                        *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                        out.problems.push(Problem::InvalidPod {
-                            pod: pref(v),
-                            error: format!(
-                                "queue {queue:?} is invalid (Valid=False), so its pods wait: {why}"
-                            ),
-                        });
-                        continue;
-                    }
-                    // DRA: its claims must exist and be allocatable
-                    // somewhere; the core picks among those nodes
-                    let mut claim_nodes = None;
-                    if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
-                        use crate::dra::state::PodClaims;
-                        let (class, message) = match self.dra.pod_claims(
-                            &v.namespace,
-                            &v.claims,
-                            &dra_nodes,
-                            &dra_devices,
-                            &dra_in_use,
-                            &mut dra_memo,
-                        ) {
-                            PodClaims::None => (None, String::new()),
-                            PodClaims::Waiting(m) => (Some(PendingClass::WaitingForClaim), m),
-                            PodClaims::Unallocatable(m) => {
-                                (Some(PendingClass::UnallocatableClaim), m)
-                            }
-                            PodClaims::Nodes(n) => {
-                                claim_nodes = Some(n);
-                                (None, String::new())
-                            }
-                        };
-                        if let Some(class) = class {
-                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                            *out.unseen_by_queue
-                                .entry(self.queue_name(v))
-                                .or_default()
-                                .entry(class)
-                                .or_default() += 1;
-                            out.problems.push(Problem::ClaimsPending {
-                                pod: pref(v),
-                                class,
-                                message,
-                            });
-                            continue;
-                        }
-                    }
-                    let phase = match self.assumed.get(&v.uid) {
-                        Some(a) => match node_ids.get(a.node.as_str()) {
-                            Some(&n) => {
-                                mark(&mut taken[n as usize], &mut shared[n as usize], &a.gpus);
-                                PodPhase::Running {
-                                    node: n,
-                                    gpus: a.gpus.clone(),
-                                    since_ms: self
-                                        .assumed_at
-                                        .get(&v.uid)
-                                        .copied()
-                                        .unwrap_or(pod.arrival_ms),
-                                }
-                            }
-                            None => continue,
-                        },
-                        None => {
-                            *out.pending_by_queue.entry(self.queue_name(v)).or_default() += 1;
-                            PodPhase::Pending {
-                                nominated: nominated
-                                    .as_ref()
-                                    .or_else(|| self.nominated.get(&v.uid))
-                                    .and_then(|n| node_ids.get(n.as_str()).copied()),
-                            }
-                        }
-                    };
-                    out.pods.push(pref(v));
-                    let mut pod = pod.clone();
-                    if let Some(claims) = self.pod_claims.get(&v.uid) {
-                        let (needs, exclusive) =
-                            crate::volumes::resolve(&self.volumes, &v.namespace, &v.uid, claims);
-                        let c = pod.constraints_mut();
-                        c.volumes = needs;
-                        c.exclusive_claims = exclusive;
-                    }
-                    self.select_namespaces(&mut pod);
-                    if let Some(n) = claim_nodes {
-                        pod.constraints_mut().claim_nodes = Some(n);
-                    }
-                    pod.group = self.group_of(v);
-                    self.inherit_queue(v, &mut pod);
-                    group_queue(&out.snapshot.groups, &mut pod);
-                    if let Some(r) = replicas {
-                        out.replicas.insert(out.snapshot.pods.len(), r);
-                    }
-                    out.snapshot.pods.push(PodState { pod, phase });
-                }
-                PodKind::Bound {
-                    pod,
-                    node,
-                    decision,
-                    terminating,
-                } => {
-                    let Some(&n) = node_ids.get(node.as_str()) else {
-                        continue;
-                    };
-                    // counted as placed: replicas as their share (a pod
-                    // the table cannot resolve keeps its plain request)
-                    let mut pod = pod.clone();
-                    let replicas = crate::sharing::resolve(&mut pod, &sharing).ok().flatten();
-                    let pod = &pod;
-                    if let Some(t) = self.tampered.get(&v.uid) {
-                        out.problems.push(Problem::BadDecision {
-                            pod: pref(v),
-                            error: t.clone(),
-                        });
-                    }
-                    let nv = &out.snapshot.nodes[n as usize];
-                    let gpus = match decision {
-                        Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {
-                            Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
-                            Ok(a) => {
-                                out.problems.push(Problem::BadDecision {
-                                    pod: pref(v),
-                                    error: format!(
-                                        "the decision holds {} milli-GPU but the pod asks {}",
-                                        a.milli(),
-                                        pod.gpu.milli()
-                                    ),
-                                });
-                                None
-                            }
-                            Err(e) => {
-                                out.problems.push(Problem::BadDecision {
-                                    pod: pref(v),
-                                    error: e.to_string(),
-                                });
-                                None
-                            }
-                        },
-                        Some(Err(e)) => {
-                            out.problems.push(Problem::BadDecision {
-                                pod: pref(v),
-                                error: e.to_string(),
-                            });
-                            None
-                        }
-                        None => None,
-                    };
-                    // where the agent says the kubelet really put it wins
-                    // over the decision (same size, other GPUs: the next
-                    // decision must see the GPUs that are really free)
-                    let decided_whole = match &gpus {
-                        Some(GpuAssignment::Whole(d)) => Some(d.clone()),
-                        _ => None,
-                    };
-                    let listed = self
-                        .nodes
-                        .get(node.as_str())
-                        .is_some_and(|x| x.allocations.contains_key(&v.uid));
-                    let gpus = match (gpus, self.served(node, &v.uid, nv)) {
-                        (
-                            Some(GpuAssignment::Share { memory_mib, .. }),
-                            Some(GpuAssignment::Share { gpu, milli, .. }),
-                        ) if u64::from(milli) == pod.gpu.milli() => Some(GpuAssignment::Share {
-                            gpu,
-                            milli,
-                            memory_mib,
-                        }),
-                        (Some(GpuAssignment::Whole(_)), Some(real @ GpuAssignment::Whole(_)))
-                            if real.milli() == pod.gpu.milli() =>
-                        {
-                            Some(real)
-                        }
-                        (
-                            Some(GpuAssignment::Mig { .. }),
-                            Some(real @ GpuAssignment::Mig { .. }),
-                        ) if real.milli() == pod.gpu.milli() => Some(real),
-                        (g, _) => g,
-                    };
-                    if let Some(d) = decided_whole {
-                        whole_bound.push((out.snapshot.pods.len(), n, listed, d));
-                    }
-                    let gpus = match gpus {
-                        Some(a) => {
-                            mark(&mut taken[n as usize], &mut shared[n as usize], &a);
-                            a
-                        }
-                        None if pod.gpu.is_none() => GpuAssignment::None,
-                        None => {
-                            undecided.push((out.snapshot.pods.len(), n));
-                            GpuAssignment::None
-                        }
-                    };
-                    let phase = if *terminating || self.evicting.contains(&v.uid) {
-                        PodPhase::Terminating { node: n, gpus }
-                    } else {
-                        PodPhase::Running {
-                            node: n,
-                            gpus,
-                            since_ms: v.bound_ms,
-                        }
-                    };
-                    out.pods.push(pref(v));
-                    let mut pod = pod.clone();
-                    if let Some(r) = replicas {
-                        out.replicas.insert(out.snapshot.pods.len(), r);
-                    }
-                    if let Some(claims) = self.pod_claims.get(&v.uid) {
-                        // a running pod's ReadWriteOncePod claims keep others off them
-                        let exclusive =
-                            crate::volumes::exclusive(&self.volumes, &v.namespace, claims);
-                        if !exclusive.is_empty() {
-                            pod.constraints_mut().exclusive_claims = exclusive;
-                        }
-                    }
-                    self.select_namespaces(&mut pod);
-                    pod.disruption_budget_exhausted = exhausted.contains(v.uid.as_str());
-                    pod.group = self.group_of(v);
-                    self.inherit_queue(v, &mut pod);
-                    group_queue(&out.snapshot.groups, &mut pod);
-                    out.snapshot.pods.push(PodState { pod, phase });
-                }
-            }
-        }
-        swaps_in_progress(&mut out.snapshot.pods, &whole_bound, &mut taken);
-        // Pods placed by others hold GPUs the kubelet chose; we do not know
-        // which, so they get the lowest free ones (healthy first): the count
-        // per node is what matters for the next placement.
-        for (i, n) in undecided {
-            let node = &out.snapshot.nodes[n as usize];
-            let want = out.snapshot.pods[i].pod.gpu;
-            let a = match (&out.snapshot.pods[i].pod.mig, want) {
-                // MIG instances: the lowest free ones of its profile
-                (Some(ask), _) => undecided_mig(&out.snapshot, n, ask),
-                (None, want) => match want {
-                    GpuRequest::Whole(k) => {
-                        let mut order: Vec<u32> = (0..node.gpus.len() as u32)
-                            .filter(|g| {
-                                !taken[n as usize].contains(g)
-                                    && !shared[n as usize].contains_key(g)
-                                    && !node.gpus[*g as usize].is_mig()
-                            })
-                            .collect();
-                        order.sort_by_key(|&g| (!node.gpus[g as usize].is_healthy(), g));
-                        order.truncate(k as usize);
-                        GpuAssignment::Whole(order)
-                    }
-                    GpuRequest::Share { milli, memory_mib } => {
-                        let gpu = (0..node.gpus.len() as u32)
-                            .filter(|g| {
-                                !taken[n as usize].contains(g) && !node.gpus[*g as usize].is_mig()
-                            })
-                            .min_by_key(|g| (shared[n as usize].get(g).copied().unwrap_or(0), *g));
-                        match gpu {
-                            Some(gpu) => GpuAssignment::Share {
-                                gpu,
-                                milli,
-                                memory_mib,
-                            },
-                            None => GpuAssignment::None,
-                        }
-                    }
-                    GpuRequest::None => GpuAssignment::None,
-                },
-            };
-            mark(&mut taken[n as usize], &mut shared[n as usize], &a);
-            match &mut out.snapshot.pods[i].phase {
-                PodPhase::Running { gpus, .. } | PodPhase::Terminating { gpus, .. } => *gpus = a,
-                PodPhase::Pending { .. } => {}
-            }
-        }
-        out
-    }
 }
 
 fn workload_kind(k: ObjectKind) -> Option<WorkloadKind> {
@@ -1556,217 +1176,6 @@ impl World {
             && let Some(q) = self.queue_label(v)
         {
             pod.queue = q.to_string();
-        }
-    }
-
-    /// The gangs of JobSets and LeaderWorkerSets that have pods: sized from
-    /// the workload, in its queue (else its first member's), at its
-    /// members' highest priority (the controllers copy the template's
-    /// priority class onto each pod). A workload that cannot be used is
-    /// reported; its pods wait for a group that is not there.
-    fn workload_groups(
-        &self,
-        out: &mut Built,
-        member_queue: &BTreeMap<String, &str>,
-        taken: &BTreeSet<&str>,
-    ) {
-        let mut made: BTreeMap<String, MGroup> = BTreeMap::new();
-        // members that finished: they started, so the gang needs that
-        // many fewer (a failed member's replacement is not held for peers
-        // that are done)
-        let mut finished: BTreeMap<String, u32> = BTreeMap::new();
-        for v in self.pods.values() {
-            if self.succeeded.contains(&v.uid)
-                && let Some((name, _, _)) = self.workload_group(v)
-            {
-                *finished.entry(name).or_default() += 1;
-            }
-        }
-        for v in self.pods.values() {
-            let priority = match &v.kind {
-                PodKind::Pending { pod, .. } | PodKind::Bound { pod, .. } => pod.priority,
-                _ => continue,
-            };
-            let Some((name, Some(min), queue)) = self.workload_group(v) else {
-                continue;
-            };
-            if taken.contains(name.as_str()) || self.group_of(v).as_ref() != Some(&name) {
-                continue;
-            }
-            let g = made.entry(name.clone()).or_insert_with(|| MGroup {
-                name: name.clone(),
-                queue: queue
-                    .or_else(|| member_queue.get(&name).copied())
-                    .unwrap_or(DEFAULT_QUEUE)
-                    .to_string(),
-                min_member: min
-                    .saturating_sub(finished.get(&name).copied().unwrap_or(0))
-                    .max(1),
-                priority,
-                topology: None,
-                schedule_timeout_ms: None,
-            });
-            g.priority = g.priority.max(priority);
-        }
-        out.snapshot.groups.extend(made.into_values());
-        for ((kind, key), w) in &self.workloads {
-            if let Err(e) = w {
-                out.problems.push(Problem::InvalidGroup {
-                    group: format!("{} {key}", kind.api_kind()),
-                    error: e.clone(),
-                });
-            }
-        }
-    }
-}
-
-/// A swap in progress (`docs/protocol.md`): pod B, listed by its agent on
-/// GPUs its decision did not name, holds a GPU pod A was decided onto, and
-/// A is not admitted yet (not listed). The agent will give A a GPU a listed
-/// pod was decided onto but does not hold; counting A on its decision would
-/// count one GPU twice and leave that one looking free, and the next
-/// decision would land on it (seen on a real kubelet, issue 29). A is
-/// counted there instead, as the agent will serve it (lowest such GPU no
-/// pod is counted on).
-fn swaps_in_progress(
-    pods: &mut [PodState],
-    bound: &[(usize, NodeId, bool, Vec<u32>)],
-    taken: &mut [BTreeSet<u32>],
-) {
-    let whole = |p: &PodState| match &p.phase {
-        PodPhase::Running {
-            gpus: GpuAssignment::Whole(v),
-            ..
-        }
-        | PodPhase::Terminating {
-            gpus: GpuAssignment::Whole(v),
-            ..
-        } => v.clone(),
-        _ => Vec::new(),
-    };
-    let nodes: BTreeSet<NodeId> = bound
-        .iter()
-        .filter(|(i, _, listed, d)| {
-            *listed
-                && whole(&pods[*i]).iter().collect::<BTreeSet<_>>()
-                    != d.iter().collect::<BTreeSet<_>>()
-        })
-        .map(|(_, n, _, _)| *n)
-        .collect();
-    for n in nodes {
-        let on: Vec<&(usize, NodeId, bool, Vec<u32>)> = bound.iter().filter(|b| b.1 == n).collect();
-        let held_listed: BTreeSet<u32> = on
-            .iter()
-            .filter(|b| b.2)
-            .flat_map(|b| whole(&pods[b.0]))
-            .collect();
-        let mut counted: BTreeSet<u32> = on.iter().flat_map(|b| whole(&pods[b.0])).collect();
-        let mut spare: BTreeSet<u32> = on
-            .iter()
-            .filter(|b| b.2)
-            .flat_map(|b| b.3.iter().copied())
-            .filter(|g| !counted.contains(g))
-            .collect();
-        for b in on.iter().filter(|b| !b.2) {
-            let mut gpus = whole(&pods[b.0]);
-            let mut changed = false;
-            for g in gpus.iter_mut() {
-                if held_listed.contains(g)
-                    && let Some(h) = spare.pop_first()
-                {
-                    *g = h;
-                    counted.insert(h);
-                    taken[n as usize].insert(h);
-                    changed = true;
-                }
-            }
-            if changed {
-                gpus.sort_unstable();
-                match &mut pods[b.0].phase {
-                    PodPhase::Running { gpus: a, .. } | PodPhase::Terminating { gpus: a, .. } => {
-                        *a = GpuAssignment::Whole(gpus)
-                    }
-                    PodPhase::Pending { .. } => {}
-                }
-            }
-        }
-    }
-}
-
-/// A gang member is in its group's queue (the PodGroup's `spec.queue`,
-/// else its members' label): the core admits the gang there, so its usage
-/// must be counted there too, not in the member's own label or `default`.
-/// `groups` is sorted by name.
-fn group_queue(groups: &[MGroup], pod: &mut gpusched_model::Pod) {
-    if let Some(g) = pod.group.as_deref()
-        && let Ok(i) = groups.binary_search_by(|x| x.name.as_str().cmp(g))
-    {
-        pod.queue = groups[i].queue.clone();
-    }
-}
-
-/// The lowest free MIG instances of `ask` on node `n` (by GPU position,
-/// healthy GPUs first) for a bound pod without a usable decision (placed by
-/// another scheduler): the kubelet chose, we do not know which, and the
-/// count per node is what matters for the next placement.
-fn undecided_mig(
-    snap: &gpusched_core::Snapshot,
-    n: NodeId,
-    ask: &gpusched_model::MigAsk,
-) -> GpuAssignment {
-    let node = &snap.nodes[n as usize];
-    let mut used: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for p in &snap.pods {
-        if let PodPhase::Running {
-            node: pn,
-            gpus: GpuAssignment::Mig { gpu, instances, .. },
-            ..
-        }
-        | PodPhase::Terminating {
-            node: pn,
-            gpus: GpuAssignment::Mig { gpu, instances, .. },
-        } = &p.phase
-            && *pn == n
-        {
-            used.extend(instances.iter().map(|&i| (*gpu, i)));
-        }
-    }
-    let mut order: Vec<usize> = (0..node.gpus.len()).collect();
-    order.sort_by_key(|&g| (!node.gpus[g].is_healthy(), g));
-    for g in order {
-        let free: Vec<u32> = node.gpus[g]
-            .mig
-            .iter()
-            .enumerate()
-            .filter(|(i, m)| {
-                m.resource == ask.resource
-                    && m.profile == ask.profile
-                    && !used.contains(&(g as u32, *i as u32))
-            })
-            .map(|(i, _)| i as u32)
-            .take(ask.count as usize)
-            .collect();
-        if free.len() == ask.count as usize {
-            let milli = free
-                .iter()
-                .map(|&i| node.gpus[g].mig[i as usize].milli)
-                .sum();
-            return GpuAssignment::Mig {
-                gpu: g as u32,
-                instances: free,
-                milli,
-            };
-        }
-    }
-    GpuAssignment::None
-}
-
-fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {
-    match a {
-        GpuAssignment::None => {}
-        GpuAssignment::Whole(v) => taken.extend(v.iter().copied()),
-        GpuAssignment::Share { gpu, milli, .. } | GpuAssignment::Mig { gpu, milli, .. } => {
-            *shared.entry(*gpu).or_default() += *milli as u64;
         }
     }
 }
