@@ -60,17 +60,18 @@ fn pod(j: usize, shape: u32, on: usize, decision: u8) -> Pod {
     if shape & 2 != 0 {
         labels["gpusched.io/queue"] = json!(format!("q{}", j % 3));
     }
-    if shape & 4 != 0 {
+    if shape & 12 == 12 {
         labels["batch.kubernetes.io/job-name"] = json!("job0");
     }
     let gpus = match (shape >> 3) % 4 {
         0 => json!("1"),
         1 => json!("2"),
         2 => json!("0"),
-        _ => json!("0.5"), // invalid
+        _ if shape & (1 << 14) != 0 => json!("0.5"), // invalid
+        _ => json!("1"),
     };
     let mut spec = json!({
-        "schedulerName": if shape & 32 != 0 { "other" } else { "gpusched" },
+        "schedulerName": if shape & (32 | 1 << 15) == 32 | 1 << 15 { "other" } else { "gpusched" },
         "containers": [{"name": "main", "image": "x",
             "resources": {"limits": {"nvidia.com/gpu": gpus}, "requests": {"cpu": "1"}}}]
     });
@@ -78,7 +79,7 @@ fn pod(j: usize, shape: u32, on: usize, decision: u8) -> Pod {
     if bound {
         spec["nodeName"] = json!(node_name(on));
     }
-    if shape & 128 != 0 {
+    if shape & 384 == 384 {
         spec["schedulingGates"] = json!([{"name": "wait"}]);
     }
     if shape & 256 != 0 {
@@ -103,14 +104,16 @@ fn pod(j: usize, shape: u32, on: usize, decision: u8) -> Pod {
                 "indices": [1], "gpus": [m.gpus[1].uuid]}),
             2 => json!({"v": 1, "uid": format!("u{j}"), "node": m.name, "seq": 2,
                 "indices": [0, 3], "gpus": [m.gpus[0].uuid, m.gpus[3].uuid]}),
+            3 => json!({"v": 1, "uid": format!("u{j}"), "node": m.name, "seq": 3,
+                "indices": [5], "gpus": [""]}),
             _ => json!("garbage"),
         };
         meta["annotations"] = json!({"gpusched.io/decision": d.to_string()});
     }
-    if shape & 1024 != 0 {
+    if shape & 3072 == 3072 {
         meta["deletionTimestamp"] = json!("2026-12-01T11:00:00Z");
     }
-    let phase = match (bound, shape >> 11 & 3) {
+    let phase = match (bound, shape >> 11 & 7) {
         (_, 1) => "Succeeded",
         (true, _) => "Running",
         _ => "Pending",
@@ -151,9 +154,9 @@ enum Ev {
 
 fn ev() -> impl Strategy<Value = Ev> {
     prop_oneof![
-        3 => (0..NODES, any::<u8>(), 0..PODS).prop_map(|(i, s, l)| Ev::Node(i, s, l)),
+        3 => (0..NODES, any::<u8>(), 0usize..4).prop_map(|(i, s, l)| Ev::Node(i, s, l)),
         1 => (0..NODES).prop_map(Ev::DelNode),
-        8 => (0..PODS, 0u32..(1 << 14), 0..NODES, 0u8..4).prop_map(|(j, s, o, d)| Ev::Pod(j, s, o, d)),
+        8 => (0..PODS, 0u32..(1 << 16), 0..NODES, 0u8..5).prop_map(|(j, s, o, d)| Ev::Pod(j, s, o, d)),
         2 => (0..PODS).prop_map(Ev::DelPod),
         2 => (0..PODS, 0..NODES, any::<bool>()).prop_map(|(j, n, w)| Ev::Assume(j, n, w)),
         1 => (0..PODS).prop_map(Ev::Forget),
@@ -274,14 +277,28 @@ fn check(w: &mut World, step: usize) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// After any events, the incremental snapshot equals a full build
     /// (compared at random points, so changes also pile up between
     /// snapshots, and at the end).
     #[test]
-    fn the_incremental_snapshot_equals_a_full_build(events in prop::collection::vec(ev(), 1..80)) {
+    fn the_incremental_snapshot_equals_a_full_build(
+        start in prop::collection::vec((0u32..(1 << 16), 0..NODES, 0u8..5), PODS),
+        events in prop::collection::vec(ev(), 1..80),
+    ) {
         let mut w = World::default();
+        for i in 0..NODES {
+            w.upsert_node(&node(i, i as u8 % 2, 0));
+        }
+        for (j, (s, o, d)) in start.iter().enumerate() {
+            w.upsert_pod(&pod(j, *s, *o, *d));
+        }
+        check(&mut w, 0)?;
         for (step, e) in events.iter().enumerate() {
             apply(&mut w, e);
             if matches!(e, Ev::Snapshot) {
@@ -386,5 +403,28 @@ fn a_cycle_recomputes_only_the_pods_a_change_touched() {
     w.upsert_node(&node_object(&extra));
     let s = w.snapshot();
     assert_eq!(w.last_snapshot_work(), 401);
+    assert_eq!(first_difference(&s, &w.build()), None);
+}
+
+#[test]
+fn a_nomination_and_a_node_change_show_in_the_next_snapshot() {
+    let mut w = World::default();
+    for i in 0..NODES {
+        w.upsert_node(&node(i, 0, 0));
+    }
+    w.upsert_pod(&pod(1, 0, 0, 0));
+    w.upsert_pod(&pod(2, 64, 1, 3));
+    let s = w.snapshot();
+    assert_eq!(first_difference(&s, &w.build()), None);
+    w.nominate("u1", &node_name(2));
+    let s = w.snapshot();
+    assert_eq!(first_difference(&s, &w.build()), None);
+    assert!(s.snapshot.pods.iter().any(|p| matches!(
+        p.phase,
+        gpusched_core::PodPhase::Pending { nominated: Some(_) }
+    )));
+    // pod 2's decision names GPU 5: unusable on 4 GPUs, usable on 8
+    w.upsert_node(&node(1, 1, 0));
+    let s = w.snapshot();
     assert_eq!(first_difference(&s, &w.build()), None);
 }
