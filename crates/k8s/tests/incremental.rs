@@ -27,7 +27,7 @@ fn model_nodes(gpus: u32) -> Vec<gpusched_model::Node> {
 /// Node `i` in one of a few shapes: 4 or 8 GPUs, its agent listing pod
 /// `u{listed}` on GPUs 1 (and 2), or an unreadable allocations annotation.
 fn node(i: usize, shape: u8, listed: usize) -> Node {
-    let nodes = model_nodes(if shape % 2 == 0 { 4 } else { 8 });
+    let nodes = model_nodes(if shape.is_multiple_of(2) { 4 } else { 8 });
     let m = &nodes[i % nodes.len()];
     let mut n = node_object(m);
     let ann = n.metadata.annotations.get_or_insert_with(Default::default);
@@ -52,7 +52,7 @@ fn node_name(i: usize) -> String {
 
 /// Pod `j` in one of many shapes (bits of `shape`).
 fn pod(j: usize, shape: u32, on: usize, decision: u8) -> Pod {
-    let ns = if j % 3 == 0 { "b" } else { "a" };
+    let ns = if j.is_multiple_of(3) { "b" } else { "a" };
     let mut labels = json!({"app": format!("app{}", j % 2)});
     if shape & 1 != 0 {
         labels["gpusched.io/pod-group"] = json!(format!("g{}", j % 3));
@@ -329,13 +329,13 @@ fn cluster(nodes: usize, pods: usize) -> World {
     for j in 0..pods {
         let mut spec = json!({"schedulerName": "gpusched", "containers": [{"name": "main", "image": "x",
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
-        if j % 2 == 0 {
+        if j.is_multiple_of(2) {
             spec["nodeName"] = json!(ms[j % ms.len()].name);
         }
         w.upsert_pod(&obj::<Pod>(
             json!({"metadata": {"name": format!("p{j}"), "namespace": "a",
             "uid": format!("u{j}"), "creationTimestamp": "2026-12-01T10:00:00Z"},
-            "spec": spec, "status": {"phase": if j % 2 == 0 { "Running" } else { "Pending" }}}),
+            "spec": spec, "status": {"phase": if j.is_multiple_of(2) { "Running" } else { "Pending" }}}),
         ));
     }
     w
