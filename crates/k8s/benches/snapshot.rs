@@ -73,7 +73,9 @@ fn main() {
         w.upsert_node(&node_object(n));
     }
     for i in 0..n_pods {
-        let on = i.is_multiple_of(2).then(|| nodes[(i / 2) % nodes.len()].name.as_str());
+        let on = i
+            .is_multiple_of(2)
+            .then(|| nodes[(i / 2) % nodes.len()].name.as_str());
         w.upsert_pod(&pod(i, on));
     }
     let t = Instant::now();

@@ -428,3 +428,38 @@ fn a_nomination_and_a_node_change_show_in_the_next_snapshot() {
     let s = w.snapshot();
     assert_eq!(first_difference(&s, &w.build()), None);
 }
+
+#[test]
+fn a_new_pod_group_recomputes_only_its_members() {
+    let mut w = World::default();
+    for i in 0..NODES {
+        w.upsert_node(&node(i, 1, 0));
+    }
+    for j in 0..300 {
+        w.upsert_pod(&obj::<Pod>(
+            json!({"metadata": {"name": format!("p{j}"), "namespace": "a",
+            "uid": format!("u{j}"), "creationTimestamp": "2026-12-01T10:00:00Z",
+            "labels": {"gpusched.io/pod-group": format!("g{}", j % 10)}},
+            "spec": {"schedulerName": "gpusched", "containers": [{"name": "main", "image": "x",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Pending"}}),
+        ));
+    }
+    w.snapshot();
+    assert_eq!(w.last_snapshot_work(), 300);
+    w.upsert_group(&obj::<PodGroup>(
+        json!({"apiVersion": "gpusched.io/v1alpha1",
+        "kind": "PodGroup", "metadata": {"name": "g3", "namespace": "a"},
+        "spec": {"minMember": 30, "queue": "q1"}}),
+    ));
+    let s = w.snapshot();
+    assert_eq!(w.last_snapshot_work(), 30, "the 30 members of g3");
+    assert_eq!(first_difference(&s, &w.build()), None);
+    let in_q1 = s
+        .snapshot
+        .pods
+        .iter()
+        .filter(|p| p.pod.queue == "q1")
+        .count();
+    assert_eq!(in_q1, 30);
+}

@@ -9,8 +9,9 @@
 //!   or the time-slicing table changed, every pod entry, else the entries
 //!   of the pods on the changed nodes;
 //! - the head part (queues, groups) when a queue, a group or a pod that
-//!   may belong to a group changed; every entry when a queue changed, the
-//!   entries of the pods that may belong to a group when a group changed;
+//!   may belong to a group changed; every entry when a queue changed; when
+//!   a group's record changed, the entries of the pods labelled with it
+//!   and of the pods that may change group (Job and workload members);
 //! - the entries of the changed pods, of the pods with namespace selectors
 //!   (namespaces), with volume claims (volumes), with ResourceClaims (DRA).
 //!
@@ -57,6 +58,11 @@ pub(super) struct Cache {
     on_node: BTreeMap<String, BTreeSet<String>>,
     /// Pods that may belong to a group ([`World::maybe_grouped`]).
     grouped: BTreeSet<String>,
+    /// Of those, the pods whose group is their label's alone (no Job, no
+    /// workload): their entries read only that group's record. By group,
+    /// and each one's group by uid.
+    by_group: BTreeMap<String, BTreeSet<String>>,
+    labelled: BTreeMap<String, String>,
     /// Pods with affinity terms selecting namespaces.
     selecting: BTreeSet<String>,
     /// Pods referencing ResourceClaims.
@@ -87,7 +93,52 @@ fn selects_namespaces(v: &PodView) -> bool {
     }
 }
 
+/// The group of a pod whose group is its label's alone (no Job label, not
+/// a workload's member).
+fn labelled_group(w: &World, v: &PodView) -> Option<String> {
+    if v.job.is_some() || w.workload_of(v).is_some() {
+        return None;
+    }
+    v.group.clone()
+}
+
+/// Names of the groups added, removed or changed (both sorted by name).
+fn changed_groups<'a>(old: &'a [MGroup], new: &'a [MGroup]) -> BTreeSet<&'a str> {
+    let index = |gs: &'a [MGroup]| -> BTreeMap<&'a str, &'a MGroup> {
+        gs.iter().map(|g| (g.name.as_str(), g)).collect()
+    };
+    let (a, b) = (index(old), index(new));
+    a.keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .copied()
+        .collect()
+}
+
 impl Cache {
+    /// Records pod `uid`'s label-only group (`None`: it has none, or may
+    /// change group).
+    fn set_labelled(&mut self, uid: &str, group: Option<String>) {
+        if self.labelled.get(uid) == group.as_ref() {
+            return;
+        }
+        if let Some(old) = self.labelled.remove(uid)
+            && let Some(on) = self.by_group.get_mut(&old)
+        {
+            on.remove(uid);
+            if on.is_empty() {
+                self.by_group.remove(&old);
+            }
+        }
+        if let Some(g) = group {
+            self.by_group
+                .entry(g.clone())
+                .or_default()
+                .insert(uid.to_string());
+            self.labelled.insert(uid.to_string(), g);
+        }
+    }
+
     /// Brings the parts up to date with `w`.
     pub(super) fn refresh(&mut self, w: &World) {
         let d = std::mem::take(&mut self.dirty);
@@ -113,6 +164,7 @@ impl Cache {
             let g = v.is_some_and(|v| w.maybe_grouped(v));
             grouped_changed |= g || self.grouped.contains(u);
             set(&mut self.grouped, u, g);
+            self.set_labelled(u, v.and_then(|v| labelled_group(w, v)));
             set(&mut self.selecting, u, v.is_some_and(selects_namespaces));
             set(
                 &mut self.claiming,
@@ -127,7 +179,20 @@ impl Cache {
             match &self.head {
                 Some(old) if !d.queues => {
                     if d.groups || old.groups != hp.groups {
-                        pods.extend(self.grouped.iter().cloned());
+                        // pods whose group is their label's read only
+                        // that group's record; the others (Job and
+                        // workload members) may change group
+                        for g in changed_groups(&old.groups, &hp.groups) {
+                            if let Some(on) = self.by_group.get(g) {
+                                pods.extend(on.iter().cloned());
+                            }
+                        }
+                        pods.extend(
+                            self.grouped
+                                .iter()
+                                .filter(|u| !self.labelled.contains_key(*u))
+                                .cloned(),
+                        );
                     }
                 }
                 _ => all = true,
@@ -153,6 +218,11 @@ impl Cache {
                 .filter(|v| w.maybe_grouped(v))
                 .map(|v| v.uid.clone())
                 .collect();
+            self.by_group.clear();
+            self.labelled.clear();
+            for v in w.pods.values() {
+                self.set_labelled(&v.uid, labelled_group(w, v));
+            }
             self.selecting = w
                 .pods
                 .values()
