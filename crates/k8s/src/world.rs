@@ -523,6 +523,7 @@ impl World {
             }
             ObjectKind::DeviceTaintRule => {
                 self.dra.delete_taint_rule(key);
+                self.cache.dirty.dra = true;
                 self.generation += 1;
             }
             ObjectKind::JobSet
@@ -922,6 +923,7 @@ impl World {
         r: &k8s_openapi::api::resource::v1::DeviceTaintRule,
     ) {
         self.dra.upsert_taint_rule(r);
+        self.cache.dirty.dra = true;
         self.generation += 1;
     }
 
