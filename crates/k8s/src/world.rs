@@ -858,6 +858,7 @@ impl World {
         let noms = self.provisioned.reserve(gang, since_ms, members, nodes);
         let changed = !noms.is_empty();
         for (uid, node) in noms {
+            self.cache.dirty.pods.insert(uid.clone());
             self.nominated.insert(uid, node);
         }
         if changed {
@@ -873,6 +874,7 @@ impl World {
         let changed = !uids.is_empty();
         for uid in uids {
             self.nominated.remove(&uid);
+            self.cache.dirty.pods.insert(uid);
         }
         if changed {
             self.generation += 1;
