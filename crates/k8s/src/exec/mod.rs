@@ -20,10 +20,9 @@ use crate::world::{Assumed, Built, ObservedStatus, Problem};
 use events::{Event, EventType, ProblemLog, Recorder};
 use gpusched_core::{CycleOutput, Decision, GroupPhase};
 use gpusched_plugins::classify::PendingClass;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::PatchParams;
 use kube::{Api, Client};
-use serde_json::json;
 use status::StatusWriter;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -214,21 +213,6 @@ impl Executor {
             r,
         );
         self.write(ev.publish());
-    }
-
-    fn pod_condition(&self, ns: &str, name: &str, reason: &str, message: &str) {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let name = name.to_string();
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let patch = json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": reason,
-            "message": clip(message), "lastTransitionTime": now,
-        }]}});
-        self.write(async move {
-            api.patch_status(&name, &patch_params(), &Patch::Strategic(patch))
-                .await
-                .map(|_| ())
-        });
     }
 
     /// Carries out one cycle's output. `built` is the snapshot it was made from.
@@ -727,46 +711,6 @@ impl Executor {
             EventType::Warning
         };
         self.event(r, type_, &reason, "Scheduling", message);
-    }
-
-    /// One status write: a merge patch from the observed status to the
-    /// wanted one, in flight until `guard` drops.
-    fn write_status<K, S>(
-        &self,
-        api: Api<K>,
-        name: String,
-        from: Option<&S>,
-        to: &S,
-        guard: status::InFlight,
-    ) where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-        S: serde::Serialize,
-    {
-        let from = from
-            .and_then(|f| serde_json::to_value(f).ok())
-            .unwrap_or_else(|| json!({}));
-        let Ok(to) = serde_json::to_value(to) else {
-            return;
-        };
-        let Some(diff) = status::merge_diff(&from, &to) else {
-            return;
-        };
-        let patch = json!({ "status": diff });
-        self.write(async move {
-            let _guard = guard;
-            match api
-                .patch_status(&name, &patch_params(), &Patch::Merge(patch))
-                .await
-            {
-                Ok(_) => Ok(()),
-                // gone: the watch drops it
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => {
-                    tracing::info!("status of {name}: {e}");
-                    Err(e)
-                }
-            }
-        });
     }
 }
 

@@ -4,15 +4,21 @@
 //! and writes the objects that differ ([`StatusWriter`]), one write per
 //! object in flight, until they agree. A write that lands late, or is
 //! lost, is corrected at the next tick after [`STATUS_SETTLE`]; nothing is
-//! written "on change" only.
+//! written "on change" only. The executor's status writes (these, and a
+//! pod's `PodScheduled` condition) are here: this module is the one writer
+//! of status subresources.
 
+use super::{clip, patch_params};
 use crate::crd::{PodGroupStatus, QueueStatus, phase_name};
 use crate::world::{Built, Problem};
 use gpusched_core::GroupPhase;
 use gpusched_model::ResourceVec;
 use gpusched_plugins::classify::PendingClass;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use serde_json::{Map, Value};
+use kube::Api;
+use kube::api::Patch;
+use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -409,6 +415,68 @@ pub fn wanted_queue(figures: Option<&QueueFigures>, error: Option<&str>) -> Queu
 /// Text of a phase for logs.
 pub fn phase_text(p: Option<GroupPhase>) -> &'static str {
     p.map(phase_name).unwrap_or("-")
+}
+
+/// The status writers of the executor: every write of a status
+/// subresource (pod conditions, PodGroup and Queue status) goes through
+/// here.
+impl super::Executor {
+    /// The pod's `PodScheduled` condition: False with `reason` and
+    /// `message` (clipped to the API's limit).
+    pub(super) fn pod_condition(&self, ns: &str, name: &str, reason: &str, message: &str) {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let name = name.to_string();
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": reason,
+            "message": clip(message), "lastTransitionTime": now,
+        }]}});
+        self.write(async move {
+            api.patch_status(&name, &patch_params(), &Patch::Strategic(patch))
+                .await
+                .map(|_| ())
+        });
+    }
+
+    /// One status write: a merge patch from the observed status to the
+    /// wanted one, in flight until `guard` drops.
+    pub(super) fn write_status<K, S>(
+        &self,
+        api: Api<K>,
+        name: String,
+        from: Option<&S>,
+        to: &S,
+        guard: InFlight,
+    ) where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+        S: serde::Serialize,
+    {
+        let from = from
+            .and_then(|f| serde_json::to_value(f).ok())
+            .unwrap_or_else(|| json!({}));
+        let Ok(to) = serde_json::to_value(to) else {
+            return;
+        };
+        let Some(diff) = merge_diff(&from, &to) else {
+            return;
+        };
+        let patch = json!({ "status": diff });
+        self.write(async move {
+            let _guard = guard;
+            match api
+                .patch_status(&name, &patch_params(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => Ok(()),
+                // gone: the watch drops it
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => {
+                    tracing::info!("status of {name}: {e}");
+                    Err(e)
+                }
+            }
+        });
+    }
 }
 
 #[cfg(test)]
