@@ -7,8 +7,8 @@
 //! capacity wins. Shares go on the best-fit GPU, whole GPUs on the topology
 //! choice.
 
-use super::PolicyName;
 use super::dot_prod::{MAX_SPEC_CPU, MAX_SPEC_GPU};
+use super::names::PolicyName;
 use super::scored::ScoredPacker;
 use super::util::share_best_fit;
 use gpusched_core::Packer;

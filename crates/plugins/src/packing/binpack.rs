@@ -4,7 +4,7 @@
 //! Shares go on the GPU with the least compute left (best fit); whole GPUs
 //! take the topology choice.
 
-use super::PolicyName;
+use super::names::PolicyName;
 use super::scored::ScoredPacker;
 use super::spread::left_score;
 use super::util::share_best_fit;

@@ -10,7 +10,7 @@
 //! the best-fit GPU, whole GPUs on the topology choice (the reference uses
 //! best fit too).
 
-use super::PolicyName;
+use super::names::PolicyName;
 use super::scored::ScoredPacker;
 use super::util::share_best_fit;
 use gpusched_core::Packer;

@@ -861,7 +861,7 @@ impl FgdPacker {
 
 impl Packer for FgdPacker {
     fn name(&self) -> &'static str {
-        super::PolicyName::Fgd.as_str()
+        super::names::PolicyName::Fgd.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

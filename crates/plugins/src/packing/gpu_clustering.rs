@@ -78,7 +78,7 @@ pub fn gpu_clustering_score(t: Option<u32>, tags: &NodeTags, gpu_free: u64) -> i
 
 impl Packer for GpuClusteringPacker {
     fn name(&self) -> &'static str {
-        super::PolicyName::GpuClustering.as_str()
+        super::names::PolicyName::GpuClustering.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

@@ -9,7 +9,7 @@
 //!
 //! CPU-only pods score 0 everywhere (the framework's tie-break decides).
 
-use super::PolicyName;
+use super::names::PolicyName;
 use super::scored::ScoredPacker;
 use super::util::share_best_fit;
 use gpusched_core::{ClusterState, GpuAssignment, NodeId, Packer};

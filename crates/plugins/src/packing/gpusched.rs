@@ -563,7 +563,7 @@ impl GpuschedPacker {
 
 impl Packer for GpuschedPacker {
     fn name(&self) -> &'static str {
-        super::PolicyName::Gpusched.as_str()
+        super::names::PolicyName::Gpusched.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

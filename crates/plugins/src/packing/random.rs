@@ -31,7 +31,7 @@ impl RandomPacker {
 
 impl Packer for RandomPacker {
     fn name(&self) -> &'static str {
-        super::PolicyName::Random.as_str()
+        super::names::PolicyName::Random.as_str()
     }
 
     fn prepare(&mut self, env: &PackEnv<'_, '_>) {

@@ -5,7 +5,7 @@
 //! node's state before placing. A new stateless policy is a score function
 //! and one [`ScoredPacker::new`] line.
 
-use super::PolicyName;
+use super::names::PolicyName;
 use super::util::WholeChooser;
 use gpusched_core::{ClusterState, GpuAssignment, NodeId, Packer, Placement};
 use gpusched_model::Pod;

@@ -5,7 +5,7 @@
 //! in parts per million of its allocatable CPU. Shares go on the GPU with
 //! the most compute left (worst fit); whole GPUs take the topology choice.
 
-use super::PolicyName;
+use super::names::PolicyName;
 use super::scored::ScoredPacker;
 use super::util::{cpu_left_after, gpu_left_after, share_worst_fit};
 use gpusched_core::{ClusterState, NodeId, Packer};
