@@ -5,9 +5,9 @@
 
 use crate::translate::TranslateError;
 use gpusched_model::{
-    HostPort, LabelSelector, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm,
-    PodAffinityTerm, PodConstraints, PreferredNodeTerm, Protocol, SpreadConstraint, SpreadPolicy,
-    WeightedPodAffinityTerm, WhenUnsatisfiable,
+    HostPort, LabelSelector, NODE_NAME_FIELD, NodeNameRequirement, NodeSelectorOp,
+    NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, PodConstraints, PreferredNodeTerm,
+    Protocol, SpreadConstraint, SpreadPolicy, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -62,7 +62,9 @@ pub fn selector(
     Ok(LabelSelector { requirements })
 }
 
-/// A node selector term (`matchExpressions`; `matchFields` refused).
+/// A node selector term: `matchExpressions`, and `matchFields` as
+/// Kubernetes defines it (only `metadata.name`, `In`/`NotIn` with one value;
+/// anything else is refused naming the field, as kube-apiserver would).
 pub fn node_term(
     t: &core::NodeSelectorTerm,
     obj: &str,
@@ -102,15 +104,51 @@ pub fn node_term(
             values: e.values.clone().unwrap_or_default(),
         });
     }
-    if t.match_fields.as_ref().is_some_and(|f| !f.is_empty()) {
-        return Err(err(
-            obj,
-            &format!("{field}.matchFields"),
-            "matchFields is not supported by gpusched",
-        ));
+    let mut fields = Vec::new();
+    for (j, e) in t.match_fields.iter().flatten().enumerate() {
+        let at = format!("{field}.matchFields[{j}]");
+        if e.key != NODE_NAME_FIELD {
+            return Err(err(
+                obj,
+                &format!("{at}.key"),
+                format!(
+                    "field {:?} is not a node field selector key (only {NODE_NAME_FIELD:?})",
+                    e.key
+                ),
+            ));
+        }
+        let is_in = match e.operator.as_str() {
+            "In" => true,
+            "NotIn" => false,
+            other => {
+                return Err(err(
+                    obj,
+                    &format!("{at}.operator"),
+                    format!(
+                        "operator {other:?} is not valid for a node field selector (In, NotIn)"
+                    ),
+                ));
+            }
+        };
+        let [name] = e.values.as_deref().unwrap_or_default() else {
+            return Err(err(
+                obj,
+                &format!("{at}.values"),
+                format!(
+                    "operator {} on {NODE_NAME_FIELD} needs exactly one value, got {:?}",
+                    e.operator,
+                    e.values.as_deref().unwrap_or_default()
+                ),
+            ));
+        };
+        fields.push(NodeNameRequirement {
+            is_in,
+            name: name.clone(),
+        });
     }
     Ok(NodeSelectorTerm {
         match_expressions: exprs,
+        match_fields: fields,
     })
 }
 

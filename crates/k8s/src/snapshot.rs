@@ -235,6 +235,7 @@ impl SnapshotFile {
                 for r in &t.match_expressions {
                     r.values.iter().for_each(|v| values.see(v));
                 }
+                t.match_fields.iter().for_each(|f| nodes.see(&f.name));
             }
             p.pod.labels.values().for_each(|v| values.see(v));
             if !p.pod.namespace.is_empty() {
@@ -318,6 +319,9 @@ impl SnapshotFile {
                     for v in &mut r.values {
                         *v = m(&values, v);
                     }
+                }
+                for f in &mut t.match_fields {
+                    f.name = m(&nodes, &f.name);
                 }
             }
             for v in p.pod.labels.values_mut() {

@@ -201,6 +201,7 @@ pub fn volume_nodes(v: &PersistentVolume) -> Result<Vec<NodeSelectorTerm>, Strin
                     operator: NodeSelectorOp::In,
                     values: Vec::new(),
                 }],
+                ..Default::default()
             });
         }
     }
@@ -244,6 +245,7 @@ fn class_topology(c: &StorageClass) -> Vec<NodeSelectorTerm> {
                     values: e.values.clone(),
                 })
                 .collect(),
+            ..Default::default()
         })
         .collect()
 }

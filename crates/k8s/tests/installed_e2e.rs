@@ -160,17 +160,16 @@ async fn a_tenants_bad_objects_stop_nobody() {
     let mut stuck = gpu_pod("in-huge", 1);
     stuck["metadata"]["labels"] = json!({"gpusched.io/queue": "huge"});
     create(&pods, stuck).await;
-    // a pod asking only GPU memory, and one with a constraint not checked yet
-    // (a node selector term on fields, which gpusched does not evaluate)
+    // a pod asking only GPU memory, and one with a value gpusched refuses
+    // though the apiserver takes it (a consolidation opt-in that is neither
+    // "true" nor "false")
     let mut mem = gpu_pod("mem-only", 1);
     mem["spec"]["containers"][0]["resources"]["limits"] =
         json!({"gpusched.io/gpu-memory-mib": "1024"});
     create(&pods, mem).await;
-    let mut anti = gpu_pod("anti", 1);
-    anti["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": ["h100-0"]}]}]}}});
-    create(&pods, anti).await;
+    let mut maybe = gpu_pod("maybe", 1);
+    maybe["metadata"]["annotations"] = json!({"gpusched.io/movable": "maybe"});
+    create(&pods, maybe).await;
     let b = wait_for(Duration::from_secs(60), || async {
         let b = bound(&pods).await;
         (b.len() == 3).then_some(b)
@@ -194,16 +193,15 @@ async fn a_tenants_bad_objects_stop_nobody() {
             .any(|e| e.contains("gpusched.io/gpu-memory-mib needs gpusched.io/gpu-milli")),
         "{ev:?}"
     );
-    let ev = wait_event(&c, "ml", "anti", "FailedScheduling: ", 30)
+    let ev = wait_event(&c, "ml", "maybe", "FailedScheduling: ", 30)
         .await
-        .expect("anti told why");
+        .expect("maybe told why");
     assert!(
         ev.iter()
-            .any(|e| e.contains("nodeSelectorTerms[0].matchFields")
-                && e.contains("matchFields is not supported by gpusched")),
+            .any(|e| e.contains("metadata.annotations[gpusched.io/movable]")),
         "{ev:?}"
     );
-    let p = pods.get("anti").await.unwrap();
+    let p = pods.get("maybe").await.unwrap();
     let cond = p
         .status
         .unwrap()
@@ -213,7 +211,11 @@ async fn a_tenants_bad_objects_stop_nobody() {
         .find(|c| c.type_ == "PodScheduled")
         .expect("PodScheduled condition");
     assert_eq!(cond.status, "False");
-    assert!(cond.message.unwrap_or_default().contains("nodeAffinity"));
+    assert!(
+        cond.message
+            .unwrap_or_default()
+            .contains("gpusched.io/movable")
+    );
     assert_eq!(bound(&pods).await.len(), 3);
     // with the chart's admission policy, nobody but the scheduler changes a
     // decision, through the pod or its status subresource

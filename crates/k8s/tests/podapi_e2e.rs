@@ -178,7 +178,8 @@ fn violations(nodes: &[MNode], pods: &[MPod], at: &Placement) -> Vec<String> {
             for m in nodes {
                 let eligible = m.label(&s.topology_key).is_some()
                     && p.node_selector.iter().all(|(a, b)| m.label(a) == Some(b))
-                    && (p.affinity.is_empty() || p.affinity.iter().any(|t| t.matches(&m.labels)));
+                    && (p.affinity.is_empty()
+                        || p.affinity.iter().any(|t| t.matches(&m.name, &m.labels)));
                 if eligible {
                     let d = m.label(&s.topology_key).unwrap();
                     let k = placed
@@ -416,6 +417,28 @@ async fn the_issue_table_reads_honoured() {
             BTreeSet::from(["n2".to_string(), "n3".to_string()]),
             "{p:?}"
         );
+    }
+
+    // matchFields on metadata.name: a DaemonSet-style pin (In n3, 1 GPU)
+    // and three 8-GPU pods kept off n1 (NotIn): the pin on n3, two of the
+    // three on n2 and n4, the third pending (n3 has 7 GPUs left)
+    let field = |op: &str, node: &str| {
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": op, "values": [node]}]}]}}}})
+    };
+    let mut pods = vec![spec_pod("ds", 1, json!({}), field("In", "n3"))];
+    pods.extend((0..3).map(|i| spec_pod(&format!("off-{i}"), 8, json!({}), field("NotIn", "n1"))));
+    let o = compare(&e, "node affinity matchFields", &pods).await;
+    for p in [&o.kube, &o.ours] {
+        assert_eq!(p["ds"].as_deref(), Some("n3"), "{p:?}");
+        assert_eq!(Outcome::bound(p), 3, "{p:?}");
+        let off: BTreeSet<&str> = p
+            .iter()
+            .filter(|(k, _)| k.starts_with("off"))
+            .filter_map(|(_, n)| n.as_deref())
+            .collect();
+        assert_eq!(off, BTreeSet::from(["n2", "n4"]), "{p:?}");
     }
 
     // hostPort 8080, two pods pinned to one node: the second pending

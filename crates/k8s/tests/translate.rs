@@ -6,7 +6,7 @@ use gpusched_k8s::crd::{PodGroup, Queue, SpPodGroup};
 use gpusched_k8s::decision::ANNOTATION_DECISION;
 use gpusched_k8s::translate::{self, PodKind};
 use gpusched_k8s::world::{Assumed, Problem, World};
-use gpusched_model::{GpuHealth, GpuRequest};
+use gpusched_model::{GpuHealth, GpuRequest, NodeNameRequirement};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::{Value, json};
@@ -470,8 +470,10 @@ fn gang_members_count_in_their_groups_queue() {
 }
 
 /// Required node affinity goes through the one node-term reader: an
-/// operator gpusched does not understand, or `matchFields`, is refused
-/// naming the term and the expression.
+/// operator gpusched does not understand, or a `matchFields` entry
+/// Kubernetes does not define (a field other than `metadata.name`, an
+/// operator other than In/NotIn, other than one value), is refused naming
+/// the term and the entry.
 #[test]
 fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
     let mut v = gpu_pod("g", json!({"nvidia.com/gpu": "1"}), json!({}));
@@ -501,14 +503,71 @@ fn unsupported_node_affinity_operators_are_refused_naming_the_term() {
             "{error}"
         );
     }
-    v["spec"]["affinity"] = term(json!({"matchFields": [
-        {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}));
-    let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
-        panic!("accepted")
+    for (field, bad, says) in [
+        (
+            "key",
+            json!({"key": "metadata.namespace", "operator": "In", "values": ["n1"]}),
+            "\"metadata.namespace\" is not a node field selector key",
+        ),
+        (
+            "operator",
+            json!({"key": "metadata.name", "operator": "Exists"}),
+            "\"Exists\" is not valid for a node field selector",
+        ),
+        (
+            "values",
+            json!({"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}),
+            "exactly one value",
+        ),
+        (
+            "values",
+            json!({"key": "metadata.name", "operator": "NotIn"}),
+            "exactly one value",
+        ),
+    ] {
+        v["spec"]["affinity"] = term(json!({"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n0"]}, bad]}));
+        let PodKind::Invalid { error } = translate::pod(&pod(v.clone())).kind else {
+            panic!("accepted {field}")
+        };
+        assert!(
+            error.contains(&format!("nodeSelectorTerms[1].matchFields[1].{field}"))
+                && error.contains(says),
+            "{error}"
+        );
+    }
+    // matchFields on the node's name translates: In / NotIn with one value,
+    // ANDed with the term's expressions
+    v["spec"]["affinity"] = term(json!({
+        "matchExpressions": [{"key": "zone", "operator": "Exists"}],
+        "matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["n1"]},
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}));
+    let PodKind::Pending { pod: p, .. } = translate::pod(&pod(v.clone())).kind else {
+        panic!("refused")
     };
+    assert_eq!(p.affinity.len(), 2);
+    assert_eq!(
+        p.affinity[1].match_fields,
+        vec![
+            NodeNameRequirement {
+                is_in: true,
+                name: "n1".into()
+            },
+            NodeNameRequirement {
+                is_in: false,
+                name: "n2".into()
+            }
+        ]
+    );
+    let zone: std::collections::BTreeMap<String, String> =
+        [("zone".to_string(), "b".to_string())].into();
+    assert!(p.affinity[1].matches("n1", &zone));
+    assert!(!p.affinity[1].matches("n2", &zone), "NotIn");
+    assert!(!p.affinity[1].matches("n3", &zone), "In");
     assert!(
-        error.contains("nodeSelectorTerms[1].matchFields"),
-        "{error}"
+        !p.affinity[1].matches("n1", &Default::default()),
+        "ANDed with the expressions"
     );
     // the supported ones translate
     for (op, values) in [

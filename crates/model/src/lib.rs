@@ -27,8 +27,9 @@ pub mod yaml;
 pub use gpu::{Gpu, GpuHealth, MigSlot};
 pub use node::{Node, Taint, TaintEffect};
 pub use pod::{
-    GpuRequest, MigAsk, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup,
-    Toleration, TolerationOp, TopologyConstraint, TopologyLevel,
+    GpuRequest, MigAsk, NODE_NAME_FIELD, NodeNameRequirement, NodeSelectorOp,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodGroup, Toleration, TolerationOp,
+    TopologyConstraint, TopologyLevel,
 };
 pub use podapi::{
     HostPort, LabelSelector, PodAffinityTerm, PodConstraints, PreferredNodeTerm, Protocol,

@@ -151,19 +151,82 @@ mod node_selector_tests {
             "a bound that is not an integer"
         );
     }
+
+    #[test]
+    fn match_fields_test_the_node_name_and_an_empty_term_matches_nothing() {
+        let name = |is_in, n: &str| NodeNameRequirement {
+            is_in,
+            name: n.into(),
+        };
+        let gpu: BTreeMap<String, String> = [("gpu".to_string(), "h100".to_string())].into();
+        // a DaemonSet pod's term: the node's name In one value
+        let pin = NodeSelectorTerm {
+            match_fields: vec![name(true, "n1")],
+            ..Default::default()
+        };
+        assert!(pin.matches("n1", &gpu));
+        assert!(pin.matches("n1", &BTreeMap::new()), "no labels needed");
+        assert!(!pin.matches("n10", &gpu), "the whole name, not a prefix");
+        let not = NodeSelectorTerm {
+            match_fields: vec![name(false, "n1")],
+            ..Default::default()
+        };
+        assert!(!not.matches("n1", &gpu));
+        assert!(not.matches("n2", &gpu));
+        // fields and expressions are ANDed
+        let both = NodeSelectorTerm {
+            match_expressions: vec![NodeSelectorRequirement {
+                key: "gpu".into(),
+                operator: NodeSelectorOp::In,
+                values: vec!["h100".into()],
+            }],
+            match_fields: vec![name(true, "n1"), name(false, "n2")],
+        };
+        assert!(both.matches("n1", &gpu));
+        assert!(!both.matches("n1", &BTreeMap::new()));
+        assert!(!both.matches("n2", &gpu));
+        // "a null or empty node selector term matches no objects"
+        assert!(!NodeSelectorTerm::default().matches("n1", &gpu));
+    }
 }
 
-/// Requirements ANDed together.
+/// The one node field a node selector term's `matchFields` may test, as
+/// Kubernetes defines it.
+pub const NODE_NAME_FIELD: &str = "metadata.name";
+
+/// One requirement of a term's `matchFields`: the node's name is (`In`) or
+/// is not (`NotIn`) the one value — the only field and operators
+/// Kubernetes accepts there (DaemonSet pods pin their node this way).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeNameRequirement {
+    /// `In` (true) or `NotIn` (false).
+    pub is_in: bool,
+    /// The node name.
+    pub name: String,
+}
+
+/// Requirements ANDed together: labels (`matchExpressions`) and the node's
+/// name (`matchFields`). A term with neither matches no node, as in
+/// Kubernetes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NodeSelectorTerm {
-    /// The requirements; all must hold.
+    /// The label requirements; all must hold.
     pub match_expressions: Vec<NodeSelectorRequirement>,
+    /// The node-name requirements (`matchFields` on `metadata.name`); all
+    /// must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_fields: Vec<NodeNameRequirement>,
 }
 
 impl NodeSelectorTerm {
-    /// Whether a node with these labels meets every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_expressions.iter().all(|r| r.matches(labels))
+    /// Whether the node `name` with these labels meets every requirement.
+    pub fn matches(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        !(self.match_expressions.is_empty() && self.match_fields.is_empty())
+            && self.match_expressions.iter().all(|r| r.matches(labels))
+            && self
+                .match_fields
+                .iter()
+                .all(|f| (f.name == name) == f.is_in)
     }
 }
 

@@ -7,11 +7,10 @@
 use crate::node::Node;
 use crate::pod::NodeSelectorTerm;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// Node selector terms, ORed; empty: every node.
-pub fn terms_allow(terms: &[NodeSelectorTerm], labels: &BTreeMap<String, String>) -> bool {
-    terms.is_empty() || terms.iter().any(|t| t.matches(labels))
+pub fn terms_allow(terms: &[NodeSelectorTerm], node: &Node) -> bool {
+    terms.is_empty() || terms.iter().any(|t| t.matches(&node.name, &node.labels))
 }
 
 /// An available PersistentVolume a delayed claim could bind.
@@ -114,13 +113,12 @@ pub fn pick_volumes<'a>(
     node: &Node,
     usable: impl Fn(&str, &str) -> bool,
 ) -> Result<Vec<(&'a str, ClaimPick)>, VolumeConflict> {
-    let labels = &node.labels;
     let mut out: Vec<(&str, ClaimPick)> = Vec::new();
     for n in needs {
         match n {
             ClaimNeed::Blocked { reason } => return Err(VolumeConflict::Blocked(reason.clone())),
             ClaimNeed::Bound { nodes, .. } => {
-                if !terms_allow(nodes, labels) {
+                if !terms_allow(nodes, node) {
                     return Err(VolumeConflict::NodeAffinity);
                 }
             }
@@ -131,7 +129,7 @@ pub fn pick_volumes<'a>(
                 selected_node,
             } => {
                 let pv = pvs.iter().find(|pv| {
-                    terms_allow(&pv.nodes, labels)
+                    terms_allow(&pv.nodes, node)
                         && usable(&pv.name, claim)
                         && !out
                             .iter()
@@ -140,7 +138,7 @@ pub fn pick_volumes<'a>(
                 let pick = match (pv, provision) {
                     (Some(pv), _) => ClaimPick::Volume(pv.name.clone()),
                     (None, Some(t))
-                        if terms_allow(t, labels)
+                        if terms_allow(t, node)
                             && selected_node.as_ref().is_none_or(|s| *s == node.name) =>
                     {
                         ClaimPick::Provision
@@ -166,6 +164,7 @@ mod tests {
                 operator: NodeSelectorOp::In,
                 values: vec![h.into()],
             }],
+            ..Default::default()
         }]
     }
 

@@ -47,8 +47,11 @@ impl Filter for NodeAffinity {
             .node_selector
             .iter()
             .all(|(k, v)| node.labels.get(k) == Some(v));
-        let aff_ok =
-            pod.affinity.is_empty() || pod.affinity.iter().any(|t| t.matches(&node.labels));
+        let aff_ok = pod.affinity.is_empty()
+            || pod
+                .affinity
+                .iter()
+                .any(|t| t.matches(&node.name, &node.labels));
         if sel_ok && aff_ok {
             FilterResult::Pass
         } else {
@@ -257,10 +260,12 @@ mod tests {
         };
         p.affinity = vec![NodeSelectorTerm {
             match_expressions: vec![req(NodeSelectorOp::NotIn, &["a"])],
+            ..Default::default()
         }];
         assert!(rejects(&NodeAffinity, &p, &n));
         p.affinity.push(NodeSelectorTerm {
             match_expressions: vec![req(NodeSelectorOp::Exists, &[])],
+            ..Default::default()
         });
         assert!(!rejects(&NodeAffinity, &p, &n), "terms are ORed");
         p.affinity = vec![NodeSelectorTerm {
@@ -268,8 +273,28 @@ mod tests {
                 req(NodeSelectorOp::In, &["a", "b"]),
                 req(NodeSelectorOp::DoesNotExist, &[]),
             ],
+            ..Default::default()
         }];
         assert!(rejects(&NodeAffinity, &p, &n), "expressions are ANDed");
+        // matchFields on metadata.name (a DaemonSet pod's pin)
+        let pin = |is_in, name: &str| NodeSelectorTerm {
+            match_fields: vec![gpusched_model::NodeNameRequirement {
+                is_in,
+                name: name.into(),
+            }],
+            ..Default::default()
+        };
+        p.affinity = vec![pin(true, &n.name)];
+        assert!(!rejects(&NodeAffinity, &p, &n));
+        p.affinity = vec![pin(true, "elsewhere")];
+        assert!(rejects(&NodeAffinity, &p, &n));
+        p.affinity = vec![pin(false, &n.name)];
+        assert!(rejects(&NodeAffinity, &p, &n), "NotIn its name");
+        p.affinity = vec![NodeSelectorTerm::default()];
+        assert!(
+            rejects(&NodeAffinity, &p, &n),
+            "an empty term matches no node"
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ fn on(host: &str) -> Vec<NodeSelectorTerm> {
             operator: NodeSelectorOp::In,
             values: vec![host.into()],
         }],
+        ..Default::default()
     }]
 }
 

@@ -315,6 +315,7 @@ impl PodBuilder {
                         operator: NodeSelectorOp::In,
                         values: vec![v.into()],
                     }],
+                    ..Default::default()
                 },
             });
         self
@@ -443,7 +444,7 @@ pub fn constraint_violations(snap: &Snapshot, out: &CycleOutput) -> Vec<String> 
                             .iter()
                             .all(|(a, b)| n.labels.get(a) == Some(b))
                             && (p.affinity.is_empty()
-                                || p.affinity.iter().any(|t| t.matches(&n.labels)))))
+                                || p.affinity.iter().any(|t| t.matches(&n.name, &n.labels)))))
                     && (s.node_taints_policy == SpreadPolicy::Ignore || p.tolerates_all(n));
                 if !eligible {
                     continue;

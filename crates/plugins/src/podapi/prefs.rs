@@ -113,7 +113,7 @@ impl ConstraintState for Static<'_> {
             Kind::NodeAffinity => pod.constraints.as_deref().map_or(0, |c| {
                 c.preferred_node_affinity
                     .iter()
-                    .filter(|t| t.term.matches(&node.labels))
+                    .filter(|t| t.term.matches(&node.name, &node.labels))
                     .map(|t| t.weight as i64)
                     .sum()
             }),

@@ -153,7 +153,8 @@ impl<'s> State<'s> {
                     .all(|key| super::domains::value(n, key).is_some())
                     && k.affinity.as_ref().is_none_or(|(sel, terms)| {
                         sel.iter().all(|(a, b)| n.label(a) == Some(b))
-                            && (terms.is_empty() || terms.iter().any(|t| t.matches(&n.labels)))
+                            && (terms.is_empty()
+                                || terms.iter().any(|t| t.matches(&n.name, &n.labels)))
                     })
                     && k.tolerations.as_ref().is_none_or(|tols| {
                         n.taints

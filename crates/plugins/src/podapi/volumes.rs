@@ -77,18 +77,17 @@ impl<'s> State<'s> {
     /// What `p`'s delayed claims get on `n`, given what placed pods took.
     fn resolve(&self, p: PodId, n: NodeId) -> Result<Vec<(&'s str, ClaimPick)>, VolumeConflict> {
         let node = &self.snap.nodes[n as usize];
-        let labels = &node.labels;
         let needs = self.needs(p);
         // claims other placed pods resolved: the same volume, or node
         for need in needs {
             if let ClaimNeed::Delayed { claim, pvs, .. } = need
-                && let Some((pick, node, _)) = self.fixed.get(claim)
+                && let Some((pick, at, _)) = self.fixed.get(claim)
             {
                 let ok = match pick {
                     ClaimPick::Volume(v) => pvs
                         .iter()
-                        .any(|pv| pv.name == *v && terms_allow(&pv.nodes, labels)),
-                    ClaimPick::Provision => *node == n,
+                        .any(|pv| pv.name == *v && terms_allow(&pv.nodes, node)),
+                    ClaimPick::Provision => *at == n,
                 };
                 if !ok {
                     return Err(VolumeConflict::NodeAffinity);
