@@ -100,6 +100,24 @@ pub const CLUSTER: &[Permission] = &[
         WATCH,
         "watch: StorageClasses, binding mode and provisioner (volumes)",
     ),
+    p(
+        "storage.k8s.io",
+        "csinodes",
+        WATCH,
+        "watch: CSINodes, attach limits per node (volumes)",
+    ),
+    p(
+        "storage.k8s.io",
+        "csidrivers",
+        WATCH,
+        "watch: CSIDrivers, which publish storage capacity (volumes)",
+    ),
+    p(
+        "storage.k8s.io",
+        "csistoragecapacities",
+        WATCH,
+        "watch: CSIStorageCapacities for provisioning (volumes)",
+    ),
     p("gpusched.io", "queues", WATCH, "watch: queues"),
     p("gpusched.io", "podgroups", WATCH, "watch: pod groups"),
     p(

@@ -5,11 +5,11 @@
 //! scheduler's reservations of volumes it is binding.
 
 use gpusched_model::{
-    ClaimNeed, ClaimPick, NodeSelectorOp, NodeSelectorRequirement, NodeSelectorTerm, PvChoice,
-    Quantity,
+    ClaimNeed, ClaimPick, CsiVolume, LabelSelector, NodeSelectorOp, NodeSelectorRequirement,
+    NodeSelectorTerm, PvChoice, Quantity,
 };
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use std::collections::BTreeMap;
 
 /// The annotation that asks a provisioner for a volume on a node.
@@ -70,6 +70,12 @@ pub struct Volumes {
     pub volumes: BTreeMap<String, PersistentVolume>,
     /// Storage classes by name.
     pub classes: BTreeMap<String, StorageClass>,
+    /// CSINodes by name (the node's name): the nodes' attach limits.
+    pub csi_nodes: BTreeMap<String, CSINode>,
+    /// CSIDrivers by name: which publish storage capacity.
+    pub csi_drivers: BTreeMap<String, CSIDriver>,
+    /// CSIStorageCapacities by `namespace/name`.
+    pub capacities: BTreeMap<String, CSIStorageCapacity>,
     /// Claims the scheduler is binding (`namespace/name`): what each gets,
     /// on which node, for which pod (uid).
     pub reserved: BTreeMap<String, Reservation>,
@@ -414,6 +420,7 @@ pub fn resolve(
                     pvs: Vec::new(),
                     provision: Some(Vec::new()),
                     selected_node: Some(r.node.clone()),
+                    capacity: None,
                 },
             });
             continue;
@@ -464,6 +471,9 @@ pub fn resolve(
         }
         cands.sort_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
         let provision = (sc.provisioner != NO_PROVISIONER).then(|| class_topology(sc));
+        let capacity = provision
+            .as_ref()
+            .and_then(|_| provision_capacity(vols, sc, &class_name, c));
         needs.push(ClaimNeed::Delayed {
             claim: key.clone(),
             pvs: cands
@@ -479,9 +489,117 @@ pub fn resolve(
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(ANN_SELECTED_NODE).cloned()),
+            capacity,
         });
     }
     (needs, exclusive)
+}
+
+/// A node's CSI attach limits: `spec.drivers[].allocatable.count` of its
+/// `CSINode` (same name), by driver; drivers without a count are not
+/// limited (as kube-scheduler's NodeVolumeLimits reads them).
+pub fn attach_limits(vols: &Volumes, node: &str) -> BTreeMap<String, u32> {
+    vols.csi_nodes
+        .get(node)
+        .into_iter()
+        .flat_map(|c| c.spec.drivers.iter())
+        .filter_map(|d| {
+            let count = d.allocatable.as_ref()?.count?;
+            Some((d.name.clone(), count.max(0) as u32))
+        })
+        .collect()
+}
+
+/// Whether any node has an attach limit (else pods' CSI volumes need not
+/// be resolved at all).
+pub fn any_attach_limit(vols: &Volumes) -> bool {
+    vols.csi_nodes.values().any(|c| {
+        c.spec
+            .drivers
+            .iter()
+            .any(|d| d.allocatable.as_ref().is_some_and(|a| a.count.is_some()))
+    })
+}
+
+/// The volumes a pod's claims attach through CSI drivers, as
+/// kube-scheduler's NodeVolumeLimits counts them: a bound claim's volume
+/// by its `spec.csi` driver and `volumeHandle` (a volume of an in-tree
+/// plugin is not counted here); a claim without a volume (or bound to one
+/// that does not exist) by its storage class's provisioner, under a handle
+/// naming the claim; a missing claim, or one without a class, not at all.
+pub fn csi_volumes(vols: &Volumes, namespace: &str, claims: &[PodClaim]) -> Vec<CsiVolume> {
+    let mut out = Vec::new();
+    for pc in claims {
+        let key = format!("{namespace}/{}", pc.name);
+        let Some(c) = vols.claims.get(&key) else {
+            continue;
+        };
+        let bound = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty())
+            .and_then(|v| vols.volumes.get(v));
+        if let Some(v) = bound {
+            if let Some(csi) = v.spec.as_ref().and_then(|s| s.csi.as_ref()) {
+                out.push(CsiVolume {
+                    driver: csi.driver.clone(),
+                    handle: csi.volume_handle.clone(),
+                });
+            }
+            continue;
+        }
+        let class = claim_class(c);
+        if let Some(sc) = vols.classes.get(&class).filter(|_| !class.is_empty()) {
+            out.push(CsiVolume {
+                driver: sc.provisioner.clone(),
+                handle: format!("claim:{key}"),
+            });
+        }
+    }
+    out
+}
+
+/// For a claim its class would provision: `None` when the class's CSI
+/// driver does not publish storage capacity (no `CSIDriver` with
+/// `storageCapacity: true`), else the node topologies of the class's
+/// `CSIStorageCapacity` objects whose `maximumVolumeSize` (or, without it,
+/// `capacity`) holds the claim's request — kube-scheduler's VolumeBinding
+/// capacity check. An object without `nodeTopology` (or one that does not
+/// parse) reaches no node.
+fn provision_capacity(
+    vols: &Volumes,
+    sc: &StorageClass,
+    class: &str,
+    c: &PersistentVolumeClaim,
+) -> Option<Vec<LabelSelector>> {
+    let tracked = vols
+        .csi_drivers
+        .get(&sc.provisioner)
+        .and_then(|d| d.spec.storage_capacity)
+        .unwrap_or(false);
+    if !tracked {
+        return None;
+    }
+    let want = storage(
+        c.spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get("storage")),
+    )
+    .unwrap_or(0);
+    Some(
+        vols.capacities
+            .values()
+            .filter(|cap| cap.storage_class_name == class)
+            .filter(|cap| {
+                storage(cap.maximum_volume_size.as_ref().or(cap.capacity.as_ref()))
+                    .is_some_and(|have| have >= want)
+            })
+            .filter_map(|cap| crate::podapi::selector(cap.node_topology.as_ref()?, "", "").ok())
+            .collect(),
+    )
 }
 
 /// The writes that bind a pod's delayed claims as decided (`picks` from

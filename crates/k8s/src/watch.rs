@@ -467,6 +467,24 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         name_key,
         |w, o| w.upsert_storage_class(o)
     );
+    spawn!(
+        k8s_openapi::api::storage::v1::CSINode,
+        ObjectKind::CsiNode,
+        name_key,
+        |w, o| w.upsert_csi_node(o)
+    );
+    spawn!(
+        k8s_openapi::api::storage::v1::CSIDriver,
+        ObjectKind::CsiDriver,
+        name_key,
+        |w, o| w.upsert_csi_driver(o)
+    );
+    spawn!(
+        k8s_openapi::api::storage::v1::CSIStorageCapacity,
+        ObjectKind::CsiStorageCapacity,
+        ns_key,
+        |w, o| w.upsert_storage_capacity(o)
+    );
     macro_rules! optional {
         ($k:ty, $kind:expr, $apply:expr) => {{
             let h = Arc::new(WatchHealth::new($kind, false));

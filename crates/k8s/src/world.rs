@@ -68,6 +68,12 @@ pub enum ObjectKind {
     Pv,
     /// StorageClasses (by name).
     StorageClass,
+    /// CSINodes (by name): attach limits.
+    CsiNode,
+    /// CSIDrivers (by name): storage capacity tracking.
+    CsiDriver,
+    /// CSIStorageCapacities (by `namespace/name`).
+    CsiStorageCapacity,
     /// DRA ResourceClaims (by `namespace/name`).
     ResourceClaim,
     /// DRA ResourceSlices (by name).
@@ -440,6 +446,9 @@ impl World {
             ObjectKind::Pvc => self.volumes.claims.keys().cloned().collect(),
             ObjectKind::Pv => self.volumes.volumes.keys().cloned().collect(),
             ObjectKind::StorageClass => self.volumes.classes.keys().cloned().collect(),
+            ObjectKind::CsiNode => self.volumes.csi_nodes.keys().cloned().collect(),
+            ObjectKind::CsiDriver => self.volumes.csi_drivers.keys().cloned().collect(),
+            ObjectKind::CsiStorageCapacity => self.volumes.capacities.keys().cloned().collect(),
             ObjectKind::ResourceClaim => self.dra.claim_keys(),
             ObjectKind::ResourceSlice => self.dra.slice_keys(),
             ObjectKind::DeviceClass => self.dra.class_keys(),
@@ -503,6 +512,22 @@ impl World {
             }
             ObjectKind::StorageClass => {
                 self.volumes.classes.remove(key);
+                self.cache.dirty.volumes = true;
+                self.generation += 1;
+            }
+            ObjectKind::CsiNode => {
+                self.volumes.csi_nodes.remove(key);
+                self.cache.dirty.nodes.insert(key.to_string());
+                self.cache.dirty.volumes = true;
+                self.generation += 1;
+            }
+            ObjectKind::CsiDriver => {
+                self.volumes.csi_drivers.remove(key);
+                self.cache.dirty.volumes = true;
+                self.generation += 1;
+            }
+            ObjectKind::CsiStorageCapacity => {
+                self.volumes.capacities.remove(key);
                 self.cache.dirty.volumes = true;
                 self.generation += 1;
             }
@@ -597,6 +622,36 @@ impl World {
     pub fn upsert_storage_class(&mut self, c: &StorageClass) {
         let k = c.metadata.name.clone().unwrap_or_default();
         self.volumes.classes.insert(k, c.clone());
+        self.cache.dirty.volumes = true;
+        self.generation += 1;
+    }
+
+    /// A CSINode was added or changed (attach limits).
+    pub fn upsert_csi_node(&mut self, c: &k8s_openapi::api::storage::v1::CSINode) {
+        let k = c.metadata.name.clone().unwrap_or_default();
+        // the node's limits, and every pod's CSI volumes when the first
+        // limit appears or the last goes
+        self.cache.dirty.nodes.insert(k.clone());
+        self.cache.dirty.volumes = true;
+        self.volumes.csi_nodes.insert(k, c.clone());
+        self.generation += 1;
+    }
+
+    /// A CSIDriver was added or changed (storage capacity tracking).
+    pub fn upsert_csi_driver(&mut self, d: &k8s_openapi::api::storage::v1::CSIDriver) {
+        let k = d.metadata.name.clone().unwrap_or_default();
+        self.volumes.csi_drivers.insert(k, d.clone());
+        self.cache.dirty.volumes = true;
+        self.generation += 1;
+    }
+
+    /// A CSIStorageCapacity was added or changed.
+    pub fn upsert_storage_capacity(
+        &mut self,
+        c: &k8s_openapi::api::storage::v1::CSIStorageCapacity,
+    ) {
+        let k = key(c.metadata.namespace.as_ref(), c.metadata.name.as_ref());
+        self.volumes.capacities.insert(k, c.clone());
         self.cache.dirty.volumes = true;
         self.generation += 1;
     }

@@ -5,9 +5,9 @@
 
 use gpusched_k8s::volumes::{self, PodClaim, VolumeWrite, Volumes};
 use gpusched_k8s::world::{Assumed, World};
-use gpusched_model::{ClaimNeed, pick_volumes};
+use gpusched_model::{ClaimNeed, CsiVolume, VolumeConflict, pick_volumes};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, CSIStorageCapacity, StorageClass};
 use serde_json::{Value, json};
 
 fn de<T: serde::de::DeserializeOwned>(v: Value) -> T {
@@ -325,4 +325,222 @@ fn the_world_reserves_a_chosen_volume_until_the_pod_is_bound_or_forgotten() {
     bound.status = Some(de(json!({"phase": "Bound"})));
     w.upsert_pvc(&bound);
     assert!(w.claim_bound("ml/b"));
+}
+
+fn csi_pv(name: &str, driver: &str, handle: &str) -> PersistentVolume {
+    de(json!({
+        "metadata": {"name": name},
+        "spec": {"storageClassName": "dyn", "accessModes": ["ReadWriteOnce"],
+                 "capacity": {"storage": "10Gi"}, "csi": {"driver": driver, "volumeHandle": handle}},
+        "status": {"phase": "Bound"}
+    }))
+}
+
+fn bound_pvc(name: &str, class: &str, volume: &str) -> PersistentVolumeClaim {
+    let mut c = pvc(name, class, &["ReadWriteOnce"], "1Gi");
+    c.spec.as_mut().unwrap().volume_name = Some(volume.into());
+    c.status = Some(de(json!({"phase": "Bound"})));
+    c
+}
+
+fn csi_node(name: &str, drivers: Value) -> CSINode {
+    de(json!({"metadata": {"name": name}, "spec": {"drivers": drivers}}))
+}
+
+#[test]
+fn csi_volumes_count_bound_volumes_by_handle_and_unbound_claims_by_provisioner() {
+    let mut v = vols();
+    v.classes.insert(
+        "dyn".into(),
+        class("dyn", "WaitForFirstConsumer", "csi.example"),
+    );
+    v.volumes
+        .insert("pv-1".into(), csi_pv("pv-1", "csi.example", "vol-1"));
+    v.volumes.insert(
+        "pv-local".into(),
+        local_pv("pv-local", "local", "n1", "1Gi"),
+    );
+    v.claims
+        .insert("ml/bound".into(), bound_pvc("bound", "dyn", "pv-1"));
+    v.claims
+        .insert("ml/intree".into(), bound_pvc("intree", "local", "pv-local"));
+    v.claims.insert(
+        "ml/new".into(),
+        pvc("new", "dyn", &["ReadWriteOnce"], "1Gi"),
+    );
+    v.claims.insert(
+        "ml/lost".into(),
+        bound_pvc("lost", "dyn", "pv-that-went-away"),
+    );
+    v.claims.insert(
+        "ml/no-class".into(),
+        pvc("no-class", "", &["ReadWriteOnce"], "1Gi"),
+    );
+    let got = volumes::csi_volumes(
+        &v,
+        "ml",
+        &claims(&["bound", "intree", "new", "lost", "no-class", "missing"]),
+    );
+    let csi = |d: &str, h: &str| CsiVolume {
+        driver: d.into(),
+        handle: h.into(),
+    };
+    assert_eq!(
+        got,
+        [
+            csi("csi.example", "vol-1"),
+            csi("csi.example", "claim:ml/new"),
+            csi("csi.example", "claim:ml/lost"),
+        ]
+    );
+    // limits: drivers with a count; none without a CSINode
+    v.csi_nodes.insert(
+        "n1".into(),
+        csi_node(
+            "n1",
+            json!([{"name": "csi.example", "nodeID": "n1", "allocatable": {"count": 2}},
+                   {"name": "csi.unlimited", "nodeID": "n1"}]),
+        ),
+    );
+    assert!(volumes::any_attach_limit(&v));
+    assert_eq!(
+        volumes::attach_limits(&v, "n1"),
+        [("csi.example".to_string(), 2)].into()
+    );
+    assert!(volumes::attach_limits(&v, "n2").is_empty());
+}
+
+#[test]
+fn the_world_gives_nodes_their_csinode_limits_and_pods_their_csi_volumes() {
+    let mut w = World::default();
+    for n in ["n1", "n2"] {
+        w.upsert_node(&node(n));
+    }
+    w.upsert_storage_class(&class("dyn", "WaitForFirstConsumer", "csi.example"));
+    w.upsert_pv(&csi_pv("pv-1", "csi.example", "vol-1"));
+    w.upsert_pvc(&bound_pvc("old", "dyn", "pv-1"));
+    w.upsert_pvc(&pvc("new", "dyn", &["ReadWriteOnce"], "1Gi"));
+    let mut running = claim_pod("running", "old");
+    running.spec.as_mut().unwrap().node_name = Some("n1".into());
+    running.status = Some(de(json!({"phase": "Running"})));
+    w.upsert_pod(&running);
+    w.upsert_pod(&claim_pod("next", "new"));
+    // (the incremental snapshot, checked against a full build in debug
+    // builds) without CSINode limits nothing is resolved
+    let built = w.snapshot();
+    assert!(
+        built
+            .snapshot
+            .nodes
+            .iter()
+            .all(|n| n.attach_limits.is_empty())
+    );
+    assert!(
+        built
+            .snapshot
+            .pods
+            .iter()
+            .all(|p| p.pod.constraints().csi_volumes.is_empty())
+    );
+    w.upsert_csi_node(&csi_node(
+        "n1",
+        json!([{"name": "csi.example", "nodeID": "n1", "allocatable": {"count": 1}}]),
+    ));
+    let built = w.snapshot();
+    let node = |n: &str| built.snapshot.nodes.iter().find(|x| x.name == n).unwrap();
+    assert_eq!(node("n1").attach_limits, [("csi.example".into(), 1)].into());
+    assert!(node("n2").attach_limits.is_empty());
+    let vols = |name: &str| {
+        let i = built.pods.iter().position(|p| p.name == name).unwrap();
+        built.snapshot.pods[i].pod.constraints().csi_volumes.clone()
+    };
+    assert_eq!(vols("running")[0].handle, "vol-1");
+    assert_eq!(vols("next")[0].handle, "claim:ml/new");
+    // the core keeps the new pod off the full node
+    let mut cfg = gpusched_plugins::SchedulerConfig::default();
+    cfg.actions.min_runtime_ms = 0;
+    let out = gpusched_plugins::build(&cfg)
+        .unwrap()
+        .cycle(&built.snapshot, 1_000, 7);
+    let placed = gpusched_testkit::binds(&built.snapshot, &out);
+    assert_eq!(placed["ml/next"].0, "n2", "{placed:?}");
+    // the CSINode goes: no limit
+    w.remove(gpusched_k8s::world::ObjectKind::CsiNode, "n1");
+    assert!(
+        w.build()
+            .snapshot
+            .nodes
+            .iter()
+            .all(|n| n.attach_limits.is_empty())
+    );
+}
+
+#[test]
+fn storage_capacity_limits_provisioning_when_the_driver_publishes_it() {
+    let mut v = vols();
+    v.classes.insert(
+        "dyn".into(),
+        class("dyn", "WaitForFirstConsumer", "csi.cap"),
+    );
+    v.claims.insert(
+        "ml/data".into(),
+        pvc("data", "dyn", &["ReadWriteOnce"], "10Gi"),
+    );
+    let capacity = |v: &Volumes| match &volumes::resolve(v, "ml", "u", &claims(&["data"])).0[0] {
+        ClaimNeed::Delayed { capacity, .. } => capacity.clone(),
+        other => panic!("{other:?}"),
+    };
+    // no CSIDriver object, or one without storageCapacity: not checked
+    assert_eq!(capacity(&v), None);
+    v.csi_drivers.insert(
+        "csi.cap".into(),
+        de(json!({"metadata": {"name": "csi.cap"}, "spec": {"storageCapacity": false}})),
+    );
+    assert_eq!(capacity(&v), None);
+    v.csi_drivers.insert(
+        "csi.cap".into(),
+        de(json!({"metadata": {"name": "csi.cap"}, "spec": {"storageCapacity": true}})),
+    );
+    // tracked, nothing published: nowhere
+    assert_eq!(capacity(&v), Some(vec![]));
+    let cap = |name: &str, class: &str, host: Option<&str>, capacity: &str, max: Option<&str>| {
+        let mut o = json!({"metadata": {"name": name, "namespace": "csi"},
+                           "storageClassName": class, "capacity": capacity});
+        if let Some(h) = host {
+            o["nodeTopology"] = json!({"matchLabels": {"kubernetes.io/hostname": h}});
+        }
+        if let Some(m) = max {
+            o["maximumVolumeSize"] = json!(m);
+        }
+        de::<CSIStorageCapacity>(o)
+    };
+    for c in [
+        cap("small", "dyn", Some("n1"), "5Gi", None),
+        cap("max-too-small", "dyn", Some("n2"), "100Gi", Some("8Gi")),
+        cap("enough", "dyn", Some("n3"), "20Gi", None),
+        cap("max-enough", "dyn", Some("n4"), "1Gi", Some("10Gi")),
+        cap("other-class", "fast", Some("n5"), "1Ti", None),
+        cap("no-topology", "dyn", None, "1Ti", None),
+    ] {
+        let k = format!("csi/{}", c.metadata.name.clone().unwrap());
+        v.capacities.insert(k, c);
+    }
+    let Some(ok) = capacity(&v) else {
+        panic!("tracked")
+    };
+    assert_eq!(ok.len(), 2, "{ok:?}");
+    let (needs, _) = volumes::resolve(&v, "ml", "u", &claims(&["data"]));
+    let mut w = World::default();
+    for n in ["n1", "n2", "n3", "n4", "n5"] {
+        w.upsert_node(&node(n));
+    }
+    let built = w.build();
+    for n in &built.snapshot.nodes {
+        let got = pick_volumes(&needs, n, |_, _| true);
+        if n.name == "n3" || n.name == "n4" {
+            assert!(got.is_ok(), "{}: {got:?}", n.name);
+        } else {
+            assert_eq!(got, Err(VolumeConflict::NoSpace), "{}", n.name);
+        }
+    }
 }

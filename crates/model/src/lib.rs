@@ -38,4 +38,6 @@ pub use podapi::{
 pub use quantity::{Quantity, QuantityError};
 pub use queue::Queue;
 pub use resources::{GPU_MILLI, ResourceKind, ResourceLimit, ResourceVec};
-pub use volume::{ClaimNeed, ClaimPick, PvChoice, VolumeConflict, pick_volumes};
+pub use volume::{
+    ClaimNeed, ClaimPick, CsiVolume, MAX_VOLUME_COUNT, PvChoice, VolumeConflict, pick_volumes,
+};

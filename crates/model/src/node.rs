@@ -51,6 +51,11 @@ pub struct Node {
     /// placed here, only replicas (as shares, `crate::sharing`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replicas_only: bool,
+    /// CSI attach limits (the node's `CSINode` `spec.drivers[].allocatable.count`):
+    /// how many distinct volumes of each driver (by name) pods on the node
+    /// may use; a driver not listed has no limit.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attach_limits: BTreeMap<String, u32>,
 }
 
 impl Node {
@@ -64,6 +69,7 @@ impl Node {
             gpus,
             unschedulable: false,
             replicas_only: false,
+            attach_limits: BTreeMap::new(),
         };
         n.sync_gpu_allocatable();
         n

@@ -272,6 +272,10 @@ pub struct PodConstraints {
     /// may use one at the same time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclusive_claims: Vec<String>,
+    /// The volumes it attaches through CSI drivers, for the nodes' attach
+    /// limits (pending and placed pods; set only where a node has limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub csi_volumes: Vec<crate::volume::CsiVolume>,
     /// DRA: the nodes (by name, sorted) on which the pod's ResourceClaims
     /// can be allocated; `None`: no claims, any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -290,6 +294,7 @@ impl PodConstraints {
             && self.preferred_node_affinity.is_empty()
             && self.volumes.is_empty()
             && self.exclusive_claims.is_empty()
+            && self.csi_volumes.is_empty()
             && self.claim_nodes.is_none()
     }
 

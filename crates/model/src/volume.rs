@@ -6,12 +6,29 @@
 
 use crate::node::Node;
 use crate::pod::NodeSelectorTerm;
+use crate::podapi::LabelSelector;
 use serde::{Deserialize, Serialize};
 
 /// Node selector terms, ORed; empty: every node.
 pub fn terms_allow(terms: &[NodeSelectorTerm], node: &Node) -> bool {
     terms.is_empty() || terms.iter().any(|t| t.matches(&node.name, &node.labels))
 }
+
+/// A volume a pod attaches through a CSI driver (kube-scheduler's
+/// NodeVolumeLimits counting): a bound claim's volume (`driver` and
+/// `volumeHandle` of its `spec.csi`), or an unbound claim counted by its
+/// storage class's provisioner with a handle naming the claim.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CsiVolume {
+    /// The CSI driver's name.
+    pub driver: String,
+    /// The volume's identity within the driver (pods sharing it attach it
+    /// once).
+    pub handle: String,
+}
+
+/// kube-scheduler's NodeVolumeLimits phrase.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
 
 /// An available PersistentVolume a delayed claim could bind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -65,6 +82,13 @@ pub enum ClaimNeed {
         /// provision it.
         #[serde(default)]
         selected_node: Option<String>,
+        /// Storage capacity (the class's CSI driver publishes
+        /// `CSIStorageCapacity`): `None`: not checked; `Some(topologies)`:
+        /// provisioning needs a node matched by one of these node
+        /// topologies, those of the capacity objects that hold the claim's
+        /// request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        capacity: Option<Vec<LabelSelector>>,
     },
 }
 
@@ -78,6 +102,9 @@ pub enum VolumeConflict {
     /// No available volume for a delayed claim allows the node, and it
     /// cannot be provisioned there.
     NoVolume,
+    /// A delayed claim could be provisioned on the node but no storage
+    /// capacity published for it there holds its request.
+    NoSpace,
 }
 
 impl VolumeConflict {
@@ -89,6 +116,7 @@ impl VolumeConflict {
             VolumeConflict::NoVolume => {
                 "node(s) didn't find available persistent volumes to bind".into()
             }
+            VolumeConflict::NoSpace => "node(s) did not have enough free storage".into(),
         }
     }
 }
@@ -127,6 +155,7 @@ pub fn pick_volumes<'a>(
                 pvs,
                 provision,
                 selected_node,
+                capacity,
             } => {
                 let pv = pvs.iter().find(|pv| {
                     terms_allow(&pv.nodes, node)
@@ -141,6 +170,12 @@ pub fn pick_volumes<'a>(
                         if terms_allow(t, node)
                             && selected_node.as_ref().is_none_or(|s| *s == node.name) =>
                     {
+                        if capacity
+                            .as_ref()
+                            .is_some_and(|c| !c.iter().any(|s| s.matches(&node.labels)))
+                        {
+                            return Err(VolumeConflict::NoSpace);
+                        }
                         ClaimPick::Provision
                     }
                     (None, _) => return Err(VolumeConflict::NoVolume),
@@ -216,6 +251,7 @@ mod tests {
             pvs: vec![pv("small", "n3"), pv("big", "n3"), pv("other", "n2")],
             provision: None,
             selected_node: None,
+            capacity: None,
         }];
         assert_eq!(
             pick_volumes(&needs, &labels("n3"), |_, _| true),
@@ -234,6 +270,7 @@ mod tests {
             pvs: vec![pv("x", "n3")],
             provision: Some(host("n1")),
             selected_node: None,
+            capacity: None,
         }];
         assert_eq!(
             pick_volumes(&prov, &labels("n1"), |_, _| true),
@@ -249,12 +286,61 @@ mod tests {
             pvs: vec![],
             provision: Some(vec![]),
             selected_node: Some("n1".into()),
+            capacity: None,
         }];
         assert!(pick_volumes(&asked, &labels("n1"), |_, _| true).is_ok());
         assert_eq!(
             pick_volumes(&asked, &labels("n2"), |_, _| true),
             Err(VolumeConflict::NoVolume)
         );
+    }
+
+    #[test]
+    fn provisioning_with_storage_capacity_needs_a_capacity_object_for_the_node() {
+        let on = |h: &str| LabelSelector {
+            requirements: vec![NodeSelectorRequirement {
+                key: "kubernetes.io/hostname".into(),
+                operator: NodeSelectorOp::In,
+                values: vec![h.into()],
+            }],
+        };
+        // the class provisions anywhere; capacity holding the request was
+        // published for n1 only
+        let needs = |capacity| {
+            [ClaimNeed::Delayed {
+                claim: "ml/a".into(),
+                pvs: vec![pv("static", "n3")],
+                provision: Some(vec![]),
+                selected_node: None,
+                capacity,
+            }]
+        };
+        let some = needs(Some(vec![on("n1")]));
+        assert_eq!(
+            pick_volumes(&some, &labels("n1"), |_, _| true),
+            Ok(vec![("ml/a", ClaimPick::Provision)])
+        );
+        assert_eq!(
+            pick_volumes(&some, &labels("n2"), |_, _| true),
+            Err(VolumeConflict::NoSpace)
+        );
+        assert_eq!(
+            VolumeConflict::NoSpace.reason(),
+            "node(s) did not have enough free storage"
+        );
+        // a matching static volume needs no capacity
+        assert_eq!(
+            pick_volumes(&some, &labels("n3"), |_, _| true),
+            Ok(vec![("ml/a", ClaimPick::Volume("static".into()))])
+        );
+        // no capacity object holds the request: nowhere to provision
+        let none = needs(Some(vec![]));
+        assert_eq!(
+            pick_volumes(&none, &labels("n1"), |_, _| true),
+            Err(VolumeConflict::NoSpace)
+        );
+        // capacity not tracked for the driver: everywhere
+        assert!(pick_volumes(&needs(None), &labels("n2"), |_, _| true).is_ok());
     }
 
     #[test]
@@ -265,12 +351,14 @@ mod tests {
                 pvs: vec![pv("v1", "n3")],
                 provision: None,
                 selected_node: None,
+                capacity: None,
             },
             ClaimNeed::Delayed {
                 claim: "ml/b".into(),
                 pvs: vec![pv("v1", "n3")],
                 provision: None,
                 selected_node: None,
+                capacity: None,
             },
         ];
         assert_eq!(

@@ -23,8 +23,8 @@ use crate::filters::{GpuFit, NodeAffinity, NodeUnschedulable, TaintToleration};
 use crate::packing::{self, PackerOptions};
 pub use crate::packing::{PackingConfig, PolicyName, UnknownPolicy};
 use crate::podapi::{
-    InterPodAffinity, NodeAffinityPreference, NodePorts, PodTopologySpread, TaintPreference,
-    VolumeBinding,
+    InterPodAffinity, NodeAffinityPreference, NodePorts, NodeVolumeLimits, PodTopologySpread,
+    TaintPreference, VolumeBinding,
 };
 use gpusched_core::{Filter, PodConstraint, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
@@ -92,6 +92,8 @@ pub enum ConstraintName {
     NodePorts,
     /// PersistentVolumeClaims (VolumeBinding, VolumeZone, ReadWriteOncePod).
     VolumeBinding,
+    /// CSI attach limits per node (NodeVolumeLimits).
+    NodeVolumeLimits,
     /// Preferred node affinity weights.
     NodeAffinityPreference,
     /// `PreferNoSchedule` taints.
@@ -107,6 +109,7 @@ impl ConstraintName {
             ConstraintName::PodTopologySpread => "pod-topology-spread",
             ConstraintName::NodePorts => "node-ports",
             ConstraintName::VolumeBinding => "volume-binding",
+            ConstraintName::NodeVolumeLimits => "node-volume-limits",
             ConstraintName::NodeAffinityPreference => "node-affinity-preference",
             ConstraintName::TaintPreference => "taint-preference",
         }
@@ -119,6 +122,7 @@ fn all_constraints() -> Vec<ConstraintName> {
         ConstraintName::PodTopologySpread,
         ConstraintName::NodePorts,
         ConstraintName::VolumeBinding,
+        ConstraintName::NodeVolumeLimits,
         ConstraintName::NodeAffinityPreference,
         ConstraintName::TaintPreference,
     ]
@@ -213,6 +217,7 @@ pub fn build_with(cfg: &SchedulerConfig, popts: &PackerOptions) -> Result<Schedu
             ConstraintName::PodTopologySpread => Box::new(PodTopologySpread),
             ConstraintName::NodePorts => Box::new(NodePorts),
             ConstraintName::VolumeBinding => Box::new(VolumeBinding),
+            ConstraintName::NodeVolumeLimits => Box::new(NodeVolumeLimits),
             ConstraintName::NodeAffinityPreference => Box::new(NodeAffinityPreference),
             ConstraintName::TaintPreference => Box::new(TaintPreference),
         });

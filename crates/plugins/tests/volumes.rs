@@ -49,6 +49,7 @@ fn delayed(claim: &str, pvs: Vec<PvChoice>) -> ClaimNeed {
         pvs,
         provision: None,
         selected_node: None,
+        capacity: None,
     }
 }
 
@@ -226,9 +227,118 @@ fn provisioning_is_limited_to_the_classes_allowed_topologies() {
             pvs: vec![],
             provision: Some(on("n2")),
             selected_node: None,
+            capacity: None,
         }],
     );
     let snap = snapshot(nodes(3), vec![queue("default")], vec![], vec![p]);
     let (_, placed) = run(&snap);
     assert_eq!(placed["fresh"], "n2");
+}
+
+const DRIVER: &str = "csi.example.com";
+
+fn csi(mut p: Pod, handles: &[&str]) -> Pod {
+    p.constraints_mut().csi_volumes = handles
+        .iter()
+        .map(|h| CsiVolume {
+            driver: DRIVER.into(),
+            handle: h.to_string(),
+        })
+        .collect();
+    p
+}
+
+fn limited(n: usize, max: u32) -> Vec<Node> {
+    let mut ns = nodes(n);
+    for n in &mut ns {
+        n.attach_limits.insert(DRIVER.into(), max);
+    }
+    ns
+}
+
+fn running_on(snap: &mut Snapshot, pod: usize, node: NodeId) {
+    snap.pods[pod].phase = PodPhase::Running {
+        node,
+        gpus: GpuAssignment::Whole(vec![pod as u32]),
+        since_ms: 0,
+    };
+}
+
+#[test]
+fn a_node_at_its_csi_attach_limit_takes_no_new_volume_but_a_shared_one() {
+    // one node, limit 2 for the driver: the running pod uses a; the next
+    // pods bring b (fits: 2 of 2), then c (would be 3: refused), and a
+    // pod sharing a and b (nothing new: fits); another driver is not limited
+    let running = csi(pod("running").gpus(1).build(), &["a"]);
+    let b = csi(pod("b").gpus(1).arrival(1).build(), &["b"]);
+    let c = csi(pod("c").gpus(1).arrival(2).build(), &["c"]);
+    let shared = csi(pod("shared").gpus(1).arrival(3).build(), &["a", "b", "b"]);
+    let mut other = pod("other").gpus(1).arrival(4).build();
+    other.constraints_mut().csi_volumes = vec![CsiVolume {
+        driver: "other.csi".into(),
+        handle: "x".into(),
+    }];
+    let mut snap = snapshot(
+        limited(1, 2),
+        vec![queue("default")],
+        vec![],
+        vec![running, b, c, shared, other],
+    );
+    running_on(&mut snap, 0, 0);
+    let (out, placed) = run(&snap);
+    assert!(placed.contains_key("b"), "{placed:?}");
+    assert!(!placed.contains_key("c"), "{placed:?}");
+    assert!(placed.contains_key("shared"), "{placed:?}");
+    assert!(placed.contains_key("other"), "{placed:?}");
+    let why = explanation(&snap, &out, "c").unwrap();
+    assert!(why.contains(MAX_VOLUME_COUNT), "{why}");
+    // without the limit every pod fits
+    snap.nodes[0].attach_limits.clear();
+    let (_, placed) = run(&snap);
+    assert_eq!(placed.len(), 4, "{placed:?}");
+}
+
+#[test]
+fn gang_members_count_against_the_limit_inside_the_statement() {
+    // two members with a volume each, nodes with limit 1: one per node; on
+    // one such node the gang does not fit at all
+    for (n, fits) in [(2, true), (1, false)] {
+        let pods = (0..2)
+            .map(|i| {
+                csi(
+                    pod(&format!("t{i}")).gpus(1).group("train").build(),
+                    &[&format!("v{i}")],
+                )
+            })
+            .collect();
+        let snap = snapshot(
+            limited(n, 1),
+            vec![queue("default")],
+            vec![gang("train", "default", 2)],
+            pods,
+        );
+        let (_, placed) = run(&snap);
+        if fits {
+            assert_eq!(placed.len(), 2, "{placed:?}");
+            assert_ne!(placed["t0"], placed["t1"]);
+        } else {
+            assert!(placed.is_empty(), "all or nothing: {placed:?}");
+        }
+    }
+}
+
+#[test]
+fn preemption_frees_an_attach_slot_for_a_higher_priority_pod() {
+    let low = csi(pod("low").gpus(1).priority(0).build(), &["old"]);
+    let high = csi(pod("high").gpus(1).priority(100).build(), &["new"]);
+    let mut snap = snapshot(
+        limited(1, 1),
+        vec![queue("default")],
+        vec![],
+        vec![low, high],
+    );
+    running_on(&mut snap, 0, 0);
+    let out = sched().cycle(&snap, 1_000, 7);
+    assert!(check_invariants(&snap, &out).is_empty());
+    assert_eq!(evictions(&snap, &out), vec!["low".to_string()]);
 }

@@ -25,6 +25,9 @@ pub(super) struct NodePart {
     pub(super) sharing: crate::sharing::SharingTable,
     /// Node warnings, then the table's.
     pub(super) problems: Vec<Problem>,
+    /// Some node has a CSI attach limit (`CSINode`): pods' CSI volumes
+    /// are resolved.
+    pub(super) attach_limits: bool,
 }
 
 /// Queues and groups as the core sees them.
@@ -144,10 +147,16 @@ impl World {
 
     /// The nodes part.
     pub(super) fn node_part(&self) -> NodePart {
-        let mut out = NodePart::default();
+        let mut out = NodePart {
+            attach_limits: crate::volumes::any_attach_limit(&self.volumes),
+            ..NodePart::default()
+        };
         for (i, (name, v)) in self.nodes.iter().enumerate() {
             out.ids.insert(name.clone(), i as NodeId);
             out.nodes.push(v.node.clone());
+            if out.attach_limits {
+                out.nodes[i].attach_limits = crate::volumes::attach_limits(&self.volumes, name);
+            }
             for w in &v.warnings {
                 out.problems.push(Problem::NodeWarning {
                     node: name.clone(),
@@ -457,6 +466,10 @@ impl World {
                     let c = pod.constraints_mut();
                     c.volumes = needs;
                     c.exclusive_claims = exclusive;
+                    if np.attach_limits {
+                        c.csi_volumes =
+                            crate::volumes::csi_volumes(&self.volumes, &v.namespace, claims);
+                    }
                 }
                 self.select_namespaces(&mut pod);
                 if let Some(n) = claim_nodes {
@@ -585,6 +598,13 @@ impl World {
                     let exclusive = crate::volumes::exclusive(&self.volumes, &v.namespace, claims);
                     if !exclusive.is_empty() {
                         pod.constraints_mut().exclusive_claims = exclusive;
+                    }
+                    // and its CSI volumes count against its node's limits
+                    if np.attach_limits {
+                        let vols = crate::volumes::csi_volumes(&self.volumes, &v.namespace, claims);
+                        if !vols.is_empty() {
+                            pod.constraints_mut().csi_volumes = vols;
+                        }
                     }
                 }
                 self.select_namespaces(&mut pod);

@@ -36,7 +36,8 @@ pub(super) struct Dirty {
     pub(super) groups: bool,
     /// A Namespace.
     pub(super) namespaces: bool,
-    /// A claim, volume, storage class or reservation.
+    /// A claim, volume, storage class, CSINode, CSIDriver,
+    /// CSIStorageCapacity or reservation.
     pub(super) volumes: bool,
     /// A ResourceClaim, ResourceSlice, DeviceClass or tentative
     /// allocation.

@@ -11,6 +11,7 @@
 //! - [`VolumeBinding`]: PersistentVolumeClaims (bound volumes' node
 //!   affinity and zone, `WaitForFirstConsumer` volume choice,
 //!   `ReadWriteOncePod`).
+//! - [`NodeVolumeLimits`]: CSI attach limits per node (`CSINode`).
 //! - [`NodeAffinityPreference`]: preferred node affinity weights.
 //! - [`TaintPreference`]: `PreferNoSchedule` taints the pod does not
 //!   tolerate.
@@ -21,12 +22,14 @@
 
 mod domains;
 mod interpod;
+mod limits;
 mod ports;
 mod prefs;
 mod spread;
 mod volumes;
 
 pub use interpod::InterPodAffinity;
+pub use limits::NodeVolumeLimits;
 pub use ports::NodePorts;
 pub use prefs::{NodeAffinityPreference, TaintPreference};
 pub use spread::PodTopologySpread;
