@@ -808,3 +808,142 @@ async fn namespace_selectors_as_with_kube_scheduler() {
         s.stop().await;
     }
 }
+
+/// CSI attach limits (kube-scheduler's NodeVolumeLimits), on kube-scheduler
+/// and gpusched in turn: n2's CSINode allows one volume of the driver.
+/// Claims pre-bound to CSI volumes (kube-controller-manager's PV
+/// controller completes the binding); a pod using volume a goes to n2; a
+/// pod with another volume pinned to n2 stays pending (`node(s) exceed max
+/// volume count`), while a pod sharing volume a fits beside the first.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler and kube-controller-manager (e2e/run)"]
+async fn csi_attach_limits_as_with_kube_scheduler() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    const DRIVER: &str = "csi.example.com";
+    let mut e = env().await;
+    let mut kcm =
+        controllers::kube_controller_manager_with(&e.c, "persistentvolume-binder-controller");
+    let csinodes: Api<CSINode> = Api::all(e.c.client.clone());
+    create_obj(
+        &csinodes,
+        json!({"metadata": {"name": "n2"}, "spec": {"drivers": [
+            {"name": DRIVER, "nodeID": "n2", "allocatable": {"count": 1}}]}}),
+    )
+    .await;
+    let classes: Api<StorageClass> = Api::all(e.c.client.clone());
+    create_obj(
+        &classes,
+        json!({"metadata": {"name": "csi"}, "provisioner": DRIVER,
+               "volumeBindingMode": "Immediate"}),
+    )
+    .await;
+    let pvs: Api<PersistentVolume> = Api::all(e.c.client.clone());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.c.client.clone(), "ml");
+    let pods = e.c.pods("ml");
+    let claim_pod = |name: &str, scheduler: &str, claim: &str| {
+        let mut p = spec_pod(
+            name,
+            1,
+            json!({}),
+            json!({"nodeSelector": {HOST: "n2"},
+                   "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+        );
+        p["spec"]["schedulerName"] = json!(scheduler);
+        p
+    };
+    for (tag, scheduler) in [("kube", "default-scheduler"), ("ours", "gpusched")] {
+        for v in ["a", "b"] {
+            let claim = format!("{v}-{tag}");
+            create_obj(
+                &pvs,
+                json!({"metadata": {"name": format!("csi-{claim}")},
+                       "spec": {"storageClassName": "csi", "accessModes": ["ReadWriteOnce"],
+                                "capacity": {"storage": "1Gi"},
+                                "persistentVolumeReclaimPolicy": "Retain",
+                                "csi": {"driver": DRIVER, "volumeHandle": format!("handle-{claim}")},
+                                "claimRef": {"namespace": "ml", "name": claim}}}),
+            )
+            .await;
+            create_obj(
+                &pvcs,
+                json!({"metadata": {"name": claim},
+                       "spec": {"storageClassName": "csi", "accessModes": ["ReadWriteOnce"],
+                                "volumeName": format!("csi-{claim}"),
+                                "resources": {"requests": {"storage": "1Gi"}}}}),
+            )
+            .await;
+        }
+        wait_for(Duration::from_secs(60), || async {
+            let all = pvcs.list(&ListParams::default()).await.ok()?.items;
+            all.iter()
+                .filter(|c| c.metadata.name.as_deref().is_some_and(|n| n.ends_with(tag)))
+                .all(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+                .then_some(())
+        })
+        .await
+        .expect("the PV controller binds the pre-bound claims");
+        kcm.check();
+        let first = format!("first-{tag}");
+        create(&pods, claim_pod(&first, scheduler, &format!("a-{tag}"))).await;
+        let node = wait_for(Duration::from_secs(60), || async {
+            pods.get(&first).await.ok()?.spec?.node_name
+        })
+        .await;
+        assert_eq!(node.as_deref(), Some("n2"), "{scheduler}");
+        let second = format!("second-{tag}");
+        let shares = format!("shares-{tag}");
+        create(&pods, claim_pod(&second, scheduler, &format!("b-{tag}"))).await;
+        create(&pods, claim_pod(&shares, scheduler, &format!("a-{tag}"))).await;
+        let node = wait_for(Duration::from_secs(60), || async {
+            pods.get(&shares).await.ok()?.spec?.node_name
+        })
+        .await;
+        assert_eq!(
+            node.as_deref(),
+            Some("n2"),
+            "{scheduler}: a volume already on the node counts once"
+        );
+        let ev = wait_event(&e.c, "ml", &second, "FailedScheduling: ", 60)
+            .await
+            .unwrap_or_else(|| panic!("{scheduler}: {second} told why"));
+        assert!(
+            ev.iter().any(|m| m.contains("exceed max volume count")),
+            "{scheduler}: {ev:?}"
+        );
+        assert!(
+            pods.get(&second)
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .node_name
+                .is_none(),
+            "{scheduler}: {second} stays pending"
+        );
+        eprintln!("{scheduler}: {first} and {shares} on n2; {second} pending: {ev:?}");
+        pods.delete_collection(
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+            &ListParams::default(),
+        )
+        .await
+        .unwrap();
+        wait_for(Duration::from_secs(60), || async {
+            pods.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        })
+        .await
+        .expect("pods deleted");
+    }
+    kcm.check();
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}
