@@ -568,6 +568,49 @@ mod tests {
     }
 
     #[test]
+    fn redaction_maps_node_names_in_match_fields() {
+        // w2 pinned to beta by name (a DaemonSet pod's matchFields)
+        let mut facts = facts();
+        facts.pods[2].spec.as_mut().unwrap().affinity = Some(
+            serde_json::from_value(
+                json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["beta"]}]}]}}}),
+            )
+            .unwrap(),
+        );
+        let f = SnapshotFile::from_facts(&facts, &SchedulerConfig::default());
+        let on = |f: &SnapshotFile, pod: &str| {
+            binds(f)
+                .into_iter()
+                .find(|b| b.0.ends_with(pod))
+                .map(|b| b.1)
+        };
+        assert_eq!(on(&f, "/w2").as_deref(), Some("beta"));
+        let mut r = f.clone();
+        r.redact();
+        let text = r.to_json();
+        assert!(!text.contains("beta"), "beta left in the redacted file");
+        let w2 = f
+            .snapshot
+            .pods
+            .iter()
+            .position(|p| p.pod.name.ends_with("/w2"))
+            .unwrap();
+        let beta = f
+            .snapshot
+            .nodes
+            .iter()
+            .position(|n| n.name == "beta")
+            .unwrap();
+        let red = SnapshotFile::parse("r.json", &text).unwrap();
+        let red_w2 = red.snapshot.pods[w2].pod.name.clone();
+        let red_beta = red.snapshot.nodes[beta].name.clone();
+        let placed = binds(&red).into_iter().find(|b| b.0 == red_w2).map(|b| b.1);
+        assert_eq!(placed, Some(red_beta), "the pin follows the pseudonym");
+    }
+
+    #[test]
     fn wrong_or_corrupt_files_are_named() {
         let f = SnapshotFile::from_facts(&facts(), &SchedulerConfig::default());
         let err = |t: &str| SnapshotFile::parse("f.json", t).unwrap_err().to_string();

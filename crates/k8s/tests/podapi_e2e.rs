@@ -947,3 +947,106 @@ async fn csi_attach_limits_as_with_kube_scheduler() {
         s.stop().await;
     }
 }
+
+/// Storage capacity for provisioning, on kube-scheduler and gpusched in
+/// turn: the class's CSI driver publishes capacity (`CSIDriver`
+/// `storageCapacity: true`), and only n4's `CSIStorageCapacity` holds the
+/// 10Gi claim (n1's holds 1Gi, the others publish none), so the pod goes to
+/// n4. The test plays the external provisioner: it waits for
+/// `volume.kubernetes.io/selected-node` on the claim and creates a volume
+/// bound to it on that node, as the external-provisioner sidecar does;
+/// kube-controller-manager's PV controller completes the binding.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs the e2e control plane with kube-scheduler and kube-controller-manager (e2e/run)"]
+async fn storage_capacity_as_with_kube_scheduler() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity, StorageClass};
+    const DRIVER: &str = "capacity.example.com";
+    let mut e = env().await;
+    let mut kcm =
+        controllers::kube_controller_manager_with(&e.c, "persistentvolume-binder-controller");
+    let drivers: Api<CSIDriver> = Api::all(e.c.client.clone());
+    create_obj(
+        &drivers,
+        json!({"metadata": {"name": DRIVER}, "spec": {"storageCapacity": true}}),
+    )
+    .await;
+    let classes: Api<StorageClass> = Api::all(e.c.client.clone());
+    create_obj(
+        &classes,
+        json!({"metadata": {"name": "cap"}, "provisioner": DRIVER,
+               "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .await;
+    let caps: Api<CSIStorageCapacity> = Api::namespaced(e.c.client.clone(), "ml");
+    for (node, size) in [("n1", "1Gi"), ("n4", "100Gi")] {
+        create_obj(
+            &caps,
+            json!({"metadata": {"name": format!("cap-{node}")}, "storageClassName": "cap",
+                   "capacity": size,
+                   "nodeTopology": {"matchLabels": {HOST: node}}}),
+        )
+        .await;
+    }
+    let pvs: Api<PersistentVolume> = Api::all(e.c.client.clone());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.c.client.clone(), "ml");
+    let pods = e.c.pods("ml");
+    for (tag, scheduler) in [("kube", "default-scheduler"), ("ours", "gpusched")] {
+        let claim = format!("scratch-{tag}");
+        create_obj(
+            &pvcs,
+            json!({"metadata": {"name": claim},
+                   "spec": {"storageClassName": "cap", "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "10Gi"}}}}),
+        )
+        .await;
+        let name = format!("cap-{tag}");
+        let mut p = spec_pod(
+            &name,
+            1,
+            json!({}),
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}),
+        );
+        p["spec"]["schedulerName"] = json!(scheduler);
+        create(&pods, p).await;
+        // the provisioner's part
+        let selected = wait_for(Duration::from_secs(60), || async {
+            pvcs.get(&claim)
+                .await
+                .ok()?
+                .metadata
+                .annotations?
+                .get("volume.kubernetes.io/selected-node")
+                .cloned()
+        })
+        .await;
+        assert_eq!(
+            selected.as_deref(),
+            Some("n4"),
+            "{scheduler}: provisioning asked where the capacity is"
+        );
+        create_obj(
+            &pvs,
+            json!({"metadata": {"name": format!("pv-{claim}")},
+                   "spec": {"storageClassName": "cap", "accessModes": ["ReadWriteOnce"],
+                            "capacity": {"storage": "10Gi"},
+                            "persistentVolumeReclaimPolicy": "Retain",
+                            "csi": {"driver": DRIVER, "volumeHandle": format!("h-{claim}")},
+                            "claimRef": {"namespace": "ml", "name": claim},
+                            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": HOST, "operator": "In", "values": ["n4"]}]}]}}}}),
+        )
+        .await;
+        let node = wait_for(Duration::from_secs(90), || async {
+            pods.get(&name).await.ok()?.spec?.node_name
+        })
+        .await;
+        kcm.check();
+        assert_eq!(node.as_deref(), Some("n4"), "{scheduler}");
+        eprintln!("{scheduler}: {name} provisioned and bound on n4");
+    }
+    kcm.check();
+    if let Some(s) = e.sched.take() {
+        s.stop().await;
+    }
+}

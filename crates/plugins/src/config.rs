@@ -305,6 +305,7 @@ mod tests {
                 "pod-topology-spread",
                 "node-ports",
                 "volume-binding",
+                "node-volume-limits",
                 "node-affinity-preference",
                 "taint-preference"
             ]
