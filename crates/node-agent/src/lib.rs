@@ -20,6 +20,7 @@ pub mod http;
 pub mod kube;
 pub mod labels;
 pub mod lock;
+pub mod matching;
 pub mod metrics;
 pub mod plan;
 pub mod podresources;
