@@ -385,15 +385,29 @@ async fn a_claimed_pod_runs_on_a_real_kubelet_with_exactly_its_gpus() {
             "pool": {"name": "another-node", "generation": 1, "resourceSliceCount": 1},
             "devices": [{"name": "gpu-0"}]}}))
     .unwrap();
-    let refused = Api::<ResourceSlice>::all(as_agent)
-        .create(&PostParams::default(), &forged)
-        .await
-        .expect_err("the agent published a slice for another node");
+    // (an admission policy takes effect once the API server has loaded
+    // it, a moment after it is created: a forged slice accepted before
+    // then is deleted and the write tried again)
+    let as_agent: Api<ResourceSlice> = Api::all(as_agent);
+    let refused = wait_for(Duration::from_secs(30), || async {
+        let why = match as_agent.create(&PostParams::default(), &forged).await {
+            Err(e) => e.to_string(),
+            Ok(_) => {
+                let _ = slices.delete("forged", &DeleteParams::default()).await;
+                String::new()
+            }
+        };
+        if why.contains("only publish the ResourceSlice of the node it runs on") {
+            return Some(why);
+        }
+        eprintln!("forged slice not refused by the policy yet: {why:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        None
+    })
+    .await;
     assert!(
-        refused
-            .to_string()
-            .contains("only publish the ResourceSlice of the node it runs on"),
-        "{refused}"
+        refused.is_some(),
+        "the agent published a slice for another node for 30 s"
     );
     assert_eq!(s.spec.pool.name, NODE);
     let devs = s.spec.devices.unwrap();
