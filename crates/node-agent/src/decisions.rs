@@ -1247,6 +1247,43 @@ impl Ledger {
     /// the pod's containers were told (`HeldPod::mig`), so that every
     /// decision stands for the pod really holding its instances
     /// (`gpusched.io/allocations`, and the instances freed when it ends).
+    /// Two share decisions exchange GPU and served state (slots, served
+    /// milli, MIG instances, which go with their GPU): `p`'s becomes where
+    /// its pod is, `q`'s carries what `p`'s decision stood for. False (and
+    /// nothing changed) unless both are shares.
+    fn exchange_shares(&mut self, p: &str, q: &str) -> bool {
+        let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
+            Some(Ok(Grant::Share {
+                gpu,
+                served_milli,
+                slots,
+                mig,
+                ..
+            })) => Some((*gpu, *served_milli, slots.clone(), mig.clone())),
+            _ => None,
+        };
+        let (Some(sp), Some(sq)) = (state(self, p), state(self, q)) else {
+            return false;
+        };
+        for (u, (to, sm, sl, mg)) in [(p, sq), (q, sp)] {
+            if let Some(e) = self.entries.get_mut(u)
+                && let Ok(Grant::Share {
+                    gpu,
+                    served_milli,
+                    slots,
+                    mig,
+                    ..
+                }) = &mut e.state
+            {
+                *gpu = to;
+                *served_milli = sm;
+                *slots = sl;
+                *mig = mg;
+            }
+        }
+        true
+    }
+
     fn correct_mig_swaps(
         &mut self,
         held: &BTreeMap<(String, String), HeldPod>,
@@ -1287,34 +1324,8 @@ impl Ledger {
             let Some(q) = partner else {
                 continue;
             };
-            let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
-                Some(Ok(Grant::Share {
-                    gpu,
-                    served_milli,
-                    slots,
-                    mig,
-                    ..
-                })) => Some((*gpu, *served_milli, slots.clone(), mig.clone())),
-                _ => None,
-            };
-            let (Some(sp), Some(sq)) = (state(self, &p), state(self, &q)) else {
+            if !self.exchange_shares(&p, &q) {
                 continue;
-            };
-            for (u, (to, sm, sl, mg)) in [(&p, sq), (&q, sp)] {
-                if let Some(e) = self.entries.get_mut(u)
-                    && let Ok(Grant::Share {
-                        gpu,
-                        served_milli,
-                        slots,
-                        mig,
-                        ..
-                    }) = &mut e.state
-                {
-                    *gpu = to;
-                    *served_milli = sm;
-                    *slots = sl;
-                    *mig = mg;
-                }
             }
             if let Some(e) = self.entries.get(&p) {
                 out.moved.push(format!(
@@ -1404,34 +1415,8 @@ impl Ledger {
             // the two decisions exchange GPU and served state: p's is where
             // its pod is, q's carries what p's decision stood for
             // (MIG instances go with their GPU)
-            let state = |l: &Ledger, u: &str| match l.entries.get(u).map(|e| &e.state) {
-                Some(Ok(Grant::Share {
-                    gpu,
-                    served_milli,
-                    slots,
-                    mig,
-                    ..
-                })) => Some((*gpu, *served_milli, slots.clone(), mig.clone())),
-                _ => None,
-            };
-            let (Some(sp), Some(sq)) = (state(self, &p), state(self, &q)) else {
+            if !self.exchange_shares(&p, &q) {
                 continue;
-            };
-            for (u, (to, sm, sl, mg)) in [(&p, sq), (&q, sp)] {
-                if let Some(e) = self.entries.get_mut(u)
-                    && let Ok(Grant::Share {
-                        gpu,
-                        served_milli,
-                        slots,
-                        mig,
-                        ..
-                    }) = &mut e.state
-                {
-                    *gpu = to;
-                    *served_milli = sm;
-                    *slots = sl;
-                    *mig = mg;
-                }
             }
             if let Some(e) = self.entries.get(&p)
                 && decided != g
