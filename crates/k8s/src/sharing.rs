@@ -228,12 +228,20 @@ fn mig_table(nodes: &[NodeIn<'_>], t: &mut SharingTable) {
     }
 }
 
-/// Turns a pod's ask of MIG instances into [`Pod::mig`] and the share
-/// they measure (`pod.gpu`); `Ok(false)` when it asks none. Errors name
-/// the resource and why.
-pub fn resolve_mig(pod: &mut Pod, t: &SharingTable) -> Result<bool, String> {
-    let mut found: Option<(&String, u64, &MigMeaning)> = None;
-    for (res, meaning) in &t.mig {
+/// The one resource of `table` the pod asks for, with its count and
+/// meaning (`nvidia.com/gpu` counts the pod's whole GPUs); `None` when it
+/// asks none. A pod asking one of them beside other GPUs, or two of them,
+/// is refused naming both (`what`, `one_kind` and `one_resource` word the
+/// errors).
+fn the_one_asked<'t, M>(
+    pod: &Pod,
+    table: &'t BTreeMap<String, M>,
+    what: &str,
+    one_kind: &str,
+    one_resource: &str,
+) -> Result<Option<(&'t String, u64, &'t M)>, String> {
+    let mut found: Option<(&String, u64, &M)> = None;
+    for (res, meaning) in table {
         let k = if res == RESOURCE_GPU {
             u64::from(pod.gpu.whole())
         } else {
@@ -244,16 +252,28 @@ pub fn resolve_mig(pod: &mut Pod, t: &SharingTable) -> Result<bool, String> {
         }
         if res != RESOURCE_GPU && !pod.gpu.is_none() {
             return Err(format!(
-                "asks {res} (MIG instances) together with other GPUs; a pod's GPUs are MIG instances of one profile or GPUs of one kind"
+                "asks {res} ({what}) together with other GPUs; a pod's GPUs are {one_kind}"
             ));
         }
         if let Some((other, _, _)) = &found {
-            return Err(format!(
-                "asks both {other} and {res}; a pod's MIG instances are of one profile"
-            ));
+            return Err(format!("asks both {other} and {res}; {one_resource}"));
         }
         found = Some((res, k, meaning));
     }
+    Ok(found)
+}
+
+/// Turns a pod's ask of MIG instances into [`Pod::mig`] and the share
+/// they measure (`pod.gpu`); `Ok(false)` when it asks none. Errors name
+/// the resource and why.
+pub fn resolve_mig(pod: &mut Pod, t: &SharingTable) -> Result<bool, String> {
+    let found = the_one_asked(
+        pod,
+        &t.mig,
+        "MIG instances",
+        "MIG instances of one profile or GPUs of one kind",
+        "a pod's MIG instances are of one profile",
+    )?;
     let Some((resource, k, meaning)) = found else {
         return Ok(false);
     };
@@ -295,28 +315,13 @@ pub fn resolve(pod: &mut Pod, t: &SharingTable) -> Result<Option<ReplicaAsk>, St
     if resolve_mig(pod, t)? {
         return Ok(None);
     }
-    let mut found: Option<(String, u64, &Meaning)> = None;
-    for (res, meaning) in &t.resources {
-        let k = if res == RESOURCE_GPU {
-            u64::from(pod.gpu.whole())
-        } else {
-            pod.requests.ext_get(res)
-        };
-        if k == 0 {
-            continue;
-        }
-        if res != RESOURCE_GPU && !pod.gpu.is_none() {
-            return Err(format!(
-                "asks {res} (time-sliced replicas) together with other GPUs; a pod's GPUs are replicas of one GPU or GPUs of one kind"
-            ));
-        }
-        if let Some((other, _, _)) = &found {
-            return Err(format!(
-                "asks both {other} and {res}; a pod's time-sliced replicas come from one resource"
-            ));
-        }
-        found = Some((res.clone(), k, meaning));
-    }
+    let found = the_one_asked(
+        pod,
+        &t.resources,
+        "time-sliced replicas",
+        "replicas of one GPU or GPUs of one kind",
+        "a pod's time-sliced replicas come from one resource",
+    )?;
     let Some((resource, k, meaning)) = found else {
         return Ok(None);
     };
@@ -334,7 +339,10 @@ pub fn resolve(pod: &mut Pod, t: &SharingTable) -> Result<Option<ReplicaAsk>, St
         milli: replicas * replica_milli(n),
         memory_mib: 0,
     };
-    Ok(Some(ReplicaAsk { resource, replicas }))
+    Ok(Some(ReplicaAsk {
+        resource: resource.clone(),
+        replicas,
+    }))
 }
 
 #[cfg(test)]
