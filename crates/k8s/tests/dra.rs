@@ -276,3 +276,174 @@ fn device_taint_rules_taint_the_devices_they_select_until_removed() {
     }
     assert_eq!(claim_nodes(&w, "p"), both);
 }
+
+fn kind_class(kind: &str) -> DeviceClass {
+    serde_json::from_value(json!({
+        "metadata": {"name": kind},
+        "spec": {"selectors": [{"cel": {"expression":
+            format!("device.attributes[\"{}\"].kind == \"{kind}\"", dra::DRIVER)}}]}
+    }))
+    .unwrap()
+}
+
+fn of_kind(kind: &str, n: u32) -> Value {
+    json!([{"name": "p", "exactly": {"deviceClassName": kind, "count": n}}])
+}
+
+/// One GPU's counters in a slice of their own, its whole and half
+/// partitions in another (one pool, as a MIG driver may publish them).
+fn partitioned(node: &str) -> (ResourceSlice, ResourceSlice) {
+    let pool = json!({"name": node, "generation": 1, "resourceSliceCount": 2});
+    let counters: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{node}-counters")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node, "pool": pool,
+                 "sharedCounters": [{"name": "gpu-0", "counters": {
+                     "memory": {"value": "80Gi"}, "slices": {"value": "2"}}}]}
+    }))
+    .unwrap();
+    let dev = |name: &str, kind: &str, mem: &str, slices: u32| {
+        json!({"name": name, "attributes": {"kind": {"string": kind}},
+               "consumesCounters": [{"counterSet": "gpu-0", "counters": {
+                   "memory": {"value": mem}, "slices": {"value": slices.to_string()}}}]})
+    };
+    let devices: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": format!("{node}-parts")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node, "pool": pool, "devices": [
+            dev("gpu-0", "whole", "80Gi", 2),
+            dev("gpu-0-half-0", "half", "40Gi", 1),
+            dev("gpu-0-half-1", "half", "40Gi", 1)]}
+    }))
+    .unwrap();
+    (counters, devices)
+}
+
+#[test]
+fn partitions_and_the_whole_gpu_never_exceed_their_shared_counters() {
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&kind_class("whole"));
+    w.upsert_device_class(&kind_class("half"));
+    let (counters, parts) = partitioned("a");
+    w.upsert_slice(&parts);
+    w.upsert_claim(&claim("halves", of_kind("half", 2)));
+    w.upsert_claim(&claim("whole", of_kind("whole", 1)));
+    w.upsert_pod(&pod("ph", &["halves"]));
+    w.upsert_pod(&pod("pw", &["whole"]));
+    // the counter set is not published yet: nothing consuming it is given
+    let (_, msg) = claims_problem(&w, "pw").expect("no counters");
+    assert!(
+        msg.contains("counter set gpu.gpusched.io/a/gpu-0 is not published"),
+        "{msg}"
+    );
+    w.upsert_slice(&counters);
+    assert_eq!(claim_nodes(&w, "pw"), Some(vec!["a".to_string()]));
+    assert_eq!(claim_nodes(&w, "ph"), Some(vec!["a".to_string()]));
+    // the halves are allocated (tentatively): the whole GPU is not free
+    let wh = w.allocate_claims("uid-ph", "a").unwrap();
+    let got: Vec<&str> = wh[0]
+        .allocate
+        .as_ref()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.id.device.as_str())
+        .collect();
+    assert_eq!(got, ["gpu-0-half-0", "gpu-0-half-1"]);
+    let e = w.allocate_claims("uid-pw", "a").unwrap_err();
+    assert!(e.contains("1 without enough shared counters left"), "{e}");
+    let (_, msg) = claims_problem(&w, "pw").expect("pw waits");
+    assert!(msg.contains("shared counters"), "{msg}");
+    // seen in the claim's status: still held
+    let mut c = claim("halves", of_kind("half", 2));
+    c.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
+        allocation: Some(gpusched_k8s::exec::claims::allocation_result(
+            wh[0].allocate.as_ref().unwrap(),
+        )),
+        reserved_for: None,
+        devices: None,
+    });
+    w.upsert_claim(&c);
+    assert_eq!(w.dra().tentative_len(), 0);
+    assert!(w.allocate_claims("uid-pw", "a").is_err());
+    // deallocated: the whole GPU can go
+    w.upsert_claim(&claim("halves", of_kind("half", 2)));
+    let ww = w.allocate_claims("uid-pw", "a").unwrap();
+    assert_eq!(
+        ww[0].allocate.as_ref().unwrap().devices[0].id.device,
+        "gpu-0"
+    );
+    // and now no half fits
+    w.upsert_claim(&claim("one-half", of_kind("half", 1)));
+    w.upsert_pod(&pod("p1", &["one-half"]));
+    assert!(w.allocate_claims("uid-p1", "a").is_err());
+}
+
+fn shareable_slice(node: &str) -> ResourceSlice {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("{node}-shared")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0", "allowMultipleAllocations": true,
+                    "attributes": {"kind": {"string": "shared"}},
+                    "capacity": {"memory": {"value": "80Gi", "requestPolicy": {
+                        "default": "8Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}}]}
+    }))
+    .unwrap()
+}
+
+fn memory(gi: &str) -> Value {
+    json!([{"name": "m", "exactly": {"deviceClassName": "shared",
+        "capacity": {"requests": {"memory": gi}}}}])
+}
+
+#[test]
+fn consumable_capacity_is_shared_up_to_the_device_capacity_across_pods() {
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&kind_class("shared"));
+    w.upsert_slice(&shareable_slice("a"));
+    w.upsert_claim(&claim("x", memory("50Gi")));
+    w.upsert_claim(&claim("y", memory("40Gi")));
+    w.upsert_claim(&claim("z", memory("29.5Gi")));
+    for p in ["x", "y", "z"] {
+        w.upsert_pod(&pod(&format!("p{p}"), &[p]));
+    }
+    let wx = w.allocate_claims("uid-px", "a").unwrap();
+    let ax = wx[0].allocate.clone().unwrap();
+    let api = serde_json::to_value(gpusched_k8s::exec::claims::allocation_result(&ax)).unwrap();
+    let r = &api["devices"]["results"][0];
+    assert_eq!(r["device"], "gpu-0");
+    assert_eq!(
+        r["consumedCapacity"],
+        json!({"memory": (50u64 << 30).to_string()})
+    );
+    assert_eq!(r["shareID"].as_str().map(str::len), Some(36));
+    // 50 + 40 > 80: y waits; 50 + 29.5 rounded up to 30 fits
+    let e = w.allocate_claims("uid-py", "a").unwrap_err();
+    assert!(e.contains("1 in use"), "{e}");
+    let (_, msg) = claims_problem(&w, "py").expect("py waits");
+    assert!(msg.contains("request m"), "{msg}");
+    let wz = w.allocate_claims("uid-pz", "a").unwrap();
+    let az = wz[0].allocate.as_ref().unwrap();
+    assert_eq!(az.devices[0].consumed["memory"], (30i128 << 30) * 1000);
+    assert_ne!(az.devices[0].share, ax.devices[0].share);
+    // x seen in its status (amounts read back from it), z forgotten:
+    // y still does not fit beside x, and fits once x is deallocated
+    let mut c = claim("x", memory("50Gi"));
+    c.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
+        allocation: Some(gpusched_k8s::exec::claims::allocation_result(&ax)),
+        reserved_for: None,
+        devices: None,
+    });
+    w.upsert_claim(&c);
+    w.forget("uid-pz");
+    assert_eq!(w.dra().tentative_len(), 0);
+    assert!(w.allocate_claims("uid-py", "a").is_err());
+    w.upsert_claim(&claim("x", memory("50Gi")));
+    assert!(w.allocate_claims("uid-py", "a").is_ok());
+    // more than the device's capacity: no node, named
+    w.upsert_claim(&claim("huge", memory("100Gi")));
+    w.upsert_pod(&pod("ph", &["huge"]));
+    let (_, msg) = claims_problem(&w, "ph").expect("never fits");
+    assert!(msg.contains("capacity gpu.gpusched.io/memory"), "{msg}");
+}

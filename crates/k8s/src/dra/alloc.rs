@@ -3,9 +3,26 @@
 //! claim and request order, alternatives (`firstAvailable`) in the order
 //! given, a depth-first search that backtracks when a constraint fails and
 //! gives up after [`MAX_STEPS`].
+//!
+//! Shared counters (partitionable devices): a device that consumes
+//! counters may be given only while the counters left in its pool's set
+//! (the set's values less what the devices held and picked consume, each
+//! device once) cover its consumption, and while its compatibility groups
+//! meet those of the other devices held from that set.
+//!
+//! Consumable capacity: a device with `allowMultipleAllocations` is never
+//! "in use"; each (sub)request on it consumes, per capacity, the amount it
+//! asks (rounded up by the capacity's request policy; the policy's default,
+//! or the whole capacity, when it does not ask), and the sum over all
+//! allocations stays within the capacity. Such a result carries the
+//! consumed amounts and a share id.
 
 use super::cel::Selectors;
-use super::{AllocatedDevice, Allocation, Claim, Class, Count, Device, DeviceId, SubRequest};
+use super::translate::qualify;
+use super::{
+    AllocatedDevice, Allocation, Claim, Class, Count, CounterSetId, Counters, Device, DeviceId,
+    RequestPolicy, SubRequest,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Most device choices tried for one pod on one node.
@@ -22,6 +39,173 @@ pub struct Inputs<'a> {
     pub in_use: &'a BTreeSet<DeviceId>,
     /// DeviceClasses by name.
     pub classes: &'a BTreeMap<String, Class>,
+    /// The counter sets of the pools (their full values).
+    pub counter_sets: &'a BTreeMap<CounterSetId, Counters>,
+    /// What allocations (held and tentative) consume of the devices that
+    /// allow multiple allocations, by qualified capacity name.
+    pub shared: &'a BTreeMap<DeviceId, Counters>,
+}
+
+/// What one (sub)request would consume of a device's capacities, by
+/// qualified name; `Err` when the device cannot serve it (a capacity it
+/// asks that the device lacks, or an amount the policy refuses or the
+/// capacity cannot hold).
+fn consumption(a: &SubRequest, d: &Device) -> Result<Counters, String> {
+    for k in a.capacity.keys() {
+        if !d.capacity.contains_key(&qualify(&d.id.driver, k)) {
+            return Err(format!("device {} has no capacity {k}", d.id));
+        }
+    }
+    let asked: BTreeMap<String, i128> = a
+        .capacity
+        .iter()
+        .map(|(k, v)| (qualify(&d.id.driver, k), *v))
+        .collect();
+    let mut out = Counters::new();
+    for (k, cap) in &d.capacity {
+        let policy = d.capacity_info.get(k).and_then(|i| i.policy.as_ref());
+        let v = RequestPolicy::consumed(policy, asked.get(k).copied(), *cap).ok_or_else(|| {
+            format!(
+                "request {}: device {} capacity {k}: the request policy does not allow {}",
+                a.name,
+                d.id,
+                asked.get(k).copied().unwrap_or_default()
+            )
+        })?;
+        if v > *cap {
+            return Err(format!(
+                "request {}: device {} capacity {k}: {v} asked of {cap} (milli-units)",
+                a.name, d.id
+            ));
+        }
+        out.insert(k.clone(), v);
+    }
+    Ok(out)
+}
+
+/// Counters left per set and the compatibility groups of what holds them.
+#[derive(Clone, Debug, Default)]
+struct CounterState {
+    left: BTreeMap<CounterSetId, Counters>,
+    /// Per set with devices held: `None` when they declare no groups,
+    /// else the groups all of them share.
+    groups: BTreeMap<CounterSetId, Option<BTreeSet<String>>>,
+}
+
+impl CounterState {
+    fn new(inp: &Inputs) -> Self {
+        let mut st = CounterState::default();
+        for d in inp.devices {
+            for u in &d.consumes {
+                let id = Self::set(d, &u.set);
+                if !st.left.contains_key(&id)
+                    && let Some(c) = inp.counter_sets.get(&id)
+                {
+                    st.left.insert(id, c.clone());
+                }
+            }
+        }
+        for d in inp.devices {
+            let held =
+                inp.in_use.contains(&d.id) || inp.shared.get(&d.id).is_some_and(|c| !c.is_empty());
+            if held && !d.consumes.is_empty() {
+                // held devices count whether or not they still fit
+                st.take(d);
+            }
+        }
+        st
+    }
+
+    fn set(d: &Device, set: &str) -> CounterSetId {
+        CounterSetId {
+            driver: d.id.driver.clone(),
+            pool: d.id.pool.clone(),
+            name: set.to_string(),
+        }
+    }
+
+    /// Why `d` cannot take its counters now, if it cannot.
+    fn refuses(&self, d: &Device) -> Option<String> {
+        for u in &d.consumes {
+            let id = Self::set(d, &u.set);
+            let Some(left) = self.left.get(&id) else {
+                return Some(format!(
+                    "device {}: counter set {id} is not published",
+                    d.id
+                ));
+            };
+            for (k, v) in &u.counters {
+                let have = left.get(k).copied();
+                if have.is_none_or(|h| h < *v) {
+                    return Some(format!(
+                        "device {}: counter {k} of set {id}: {} left, {v} needed (milli-units)",
+                        d.id,
+                        have.map_or("none".to_string(), |h| h.to_string())
+                    ));
+                }
+            }
+            match self.groups.get(&id) {
+                None => {}
+                Some(None) if u.groups.is_empty() => {}
+                Some(Some(g)) if u.groups.iter().any(|x| g.contains(x)) => {}
+                Some(_) => {
+                    return Some(format!(
+                        "device {}: its compatibility groups on counter set {id} differ from those of the devices in use",
+                        d.id
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes `d`'s counters; returns what to give back to undo it.
+    fn take(&mut self, d: &Device) -> Vec<(CounterSetId, Option<Option<BTreeSet<String>>>)> {
+        let mut undo = Vec::new();
+        for u in &d.consumes {
+            let id = Self::set(d, &u.set);
+            if let Some(left) = self.left.get_mut(&id) {
+                for (k, v) in &u.counters {
+                    if let Some(h) = left.get_mut(k) {
+                        *h -= v;
+                    }
+                }
+            }
+            let mine: BTreeSet<String> = u.groups.iter().cloned().collect();
+            let prev = self.groups.get(&id).cloned();
+            let next = match &prev {
+                None => (!mine.is_empty()).then_some(mine),
+                Some(None) => None,
+                Some(Some(g)) => Some(g.intersection(&mine).cloned().collect()),
+            };
+            self.groups.insert(id.clone(), next);
+            undo.push((id, prev));
+        }
+        undo
+    }
+
+    fn give_back(
+        &mut self,
+        d: &Device,
+        undo: Vec<(CounterSetId, Option<Option<BTreeSet<String>>>)>,
+    ) {
+        for u in &d.consumes {
+            let id = Self::set(d, &u.set);
+            if let Some(left) = self.left.get_mut(&id) {
+                for (k, v) in &u.counters {
+                    if let Some(h) = left.get_mut(k) {
+                        *h += v;
+                    }
+                }
+            }
+        }
+        for (id, prev) in undo.into_iter().rev() {
+            match prev {
+                None => self.groups.remove(&id),
+                Some(g) => self.groups.insert(id, g),
+            };
+        }
+    }
 }
 
 /// One (claim, request) to satisfy, with the candidates of each
@@ -31,13 +215,29 @@ struct Slot<'a> {
     alternatives: Vec<(&'a SubRequest, Result<Vec<usize>, String>)>,
 }
 
+/// A device picked for a (sub)request.
+#[derive(Clone, Debug)]
+struct Pick {
+    request: String,
+    device: usize,
+    admin: bool,
+    /// On a device allowing multiple allocations: what it consumes.
+    consumed: Option<Counters>,
+}
+
 struct Search<'a> {
     claims: &'a [&'a Claim],
     devices: &'a [&'a Device],
     slots: Vec<Slot<'a>>,
-    /// Per claim: the devices picked so far (sub-request name, device index, admin).
-    picked: Vec<Vec<(String, usize, bool)>>,
+    /// Per claim: the devices picked so far.
+    picked: Vec<Vec<Pick>>,
     used: BTreeSet<usize>,
+    /// Devices whose counters are taken (held or picked), with how many
+    /// picks hold them (devices allowing multiple allocations).
+    counted: BTreeMap<usize, u32>,
+    counters: CounterState,
+    /// Capacity consumed of the devices allowing multiple allocations.
+    shared: BTreeMap<usize, Counters>,
     steps: u32,
 }
 
@@ -63,12 +263,29 @@ pub fn allocate(
             });
         }
     }
+    let mut counted = BTreeMap::new();
+    let mut shared = BTreeMap::new();
+    for (i, d) in inp.devices.iter().enumerate() {
+        if inp.in_use.contains(&d.id) && !d.multiple {
+            counted.insert(i, 1);
+        }
+        if d.multiple {
+            let c = inp.shared.get(&d.id).cloned().unwrap_or_default();
+            if !c.is_empty() {
+                counted.insert(i, 1);
+            }
+            shared.insert(i, c);
+        }
+    }
     let mut s = Search {
         claims,
         devices: inp.devices,
         slots,
         picked: vec![Vec::new(); claims.len()],
         used: BTreeSet::new(),
+        counted,
+        counters: CounterState::new(inp),
+        shared,
         steps: 0,
     };
     if s.solve(0) {
@@ -76,14 +293,37 @@ pub fn allocate(
         return Ok(s
             .picked
             .iter()
-            .map(|p| Allocation {
+            .enumerate()
+            .map(|(ci, p)| Allocation {
                 node: on_node.then(|| inp.node.to_string()),
                 devices: p
                     .iter()
-                    .map(|(req, d, admin)| AllocatedDevice {
-                        request: req.clone(),
-                        id: inp.devices[*d].id.clone(),
-                        admin: *admin,
+                    .enumerate()
+                    .map(|(k, pk)| {
+                        let d = inp.devices[pk.device];
+                        let consumed: BTreeMap<String, i128> = pk
+                            .consumed
+                            .iter()
+                            .flatten()
+                            .map(|(q, v)| {
+                                let name = d
+                                    .capacity_info
+                                    .get(q)
+                                    .map_or_else(|| q.clone(), |i| i.name.clone());
+                                (name, *v)
+                            })
+                            .collect();
+                        let share = pk
+                            .consumed
+                            .is_some()
+                            .then(|| share_id(&claims[ci].uid, &pk.request, &d.id, k));
+                        AllocatedDevice {
+                            request: pk.request.clone(),
+                            id: d.id.clone(),
+                            admin: pk.admin,
+                            consumed,
+                            share,
+                        }
                     })
                     .collect(),
             })
@@ -133,6 +373,31 @@ pub fn allocate(
     ))
 }
 
+/// A share id for an allocation on a device that allows multiple
+/// allocations: UUID-shaped, derived from the claim's uid, the request,
+/// the device and the result's place (the same allocation gets the same
+/// id; different claims different ones).
+fn share_id(claim_uid: &str, request: &str, d: &DeviceId, k: usize) -> String {
+    // FNV-1a, 128 bits: deterministic across builds and platforms
+    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for b in format!("{claim_uid}\0{request}\0{d}\0{k}").bytes() {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000000001000000000000000000013B);
+    }
+    // version 8 (custom), RFC 4122 variant
+    h = (h & !(0xf << 76)) | (0x8 << 76);
+    h = (h & !(0x3 << 62)) | (0x2 << 62);
+    let x = format!("{h:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[0..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..32]
+    )
+}
+
 /// The devices a (sub)request may take on the node, by index into
 /// `inp.devices`; an error when it can take none, saying why.
 fn candidates(a: &SubRequest, inp: &Inputs, sel: &mut Selectors) -> Result<Vec<usize>, String> {
@@ -143,9 +408,21 @@ fn candidates(a: &SubRequest, inp: &Inputs, sel: &mut Selectors) -> Result<Vec<u
         )
     })?;
     let mut out = Vec::new();
-    let (mut selected, mut tainted, mut busy) = (0, 0, 0);
+    let (mut selected, mut tainted, mut busy, mut short) = (0, 0, 0, 0);
     let mut error = None;
+    let mut short_why = None;
+    let counters = CounterState::new(inp);
     for (i, d) in inp.devices.iter().enumerate() {
+        // capacity asked: a device without it, or too small, does not match
+        let consumed = match consumption(a, d) {
+            Ok(c) => c,
+            Err(e) => {
+                if !a.capacity.is_empty() {
+                    error.get_or_insert(e);
+                }
+                continue;
+            }
+        };
         let mut ok = true;
         for e in class.selectors.iter().chain(&a.selectors) {
             match sel.matches(e, d) {
@@ -169,24 +446,48 @@ fn candidates(a: &SubRequest, inp: &Inputs, sel: &mut Selectors) -> Result<Vec<u
             tainted += 1;
             continue;
         }
-        if !a.admin && inp.in_use.contains(&d.id) {
-            busy += 1;
-            continue;
+        if !a.admin {
+            if d.multiple {
+                let used = inp.shared.get(&d.id);
+                let full = consumed.iter().any(|(k, v)| {
+                    used.and_then(|u| u.get(k)).copied().unwrap_or(0) + v
+                        > d.capacity.get(k).copied().unwrap_or(0)
+                });
+                if full {
+                    busy += 1;
+                    continue;
+                }
+            } else if inp.in_use.contains(&d.id) {
+                busy += 1;
+                continue;
+            }
+            let held =
+                inp.in_use.contains(&d.id) || inp.shared.get(&d.id).is_some_and(|c| !c.is_empty());
+            if !held && let Some(why) = counters.refuses(d) {
+                short += 1;
+                short_why.get_or_insert(why);
+                continue;
+            }
         }
         out.push(i);
     }
-    if a.count == Count::All && (tainted > 0 || busy > 0) {
+    if a.count == Count::All && (tainted > 0 || busy > 0 || short > 0) {
         return Err(format!(
-            "request {}: allocationMode All, but {busy} of the {selected} matching device(s) are in use and {tainted} tainted",
-            a.name
+            "request {}: allocationMode All, but {} of the {selected} matching device(s) are in use and {tainted} tainted",
+            a.name,
+            busy + short
         ));
     }
     if out.is_empty() {
         let mut why = format!(
-            "request {}: no device available ({selected} match the class and selectors, {tainted} of them with untolerated taints, {busy} in use)",
+            "request {}: no device available ({selected} match the class and selectors, {tainted} of them with untolerated taints, {busy} in use",
             a.name
         );
-        if let Some(e) = error {
+        if short > 0 {
+            why.push_str(&format!(", {short} without enough shared counters left"));
+        }
+        why.push(')');
+        for e in [short_why, error].into_iter().flatten() {
             why.push_str(&format!("; {e}"));
         }
         return Err(why);
@@ -242,21 +543,86 @@ impl Search<'_> {
                 return false;
             }
             let d = cands[k];
-            if self.used.contains(&d) || self.picked[claim].iter().any(|(_, x, _)| *x == d) {
+            let dev = self.devices[d];
+            let multiple = dev.multiple && !a.admin;
+            if multiple {
+                // another request may share it; one request takes it once
+                if self.picked[claim]
+                    .iter()
+                    .any(|p| p.device == d && p.request == a.name)
+                {
+                    continue;
+                }
+            } else if self.used.contains(&d) || self.picked[claim].iter().any(|p| p.device == d) {
                 continue;
             }
             if !self.fits(claim, &a.name, d) {
                 continue;
             }
-            if !a.admin {
-                self.used.insert(d);
+            let consumed = if multiple {
+                let Ok(c) = consumption(a, dev) else { continue };
+                let used = self.shared.get(&d);
+                if c.iter().any(|(k, v)| {
+                    used.and_then(|u| u.get(k)).copied().unwrap_or(0) + v
+                        > dev.capacity.get(k).copied().unwrap_or(0)
+                }) {
+                    continue;
+                }
+                Some(c)
+            } else {
+                None
+            };
+            // counters: taken once per device, by its first holder
+            let first = !a.admin && !self.counted.contains_key(&d);
+            if first && self.counters.refuses(dev).is_some() {
+                continue;
             }
-            self.picked[claim].push((a.name.clone(), d, a.admin));
+            let undo = first.then(|| self.counters.take(dev));
+            if !a.admin {
+                *self.counted.entry(d).or_insert(0) += 1;
+                if !multiple {
+                    self.used.insert(d);
+                }
+            }
+            if let Some(c) = &consumed {
+                let u = self.shared.entry(d).or_default();
+                for (k, v) in c {
+                    *u.entry(k.clone()).or_insert(0) += v;
+                }
+            }
+            self.picked[claim].push(Pick {
+                request: a.name.clone(),
+                device: d,
+                admin: a.admin,
+                consumed: consumed.clone(),
+            });
             if self.pick(slot, a, cands, k + 1, left - 1) {
                 return true;
             }
             self.picked[claim].pop();
-            self.used.remove(&d);
+            if let Some(c) = &consumed
+                && let Some(u) = self.shared.get_mut(&d)
+            {
+                for (k, v) in c {
+                    if let Some(x) = u.get_mut(k) {
+                        *x -= v;
+                    }
+                }
+            }
+            if !a.admin {
+                if !multiple {
+                    self.used.remove(&d);
+                }
+                if let Some(n) = self.counted.get_mut(&d) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.counted.remove(&d);
+                    }
+                }
+            }
+            if let Some(undo) = undo {
+                self.counters.give_back(dev, undo);
+            }
             if self.steps >= MAX_STEPS {
                 return false;
             }
@@ -274,8 +640,8 @@ impl Search<'_> {
             }
             let others = self.picked[claim]
                 .iter()
-                .filter(|(r, _, _)| k.covers(r))
-                .map(|(_, x, _)| self.devices[*x]);
+                .filter(|p| k.covers(&p.request))
+                .map(|p| self.devices[p.device]);
             if let Some(attr) = &k.match_attribute {
                 let Some(v) = dev.attributes.get(attr) else {
                     return false;
@@ -324,6 +690,9 @@ mod tests {
             capacity,
             taints: vec![],
             serial: u64::from(i) + 1,
+            consumes: vec![],
+            multiple: false,
+            capacity_info: BTreeMap::new(),
         }
     }
 
@@ -345,6 +714,7 @@ mod tests {
             count,
             admin: false,
             tolerations: vec![],
+            capacity: BTreeMap::new(),
         }
     }
 
@@ -380,6 +750,8 @@ mod tests {
             devices: &refs,
             in_use,
             classes: &classes,
+            counter_sets: &BTreeMap::new(),
+            shared: &BTreeMap::new(),
         };
         let mut sel = Selectors::default();
         allocate(claims, &inp, &mut sel).map(|v| {
@@ -593,5 +965,354 @@ mod tests {
         let c = claim("c", vec![exactly("g", 9)], vec![k]);
         let e = run(&[&c], &devs, &BTreeSet::new()).unwrap_err();
         assert!(e.contains("constraints") || e.contains("gave up"), "{e}");
+    }
+
+    fn run_with(
+        claims: &[&Claim],
+        devices: &[Device],
+        in_use: &BTreeSet<DeviceId>,
+        sets: &BTreeMap<CounterSetId, Counters>,
+        shared: &BTreeMap<DeviceId, Counters>,
+    ) -> Result<Vec<Allocation>, String> {
+        let refs: Vec<&Device> = devices.iter().collect();
+        let classes = classes();
+        let inp = Inputs {
+            node: "n1",
+            devices: &refs,
+            in_use,
+            classes: &classes,
+            counter_sets: sets,
+            shared,
+        };
+        allocate(claims, &inp, &mut Selectors::default())
+    }
+
+    fn names(r: &[Allocation]) -> Vec<Vec<String>> {
+        r.iter()
+            .map(|a| a.devices.iter().map(|d| d.id.device.clone()).collect())
+            .collect()
+    }
+
+    /// A MIG-like GPU: the whole GPU `gpu-0` consumes all 7 slices and
+    /// 80 units of memory of counter set `gpu-0`; `mig-3g-<k>` each 3
+    /// slices and 40, `mig-1g-<k>` 1 slice and 10.
+    fn mig_layout(groups: bool) -> (Vec<Device>, BTreeMap<CounterSetId, Counters>) {
+        let part = |name: &str, slices: i128, mem: i128, g: &[&str]| {
+            let mut d = gpu("n1", 0, "a", "H100");
+            d.id.device = name.into();
+            d.consumes = vec![crate::dra::CounterUse {
+                set: "gpu-0".into(),
+                counters: BTreeMap::from([
+                    ("slices".to_string(), slices * 1000),
+                    ("memory".to_string(), mem * 1000),
+                ]),
+                groups: if groups {
+                    g.iter().map(|s| s.to_string()).collect()
+                } else {
+                    vec![]
+                },
+            }];
+            d
+        };
+        let devs = vec![
+            part("gpu-0", 7, 80, &["whole"]),
+            part("mig-1g-0", 1, 10, &["mig"]),
+            part("mig-3g-0", 3, 40, &["mig"]),
+            part("mig-3g-1", 3, 40, &["mig"]),
+            part("mig-3g-2", 3, 40, &["mig"]),
+        ];
+        let sets = BTreeMap::from([(
+            CounterSetId {
+                driver: DRV.into(),
+                pool: "n1".into(),
+                name: "gpu-0".into(),
+            },
+            BTreeMap::from([("slices".to_string(), 7000), ("memory".to_string(), 80_000)]),
+        )]);
+        (devs, sets)
+    }
+
+    /// A request for devices whose name starts with `prefix` (a class of
+    /// its own per partition size).
+    fn of(name: &str, n: u32, prefix: &str, classes: &mut BTreeMap<String, Class>) -> Request {
+        classes.insert(
+            prefix.into(),
+            Class {
+                name: prefix.into(),
+                selectors: vec![],
+            },
+        );
+        let mut s = sub(name, Count::Exact(n));
+        s.class = prefix.into();
+        Request {
+            name: name.into(),
+            alternatives: vec![s],
+        }
+    }
+
+    fn run_classes(
+        claims: &[&Claim],
+        devices: &[Device],
+        in_use: &BTreeSet<DeviceId>,
+        sets: &BTreeMap<CounterSetId, Counters>,
+        prefixes: &BTreeMap<String, Class>,
+    ) -> Result<Vec<Vec<String>>, String> {
+        // each class picks the devices whose name starts with its name
+        let mut devs: Vec<Device> = devices.to_vec();
+        for (i, d) in devs.iter_mut().enumerate() {
+            // selector results are cached per serial
+            d.serial = 100 + i as u64;
+            d.attributes.insert(
+                format!("{DRV}/kind"),
+                AttrValue::Str(d.id.device.rsplit_once('-').map_or("", |x| x.0).into()),
+            );
+            d.cel = crate::dra::cel::device_value(DRV, &d.attributes, &d.capacity);
+        }
+        let mut classes = classes();
+        for (k, c) in prefixes {
+            let mut c = c.clone();
+            c.selectors = vec![format!("device.attributes[\"{DRV}\"].kind == \"{k}\"")];
+            classes.insert(k.clone(), c);
+        }
+        let refs: Vec<&Device> = devs.iter().collect();
+        let inp = Inputs {
+            node: "n1",
+            devices: &refs,
+            in_use,
+            classes: &classes,
+            counter_sets: sets,
+            shared: &BTreeMap::new(),
+        };
+        allocate(claims, &inp, &mut Selectors::default()).map(|r| names(&r))
+    }
+
+    #[test]
+    fn shared_counters_keep_a_whole_gpu_and_its_partitions_apart() {
+        let (devs, sets) = mig_layout(false);
+        let mut cls = BTreeMap::new();
+        // two 3g partitions fit (6 of 7 slices, 80 of 80 memory); a third
+        // does not
+        let two = claim("two", vec![of("p", 2, "mig-3g", &mut cls)], vec![]);
+        let none = BTreeSet::new();
+        assert_eq!(
+            run_classes(&[&two], &devs, &none, &sets, &cls).unwrap(),
+            vec![vec!["mig-3g-0", "mig-3g-1"]]
+        );
+        let three = claim("three", vec![of("p", 3, "mig-3g", &mut cls)], vec![]);
+        let e = run_classes(&[&three], &devs, &none, &sets, &cls).unwrap_err();
+        assert!(e.contains("constraints"), "{e}");
+        // across the claims of one pod: a partition, then the whole GPU
+        let part = claim("part", vec![of("p", 1, "mig-1g", &mut cls)], vec![]);
+        let whole = claim("whole", vec![of("g", 1, "gpu", &mut cls)], vec![]);
+        let e = run_classes(&[&part, &whole], &devs, &none, &sets, &cls).unwrap_err();
+        assert!(e.contains("constraints"), "{e}");
+        assert!(run_classes(&[&whole], &devs, &none, &sets, &cls).is_ok());
+        // held elsewhere: a partition in use leaves no whole GPU, and says why
+        let held = BTreeSet::from([devs[1].id.clone()]);
+        let e = run_classes(&[&whole], &devs, &held, &sets, &cls).unwrap_err();
+        assert!(e.contains("1 without enough shared counters left"), "{e}");
+        assert!(
+            e.contains("counter memory of set gpu.gpusched.io/n1/gpu-0: 70000 left, 80000 needed"),
+            "{e}"
+        );
+        // ... but two 3g partitions still fit beside the 1g (7 slices, 90 > 80 memory: no)
+        let e = run_classes(&[&two], &devs, &held, &sets, &cls).unwrap_err();
+        assert!(e.contains("constraints"), "{e}");
+        let one = claim("one", vec![of("p", 1, "mig-3g", &mut cls)], vec![]);
+        assert_eq!(
+            run_classes(&[&one], &devs, &held, &sets, &cls).unwrap(),
+            vec![vec!["mig-3g-0"]]
+        );
+        // the whole GPU held: no partition at all
+        let held = BTreeSet::from([devs[0].id.clone()]);
+        let e = run_classes(&[&one], &devs, &held, &sets, &cls).unwrap_err();
+        assert!(e.contains("3 without enough shared counters left"), "{e}");
+        // a set nobody published: its devices are never given
+        let e = run_classes(&[&one], &devs, &none, &BTreeMap::new(), &cls).unwrap_err();
+        assert!(e.contains("is not published"), "{e}");
+    }
+
+    #[test]
+    fn compatibility_groups_decide_which_devices_of_a_set_go_together() {
+        // with groups, 3g partitions and the 1g share "mig"; the whole GPU
+        // ("whole") goes with none of them even if counters allowed it
+        let (mut devs, mut sets) = mig_layout(true);
+        for v in sets.values_mut() {
+            // counters plenty: only the groups decide
+            v.values_mut().for_each(|x| *x *= 10);
+        }
+        let mut cls = BTreeMap::new();
+        let one = claim("one", vec![of("p", 1, "mig-1g", &mut cls)], vec![]);
+        let whole = claim("whole", vec![of("g", 1, "gpu", &mut cls)], vec![]);
+        let none = BTreeSet::new();
+        assert!(run_classes(&[&one, &whole], &devs, &none, &sets, &cls).is_err());
+        let three = claim("three", vec![of("p", 3, "mig-3g", &mut cls)], vec![]);
+        assert!(run_classes(&[&one, &three], &devs, &none, &sets, &cls).is_ok());
+        let held = BTreeSet::from([devs[0].id.clone()]);
+        let e = run_classes(&[&one], &devs, &held, &sets, &cls).unwrap_err();
+        assert!(e.contains("compatibility groups"), "{e}");
+        // no groups goes only with no groups
+        devs[1].consumes[0].groups.clear();
+        devs[2].consumes[0].groups.clear();
+        let held = BTreeSet::from([devs[1].id.clone()]);
+        let a = claim("a", vec![of("p", 1, "mig-3g", &mut cls)], vec![]);
+        assert_eq!(
+            run_classes(&[&a], &devs, &held, &sets, &cls).unwrap(),
+            vec![vec!["mig-3g-0"]]
+        );
+        let b = claim("b", vec![of("p", 2, "mig-3g", &mut cls)], vec![]);
+        assert!(run_classes(&[&b], &devs, &held, &sets, &cls).is_err());
+    }
+
+    fn shareable(mem: i128, policy: Option<RequestPolicy>) -> Device {
+        let mut d = gpu("n1", 0, "a", "H100");
+        d.multiple = true;
+        d.capacity.insert(format!("{DRV}/memory"), mem * 1000);
+        d.capacity_info.insert(
+            format!("{DRV}/memory"),
+            crate::dra::CapacityInfo {
+                name: "memory".into(),
+                policy,
+            },
+        );
+        d
+    }
+
+    fn asking(name: &str, mem: Option<i128>) -> Request {
+        let mut s = sub(name, Count::Exact(1));
+        if let Some(m) = mem {
+            s.capacity.insert("memory".into(), m * 1000);
+        }
+        Request {
+            name: name.into(),
+            alternatives: vec![s],
+        }
+    }
+
+    #[test]
+    fn request_policies_round_up_or_refuse() {
+        let range = RequestPolicy {
+            default: Some(8000),
+            values: vec![],
+            range: Some((4000, Some(64_000), Some(4000))),
+        };
+        let c = |p: Option<&RequestPolicy>, a: Option<i128>| RequestPolicy::consumed(p, a, 80_000);
+        assert_eq!(c(None, None), Some(80_000));
+        assert_eq!(c(None, Some(5)), Some(5));
+        assert_eq!(c(Some(&range), None), Some(8000));
+        assert_eq!(c(Some(&range), Some(1000)), Some(4000));
+        assert_eq!(c(Some(&range), Some(9000)), Some(12_000));
+        assert_eq!(c(Some(&range), Some(64_000)), Some(64_000));
+        assert_eq!(c(Some(&range), Some(64_001)), None);
+        let values = RequestPolicy {
+            default: Some(10_000),
+            values: vec![10_000, 20_000, 40_000],
+            range: None,
+        };
+        assert_eq!(c(Some(&values), Some(15_000)), Some(20_000));
+        assert_eq!(c(Some(&values), Some(40_001)), None);
+        let no_default = RequestPolicy {
+            default: None,
+            values: vec![],
+            range: None,
+        };
+        assert_eq!(c(Some(&no_default), None), Some(80_000));
+    }
+
+    #[test]
+    fn consumable_capacity_shares_a_device_within_its_capacity() {
+        let policy = RequestPolicy {
+            default: Some(10_000),
+            values: vec![],
+            range: Some((1000, None, Some(1000))),
+        };
+        let devs = vec![shareable(80, Some(policy))];
+        let none = BTreeSet::new();
+        let a = claim("a", vec![asking("m", Some(30))], vec![]);
+        let b = claim("b", vec![asking("m", Some(30))], vec![]);
+        let r = run_with(&[&a, &b], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        assert_eq!(names(&r), vec![vec!["gpu-0"], vec!["gpu-0"]]);
+        let d0 = &r[0].devices[0];
+        let d1 = &r[1].devices[0];
+        assert_eq!(
+            d0.consumed,
+            BTreeMap::from([("memory".to_string(), 30_000)])
+        );
+        let (s0, s1) = (d0.share.clone().unwrap(), d1.share.clone().unwrap());
+        assert_ne!(s0, s1);
+        assert_eq!(s0.len(), 36);
+        assert_eq!(s0.as_bytes()[14], b'8');
+        // the same allocation gets the same share id
+        let again = run_with(&[&a, &b], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        assert_eq!(again, r);
+        // a third 30 does not fit in 80
+        let c = claim("c", vec![asking("m", Some(30))], vec![]);
+        assert!(
+            run_with(
+                &[&a, &b, &c],
+                &devs,
+                &none,
+                &BTreeMap::new(),
+                &BTreeMap::new()
+            )
+            .is_err()
+        );
+        // held elsewhere: 60 consumed, 25 does not fit, 20 does; a request
+        // without an amount takes the default 10; 15.5 rounds up to 16
+        let used = BTreeMap::from([(
+            devs[0].id.clone(),
+            BTreeMap::from([(format!("{DRV}/memory"), 60_000)]),
+        )]);
+        let held = BTreeSet::from([devs[0].id.clone()]);
+        let big = claim("big", vec![asking("m", Some(25))], vec![]);
+        let e = run_with(&[&big], &devs, &held, &BTreeMap::new(), &used).unwrap_err();
+        assert!(e.contains("1 in use"), "{e}");
+        let fits = claim("fits", vec![asking("m", Some(20))], vec![]);
+        assert!(run_with(&[&fits], &devs, &held, &BTreeMap::new(), &used).is_ok());
+        let dflt = claim("dflt", vec![asking("m", None)], vec![]);
+        let r = run_with(&[&dflt], &devs, &held, &BTreeMap::new(), &used).unwrap();
+        assert_eq!(r[0].devices[0].consumed["memory"], 10_000);
+        let mut odd = claim("odd", vec![asking("m", None)], vec![]);
+        if let Ok(reqs) = &mut odd.requests {
+            reqs[0].alternatives[0]
+                .capacity
+                .insert("memory".into(), 15_500);
+        }
+        let r = run_with(&[&odd], &devs, &held, &BTreeMap::new(), &used).unwrap();
+        assert_eq!(r[0].devices[0].consumed["memory"], 16_000);
+        // a capacity the device lacks, or more than it has: not a match
+        let mut lacks = claim("lacks", vec![asking("m", None)], vec![]);
+        if let Ok(reqs) = &mut lacks.requests {
+            reqs[0].alternatives[0]
+                .capacity
+                .insert("bandwidth".into(), 1);
+        }
+        let e = run_with(&[&lacks], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("has no capacity bandwidth"), "{e}");
+        let huge = claim("huge", vec![asking("m", Some(81))], vec![]);
+        let e = run_with(&[&huge], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap_err();
+        assert!(e.contains("81000 asked of 80000"), "{e}");
+    }
+
+    #[test]
+    fn without_a_policy_a_request_that_names_no_amount_takes_the_whole_shareable_device() {
+        let devs = vec![shareable(80, None)];
+        let none = BTreeSet::new();
+        let a = claim("a", vec![asking("m", None)], vec![]);
+        let b = claim("b", vec![asking("m", Some(1))], vec![]);
+        let r = run_with(&[&a], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        assert_eq!(r[0].devices[0].consumed["memory"], 80_000);
+        assert!(run_with(&[&a, &b], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).is_err());
+        // two requests of one claim may share the device; one request
+        // never takes it twice
+        let two = claim(
+            "two",
+            vec![asking("x", Some(10)), asking("y", Some(10))],
+            vec![],
+        );
+        let r = run_with(&[&two], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).unwrap();
+        assert_eq!(names(&r), vec![vec!["gpu-0", "gpu-0"]]);
+        let twice = claim("twice", vec![exactly("x", 2)], vec![]);
+        assert!(run_with(&[&twice], &devs, &none, &BTreeMap::new(), &BTreeMap::new()).is_err());
     }
 }

@@ -168,11 +168,21 @@ fn compare_to(This(a): This<Value>, b: Value) -> Result<i64, ExecutionError> {
 }
 
 /// The CEL value of a device: `driver`, `attributes`, `capacity`,
-/// `allowMultipleAllocations`.
+/// `allowMultipleAllocations` (false).
 pub fn device_value(
     driver: &str,
     attributes: &BTreeMap<String, AttrValue>,
     capacity: &BTreeMap<String, i128>,
+) -> Value {
+    device_value_with(driver, attributes, capacity, false)
+}
+
+/// [`device_value`] with `allowMultipleAllocations` given.
+pub fn device_value_with(
+    driver: &str,
+    attributes: &BTreeMap<String, AttrValue>,
+    capacity: &BTreeMap<String, i128>,
+    multiple: bool,
 ) -> Value {
     let mut attrs: HashMap<String, HashMap<Key, Value>> = HashMap::new();
     for (k, v) in attributes {
@@ -214,7 +224,7 @@ pub fn device_value(
     device.insert(Key::String(Arc::new("capacity".into())), to_map(caps));
     device.insert(
         Key::String(Arc::new("allowMultipleAllocations".into())),
-        Value::Bool(false),
+        Value::Bool(multiple),
     );
     Value::from(device)
 }
@@ -261,6 +271,9 @@ mod tests {
             capacity,
             taints: vec![],
             serial,
+            consumes: vec![],
+            multiple: false,
+            capacity_info: BTreeMap::new(),
         }
     }
 

@@ -131,6 +131,102 @@ pub struct Device {
     /// A number unique to this version of the device (selector results
     /// are cached under it).
     pub serial: u64,
+    /// The shared counters it consumes while allocated (partitionable
+    /// devices: `consumesCounters`).
+    pub consumes: Vec<CounterUse>,
+    /// `allowMultipleAllocations`: several requests may share it, each
+    /// consuming part of its capacity.
+    pub multiple: bool,
+    /// Per qualified capacity name: the name as the slice spells it and
+    /// its `requestPolicy`.
+    pub capacity_info: BTreeMap<String, CapacityInfo>,
+}
+
+/// Counters by name, in milli-units.
+pub type Counters = BTreeMap<String, i128>;
+
+/// A counter set of a pool (`spec.sharedCounters[]` of a slice).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CounterSetId {
+    /// The driver.
+    pub driver: String,
+    /// The pool.
+    pub pool: String,
+    /// The counter set's name.
+    pub name: String,
+}
+
+impl std::fmt::Display for CounterSetId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.name)
+    }
+}
+
+/// What a device consumes of one counter set (`consumesCounters[]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterUse {
+    /// `counterSet`: a set of the device's pool.
+    pub set: String,
+    /// `counters`, in milli-units.
+    pub counters: Counters,
+    /// `compatibilityGroups`: devices consuming from one set may be
+    /// allocated together only if they share a group (or all have none).
+    pub groups: Vec<String>,
+}
+
+/// A device capacity's name and request policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapacityInfo {
+    /// The name as the slice spells it (allocation results use it).
+    pub name: String,
+    /// `requestPolicy`.
+    pub policy: Option<RequestPolicy>,
+}
+
+/// `capacity.<name>.requestPolicy`: how a request's amount is rounded.
+/// Amounts in milli-units.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestPolicy {
+    /// `default`: what a request that does not name the capacity consumes
+    /// (`None`: the whole capacity).
+    pub default: Option<i128>,
+    /// `validValues`, ascending: a request takes the smallest one at least
+    /// its amount.
+    pub values: Vec<i128>,
+    /// `validRange`: (`min`, `max`, `step`).
+    pub range: Option<(i128, Option<i128>, Option<i128>)>,
+}
+
+impl RequestPolicy {
+    /// What a request of `amount` (`None`: the request does not name the
+    /// capacity) consumes of a capacity of `capacity`; `None` when the
+    /// policy does not allow the amount.
+    pub fn consumed(
+        policy: Option<&RequestPolicy>,
+        amount: Option<i128>,
+        capacity: i128,
+    ) -> Option<i128> {
+        let Some(p) = policy else {
+            return Some(amount.unwrap_or(capacity));
+        };
+        let Some(v) = amount.or(p.default) else {
+            return Some(capacity);
+        };
+        if !p.values.is_empty() {
+            return p.values.iter().copied().find(|x| *x >= v);
+        }
+        if let Some((min, max, step)) = p.range {
+            let mut v = v.max(min);
+            if let Some(s) = step.filter(|s| *s > 0) {
+                v = min + (v - min + s - 1) / s * s;
+            }
+            if max.is_some_and(|m| v > m) {
+                return None;
+            }
+            return Some(v);
+        }
+        Some(v)
+    }
 }
 
 impl Device {
@@ -170,6 +266,10 @@ pub struct SubRequest {
     pub admin: bool,
     /// Tolerations of device taints.
     pub tolerations: Vec<DeviceToleration>,
+    /// `capacity.requests`: amounts (milli-units) by capacity name as the
+    /// request spells it (a name without a domain is in the device's
+    /// driver's).
+    pub capacity: BTreeMap<String, i128>,
 }
 
 /// A request of a claim.
@@ -214,6 +314,12 @@ pub struct AllocatedDevice {
     pub id: DeviceId,
     /// Allocated with admin access (does not hold the device).
     pub admin: bool,
+    /// On a device that allows multiple allocations: what this allocation
+    /// consumes of each capacity (named as the slice names it; every
+    /// capacity of the device), in milli-units. Empty otherwise.
+    pub consumed: BTreeMap<String, i128>,
+    /// On a device that allows multiple allocations: the share's id.
+    pub share: Option<String>,
 }
 
 /// A claim's allocation.

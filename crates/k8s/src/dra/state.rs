@@ -4,7 +4,7 @@
 
 use super::alloc::{self, Inputs};
 use super::cel::Selectors;
-use super::{Allocation, Claim, Class, Device, DeviceId, PodClaim};
+use super::{Allocation, Claim, Class, CounterSetId, Counters, Device, DeviceId, PodClaim};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -61,6 +61,11 @@ pub struct DraState {
     taint_rules: BTreeMap<String, super::TaintRule>,
     /// DeviceClasses by name.
     classes: BTreeMap<String, Class>,
+    /// Counter sets (`sharedCounters`) by slice name.
+    slice_counters: BTreeMap<String, Vec<(CounterSetId, Counters)>>,
+    /// Counter sets by id (from the slices, the first slice by name
+    /// winning should two publish one set).
+    counter_sets: BTreeMap<CounterSetId, Counters>,
     /// Allocations made and not yet seen, by claim key.
     tentative: BTreeMap<String, Tentative>,
     serial: u64,
@@ -106,7 +111,17 @@ impl DraState {
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, s: &ResourceSlice) {
         let name = s.metadata.name.clone().unwrap_or_default();
-        let (mut devices, warnings) = super::translate::slice(s, &mut self.serial);
+        let (mut devices, mut warnings) = super::translate::slice(s, &mut self.serial);
+        let (sets, w) = super::translate::counter_sets(s);
+        warnings.extend(w);
+        if sets.is_empty() {
+            if self.slice_counters.remove(&name).is_some() {
+                self.recount();
+            }
+        } else {
+            self.slice_counters.insert(name.clone(), sets);
+            self.recount();
+        }
         self.own_taints.insert(
             name.clone(),
             devices.iter().map(|d| d.taints.clone()).collect(),
@@ -131,6 +146,67 @@ impl DraState {
         self.slices.remove(name);
         self.slice_warnings.remove(name);
         self.own_taints.remove(name);
+        if self.slice_counters.remove(name).is_some() {
+            self.recount();
+        }
+    }
+
+    /// The counter sets again from the slices'.
+    fn recount(&mut self) {
+        self.counter_sets.clear();
+        for sets in self.slice_counters.values() {
+            for (id, c) in sets {
+                self.counter_sets
+                    .entry(id.clone())
+                    .or_insert_with(|| c.clone());
+            }
+        }
+    }
+
+    /// What allocations (held and tentative) consume of the devices on
+    /// `node` that allow multiple allocations (none: an empty map).
+    fn shared_on(&self, node: &str, devices: &[&Device]) -> BTreeMap<DeviceId, Counters> {
+        let mut out: BTreeMap<DeviceId, Counters> = BTreeMap::new();
+        if !devices.iter().any(|d| d.multiple) {
+            return out;
+        }
+        let multiple: BTreeMap<&DeviceId, &Device> = devices
+            .iter()
+            .filter(|d| d.multiple)
+            .map(|d| (&d.id, *d))
+            .collect();
+        let allocated = [Some(node.to_string()), None]
+            .iter()
+            .filter_map(|k| self.allocated_on.get(k))
+            .flatten()
+            .filter_map(|k| self.claims.get(k).and_then(|c| c.allocation.as_ref()))
+            .collect::<Vec<_>>();
+        let tentative = [Some(node.to_string()), None]
+            .into_iter()
+            .filter_map(|k| self.tentative_on.get(&k))
+            .flatten()
+            .filter_map(|k| self.tentative.get(k))
+            .map(|t| &t.allocation);
+        for a in allocated.into_iter().chain(tentative) {
+            for r in a.devices.iter().filter(|r| !r.admin) {
+                let Some(d) = multiple.get(&r.id) else {
+                    continue;
+                };
+                let e = out.entry(r.id.clone()).or_default();
+                if r.consumed.is_empty() {
+                    // a result without amounts (written before the device
+                    // allowed sharing): it holds the whole device
+                    for (k, v) in &d.capacity {
+                        *e.entry(k.clone()).or_insert(0) += v;
+                    }
+                }
+                for (k, v) in &r.consumed {
+                    *e.entry(super::translate::qualify(&r.id.driver, k))
+                        .or_insert(0) += v;
+                }
+            }
+        }
+        out
     }
 
     /// A DeviceTaintRule was added or changed: its taint is on every
@@ -527,11 +603,14 @@ impl DraState {
         devices.extend(by_node.get(&Some(node)).into_iter().flatten());
         devices.extend(by_node.get(&None).into_iter().flatten());
         devices.sort_by(|a, b| a.id.cmp(&b.id));
+        let shared = self.shared_on(node, &devices);
         let inp = Inputs {
             node,
             devices: &devices,
             in_use,
             classes: &self.classes,
+            counter_sets: &self.counter_sets,
+            shared: &shared,
         };
         alloc::allocate(open, &inp, sel)
     }

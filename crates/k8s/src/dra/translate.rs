@@ -2,8 +2,9 @@
 //! be used is an error naming the object and the field.
 
 use super::{
-    AllocatedDevice, Allocation, AttrValue, Claim, Class, Constraint, Count, Device, DeviceId,
-    DeviceTaint, DeviceToleration, PodClaim, Request, SubRequest,
+    AllocatedDevice, Allocation, AttrValue, CapacityInfo, Claim, Class, Constraint, Count,
+    CounterSetId, CounterUse, Counters, Device, DeviceId, DeviceTaint, DeviceToleration, PodClaim,
+    Request, RequestPolicy, SubRequest,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
@@ -34,6 +35,93 @@ fn attr(a: &DeviceAttribute) -> Option<AttrValue> {
     a.version.as_ref().map(|v| AttrValue::Version(v.clone()))
 }
 
+/// A quantity in milli-units, or an error naming the field.
+fn milli(
+    q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    field: &str,
+) -> Result<i128, String> {
+    gpusched_model::Quantity::parse(&q.0)
+        .map(|q| q.milli())
+        .map_err(|e| format!("{field}: {e}"))
+}
+
+/// Counters of a `counters` map, in milli-units.
+fn counters(
+    m: &BTreeMap<String, k8s_openapi::api::resource::v1::Counter>,
+    field: &str,
+) -> Result<Counters, String> {
+    m.iter()
+        .map(|(k, c)| Ok((k.clone(), milli(&c.value, &format!("{field}[{k}]"))?)))
+        .collect()
+}
+
+/// The counter sets a slice publishes (`spec.sharedCounters`), and what
+/// could not be read of them (a set with an unreadable counter is left
+/// out, so the devices consuming it cannot be allocated).
+pub fn counter_sets(s: &ResourceSlice) -> (Vec<(CounterSetId, Counters)>, Vec<String>) {
+    let name = s.metadata.name.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, cs) in s.spec.shared_counters.iter().flatten().enumerate() {
+        match counters(
+            &cs.counters,
+            &format!("ResourceSlice {name}: spec.sharedCounters[{i}].counters"),
+        ) {
+            Ok(c) => out.push((
+                CounterSetId {
+                    driver: s.spec.driver.clone(),
+                    pool: s.spec.pool.name.clone(),
+                    name: cs.name.clone(),
+                },
+                c,
+            )),
+            Err(e) => warnings.push(e),
+        }
+    }
+    (out, warnings)
+}
+
+fn policy(
+    p: &k8s_openapi::api::resource::v1::CapacityRequestPolicy,
+    field: &str,
+) -> Result<RequestPolicy, String> {
+    let default = p
+        .default
+        .as_ref()
+        .map(|q| milli(q, &format!("{field}.default")))
+        .transpose()?;
+    let mut values = p
+        .valid_values
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, q)| milli(q, &format!("{field}.validValues[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    values.sort_unstable();
+    let range = match &p.valid_range {
+        None => None,
+        Some(r) => {
+            let f = format!("{field}.validRange");
+            Some((
+                milli(&r.min, &format!("{f}.min"))?,
+                r.max
+                    .as_ref()
+                    .map(|q| milli(q, &format!("{f}.max")))
+                    .transpose()?,
+                r.step
+                    .as_ref()
+                    .map(|q| milli(q, &format!("{f}.step")))
+                    .transpose()?,
+            ))
+        }
+    };
+    Ok(RequestPolicy {
+        default,
+        values,
+        range,
+    })
+}
+
 /// The devices of a slice. `serial` numbers each device version.
 /// Devices with a node selector (not on one node, not on all) are left
 /// out, with a warning.
@@ -61,17 +149,64 @@ pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) 
             .filter_map(|(k, v)| Some((qualify(driver, k), attr(v)?)))
             .collect();
         let mut capacity = BTreeMap::new();
+        let mut capacity_info = BTreeMap::new();
+        let mut unusable = None;
         for (k, c) in d.capacity.iter().flatten() {
-            match gpusched_model::Quantity::parse(&c.value.0) {
+            let field = format!(
+                "ResourceSlice {name}: spec.devices[{}].capacity[{k}]",
+                d.name
+            );
+            match milli(&c.value, &field) {
                 Ok(q) => {
-                    capacity.insert(qualify(driver, k), q.milli());
+                    capacity.insert(qualify(driver, k), q);
                 }
-                Err(e) => warnings.push(format!(
-                    "ResourceSlice {name}: spec.devices[{}].capacity[{k}]: {e}",
+                Err(e) => warnings.push(e),
+            }
+            let policy = match c
+                .request_policy
+                .as_ref()
+                .map(|p| policy(p, &format!("{field}.requestPolicy")))
+            {
+                None => None,
+                Some(Ok(p)) => Some(p),
+                Some(Err(e)) => {
+                    unusable.get_or_insert(e);
+                    None
+                }
+            };
+            capacity_info.insert(
+                qualify(driver, k),
+                CapacityInfo {
+                    name: k.clone(),
+                    policy,
+                },
+            );
+        }
+        let mut consumes = Vec::new();
+        for (i, u) in d.consumes_counters.iter().flatten().enumerate() {
+            match counters(
+                &u.counters,
+                &format!(
+                    "ResourceSlice {name}: spec.devices[{}].consumesCounters[{i}].counters",
                     d.name
-                )),
+                ),
+            ) {
+                Ok(c) => consumes.push(CounterUse {
+                    set: u.counter_set.clone(),
+                    counters: c,
+                    groups: u.compatibility_groups.clone().unwrap_or_default(),
+                }),
+                Err(e) => {
+                    unusable.get_or_insert(e);
+                }
             }
         }
+        if let Some(e) = unusable {
+            // a device whose use cannot be accounted is not offered
+            warnings.push(format!("{e}; device {} is not used", d.name));
+            continue;
+        }
+        let multiple = d.allow_multiple_allocations == Some(true);
         let taints = d
             .taints
             .iter()
@@ -90,11 +225,14 @@ pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) 
                 device: d.name.clone(),
             },
             node: node.clone(),
-            cel: super::cel::device_value(driver, &attributes, &capacity),
+            cel: super::cel::device_value_with(driver, &attributes, &capacity, multiple),
             attributes,
             capacity,
             taints,
             serial: *serial,
+            consumes,
+            multiple,
+            capacity_info,
         });
     }
     (out, warnings)
@@ -152,6 +290,18 @@ fn count(mode: Option<&str>, count: Option<i64>, field: &str) -> Result<Count, S
     }
 }
 
+/// `capacity.requests` in milli-units.
+fn capacity_requests(
+    c: Option<&k8s_openapi::api::resource::v1::CapacityRequirements>,
+    field: &str,
+) -> Result<BTreeMap<String, i128>, String> {
+    c.and_then(|c| c.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, q)| Ok((k.clone(), milli(q, &format!("{field}.requests[{k}]"))?)))
+        .collect()
+}
+
 /// A DeviceClass.
 pub fn class(c: &DeviceClass) -> Class {
     Class {
@@ -177,11 +327,6 @@ pub fn claim(c: &ResourceClaim) -> Claim {
             let field = format!("{obj}: spec.devices.requests[{i}]");
             let alternatives = match (&r.exactly, &r.first_available) {
                 (Some(e), None) => {
-                    if e.capacity.is_some() {
-                        return Err(format!(
-                            "{field}.exactly.capacity: consumable capacity is not supported by gpusched yet"
-                        ));
-                    }
                     vec![SubRequest {
                         name: r.name.clone(),
                         class: e.device_class_name.clone(),
@@ -193,17 +338,16 @@ pub fn claim(c: &ResourceClaim) -> Claim {
                         )?,
                         admin: e.admin_access == Some(true),
                         tolerations: tolerations(e.tolerations.as_ref()),
+                        capacity: capacity_requests(
+                            e.capacity.as_ref(),
+                            &format!("{field}.exactly.capacity"),
+                        )?,
                     }]
                 }
                 (None, Some(subs)) if !subs.is_empty() => {
                     let mut alts = Vec::new();
                     for (j, s) in subs.iter().enumerate() {
                         let sf = format!("{field}.firstAvailable[{j}]");
-                        if s.capacity.is_some() {
-                            return Err(format!(
-                                "{sf}.capacity: consumable capacity is not supported by gpusched yet"
-                            ));
-                        }
                         alts.push(SubRequest {
                             name: format!("{}/{}", r.name, s.name),
                             class: s.device_class_name.clone(),
@@ -211,6 +355,10 @@ pub fn claim(c: &ResourceClaim) -> Claim {
                             count: count(s.allocation_mode.as_deref(), s.count, &sf)?,
                             admin: false,
                             tolerations: tolerations(s.tolerations.as_ref()),
+                            capacity: capacity_requests(
+                                s.capacity.as_ref(),
+                                &format!("{sf}.capacity"),
+                            )?,
                         });
                     }
                     alts
@@ -269,6 +417,18 @@ pub fn claim(c: &ResourceClaim) -> Claim {
                     device: r.device.clone(),
                 },
                 admin: r.admin_access == Some(true),
+                consumed: r
+                    .consumed_capacity
+                    .iter()
+                    .flatten()
+                    .filter_map(|(k, q)| {
+                        Some((
+                            k.clone(),
+                            gpusched_model::Quantity::parse(&q.0).ok()?.milli(),
+                        ))
+                    })
+                    .collect(),
+                share: r.share_id.clone(),
             })
             .collect();
         Allocation { node, devices }

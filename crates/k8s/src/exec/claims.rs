@@ -37,6 +37,13 @@ pub fn allocation_result(a: &Allocation) -> AllocationResult {
                         pool: d.id.pool.clone(),
                         device: d.id.device.clone(),
                         admin_access: d.admin.then_some(true),
+                        consumed_capacity: (!d.consumed.is_empty()).then(|| {
+                            d.consumed
+                                .iter()
+                                .map(|(k, v)| (k.clone(), quantity(*v)))
+                                .collect()
+                        }),
+                        share_id: d.share.clone(),
                         ..Default::default()
                     })
                     .collect(),
@@ -55,6 +62,16 @@ pub fn allocation_result(a: &Allocation) -> AllocationResult {
         }),
         allocation_timestamp: None,
     }
+}
+
+/// A quantity of `milli` milli-units, in the API's form.
+fn quantity(milli: i128) -> k8s_openapi::apimachinery::pkg::api::resource::Quantity {
+    let s = if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    };
+    k8s_openapi::apimachinery::pkg::api::resource::Quantity(s)
 }
 
 /// What the API server said (its message, not the whole status).
@@ -224,6 +241,8 @@ mod tests {
                     device: "gpu-0".into(),
                 },
                 admin: false,
+                consumed: Default::default(),
+                share: None,
             }],
         };
         let v = serde_json::to_value(allocation_result(&a)).unwrap();
