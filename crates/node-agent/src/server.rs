@@ -6,7 +6,7 @@ use crate::agent::Agent;
 use crate::api;
 use crate::api::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use crate::api::registration_client::RegistrationClient;
-use crate::authority::{FixAuthority, SERVER_MAX_FRAME_SIZE};
+use crate::authority;
 use crate::metrics::{RequestLabels, ResourceLabels};
 use hyper_util::rt::TokioIo;
 use std::os::unix::fs::MetadataExt;
@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
-use tokio_stream::wrappers::{UnixListenerStream, WatchStream};
+use tokio_stream::wrappers::WatchStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::{Channel, Endpoint, Server};
+use tonic::service::Routes;
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
 /// API version sent in `Register`.
@@ -294,14 +295,10 @@ async fn bind_and_serve(
     let task = tokio::spawn(async move {
         // Clients that send the socket path as `:authority` (every gRPC
         // but grpc-go) are served too: see `crate::authority`.
-        let incoming = UnixListenerStream::new(listener).map(|c| c.map(FixAuthority::new));
-        let r = Server::builder()
-            .max_frame_size(Some(SERVER_MAX_FRAME_SIZE))
-            .add_service(svc)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await;
+        let r = authority::serve(listener, Routes::new(svc), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
         if let Err(e) = r {
             tracing::error!("plugin server: {e}");
         }

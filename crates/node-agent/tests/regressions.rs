@@ -56,7 +56,7 @@ async fn two_agents_on_one_plugin_dir_livelock() {
 /// 1.57). h2 answered each such request with RST_STREAM(PROTOCOL_ERROR).
 #[tokio::test]
 async fn socket_path_authority_gets_rst_stream() {
-    use gpusched_node_agent::authority::hpack::{Decoder, write_int};
+    use loona_hpack::Decoder;
     use prost::Message;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -66,6 +66,10 @@ async fn socket_path_authority_gets_rst_stream() {
         f.extend_from_slice(&stream.to_be_bytes());
         f.extend_from_slice(payload);
         f
+    }
+    /// An integer with an `n`-bit prefix whose high bits are `flags`.
+    fn write_int(b: &mut Vec<u8>, flags: u8, n: u8, v: usize) {
+        loona_hpack::encoder::encode_integer_into(v, n, flags, b).unwrap();
     }
     fn literal(b: &mut Vec<u8>, flags: u8, prefix: u8, name_index: usize, value: &[u8]) {
         write_int(b, flags, prefix, name_index);
@@ -122,7 +126,7 @@ async fn socket_path_authority_gets_rst_stream() {
     }
     c.write_all(&wire).await.unwrap();
 
-    let mut dec = Decoder::new(4096, 1 << 20);
+    let mut dec = Decoder::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut answered = std::collections::BTreeMap::new();
     let mut closed = std::collections::BTreeSet::new();
@@ -146,9 +150,9 @@ async fn socket_path_authority_gets_rst_stream() {
                 0x1 => {
                     let h = dec.decode(&p).unwrap();
                     if flags & 0x1 != 0 {
-                        let status = h.iter().find(|f| f.name == b"grpc-status");
+                        let status = h.iter().find(|f| f.0 == b"grpc-status");
                         assert_eq!(
-                            status.map(|f| f.value.as_slice()),
+                            status.map(|f| f.1.as_slice()),
                             Some(&b"0"[..]),
                             "stream {id}: {h:?}"
                         );

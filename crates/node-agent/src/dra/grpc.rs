@@ -7,7 +7,7 @@
 
 use super::DraSettings;
 use super::prepare::{ClaimRef, PreparedDevice, Preparer};
-use crate::authority::{FixAuthority, SERVER_MAX_FRAME_SIZE};
+use crate::authority;
 use crate::registration_api as reg;
 use crate::server::ServerError;
 use crate::{dra_v1 as v1, dra_v1beta1 as v1beta1};
@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::net::UnixListener;
 use tokio::sync::watch;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::Server;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 /// Plugin type of a DRA driver in `PluginInfo`.
@@ -418,20 +416,17 @@ pub async fn serve(
     let svc = DraService::new(preparer);
     let mut s1 = stop.clone();
     let dra = tokio::spawn(async move {
-        let incoming = UnixListenerStream::new(dra_l).map(|c| c.map(FixAuthority::new));
-        Server::builder()
-            .max_frame_size(Some(SERVER_MAX_FRAME_SIZE))
-            .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
+        let routes = Routes::new(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
             .add_service(
                 crate::dra_health_v1::dra_resource_health_server::DraResourceHealthServer::new(
                     health,
                 ),
-            )
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = s1.wait_for(|s| *s).await;
-            })
-            .await
+            );
+        authority::serve(dra_l, routes, async move {
+            let _ = s1.wait_for(|s| *s).await;
+        })
+        .await
     });
     let (reg_l, _reg_sock) = bind(&settings.registration_socket())?;
     tracing::info!(
@@ -441,14 +436,11 @@ pub async fn serve(
     );
     let regsvc = RegistrationService::new(&settings.kubelet_endpoint(), status);
     let mut s2 = stop.clone();
-    let incoming = UnixListenerStream::new(reg_l).map(|c| c.map(FixAuthority::new));
-    let r = Server::builder()
-        .max_frame_size(Some(SERVER_MAX_FRAME_SIZE))
-        .add_service(reg::registration_server::RegistrationServer::new(regsvc))
-        .serve_with_incoming_shutdown(incoming, async move {
-            let _ = s2.wait_for(|s| *s).await;
-        })
-        .await;
+    let routes = Routes::new(reg::registration_server::RegistrationServer::new(regsvc));
+    let r = authority::serve(reg_l, routes, async move {
+        let _ = s2.wait_for(|s| *s).await;
+    })
+    .await;
     if let Err(e) = r {
         tracing::error!("DRA registration server: {e}");
     }
