@@ -702,6 +702,8 @@ mod tests {
             Class {
                 name: DRV.into(),
                 selectors: vec![format!("device.driver == \"{DRV}\"")],
+                extended_resource: None,
+                created_ns: 0,
             },
         )])
     }
@@ -1040,6 +1042,8 @@ mod tests {
             Class {
                 name: prefix.into(),
                 selectors: vec![],
+                extended_resource: None,
+                created_ns: 0,
             },
         );
         let mut s = sub(name, Count::Exact(n));

@@ -9,6 +9,7 @@
 
 pub mod alloc;
 pub mod cel;
+pub mod extended;
 pub mod state;
 pub mod translate;
 
@@ -366,6 +367,11 @@ pub struct Class {
     pub name: String,
     /// CEL selectors.
     pub selectors: Vec<String>,
+    /// `spec.extendedResourceName` (KEP-5004).
+    pub extended_resource: Option<String>,
+    /// `metadata.creationTimestamp` in nanoseconds since the epoch (0:
+    /// unknown); the newest class wins an extended resource name.
+    pub created_ns: i128,
 }
 
 /// The claims a pod references, by its `spec.resourceClaims` entries.

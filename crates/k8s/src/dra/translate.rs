@@ -307,6 +307,16 @@ pub fn class(c: &DeviceClass) -> Class {
     Class {
         name: c.metadata.name.clone().unwrap_or_default(),
         selectors: selectors(c.spec.as_ref().and_then(|s| s.selectors.as_ref())),
+        extended_resource: c
+            .spec
+            .as_ref()
+            .and_then(|s| s.extended_resource_name.clone())
+            .filter(|n| !n.is_empty()),
+        created_ns: c
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_nanosecond()),
     }
 }
 
