@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch};
 /// A published device list.
 #[derive(Clone, Debug, PartialEq)]
 pub struct View {
+    /// The devices sent in `ListAndWatch`.
     pub devices: Vec<api::Device>,
     /// Health of each unit of the plan.
     pub unit_healthy: Vec<bool>,
@@ -24,17 +25,23 @@ pub struct View {
 /// The agent could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// Discovering GPUs or starting health monitoring failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The node's GPUs cannot be offered as configured.
     #[error(transparent)]
     Plan(#[from] PlanError),
 }
 
 /// Everything the servers share.
 pub struct Agent {
+    /// The effective settings.
     pub settings: Settings,
+    /// The GPUs found at start.
     pub inventory: Inventory,
+    /// One plan per advertised resource (the index is the resource's `r`).
     pub plans: Vec<ResourcePlan>,
+    /// The Prometheus registry and its families.
     pub metrics: Metrics,
     backend: Arc<dyn DeviceBackend>,
     health: Mutex<HealthTracker>,
@@ -295,6 +302,7 @@ impl Agent {
         self.views[r].subscribe()
     }
 
+    /// Records whether resource `r` is registered with the kubelet (see [`Agent::ready`]).
     pub fn set_registered(&self, r: usize, v: bool) {
         if let Some(b) = self.registered.get(r) {
             b.store(v, Ordering::SeqCst);

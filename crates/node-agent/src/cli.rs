@@ -14,6 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// How long the Node publisher waits after a health change for more
+/// before writing (a burst of faults is one write).
+const NODE_PUBLISH_DEBOUNCE: Duration = Duration::from_millis(200);
+/// `--discover-only`: longest health check period while listening.
+const DISCOVER_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// `--discover-only`: how long health events are listened for with NVML
+/// (events registered, anything pending arrives).
+const DISCOVER_LISTEN_NVML: Duration = Duration::from_secs(2);
+/// `--discover-only`: the same with the fake backend (events are local).
+const DISCOVER_LISTEN_FAKE: Duration = Duration::from_millis(50);
+
 /// How the agent hands GPUs to the kubelet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AgentMode {
@@ -417,7 +428,7 @@ pub async fn serve_with(
             kube_tasks.push(tokio::spawn(crate::kube::publish_loop(
                 agent.clone(),
                 sink,
-                Duration::from_millis(200),
+                NODE_PUBLISH_DEBOUNCE,
                 stop_rx.clone(),
             )));
         }
@@ -645,15 +656,15 @@ fn discover(s: &Settings, backend: Arc<dyn DeviceBackend>) -> anyhow::Result<()>
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     match backend.watch_health(
         HealthWatch {
-            check_interval: s.check_interval.min(Duration::from_secs(1)),
+            check_interval: s.check_interval.min(DISCOVER_CHECK_INTERVAL),
         },
         tx,
     ) {
         Ok(()) => {
             let listen = if backend.name() == "nvml" {
-                Duration::from_secs(2)
+                DISCOVER_LISTEN_NVML
             } else {
-                Duration::from_millis(50)
+                DISCOVER_LISTEN_FAKE
             };
             println!("health: event registration ok; listening {listen:?}");
             std::thread::sleep(listen);

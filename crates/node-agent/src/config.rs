@@ -14,29 +14,53 @@ use std::time::Duration;
 /// that shows it.
 pub const MIN_QUIET_PERIOD: Duration = Duration::from_secs(1);
 
+/// Recovery quiet period unless configured (`health.quietPeriod`).
+pub const DEFAULT_QUIET_PERIOD: Duration = Duration::from_secs(300);
+/// Health check period unless configured (`health.checkInterval`).
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// Shortest health check period accepted.
+pub const MIN_CHECK_INTERVAL: Duration = Duration::from_millis(10);
+
 /// Application XIDs: errors caused by the workload, not the GPU.
 pub const DEFAULT_IGNORED_XIDS: [u64; 6] = [13, 31, 43, 45, 68, 109];
 
 /// A refused configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
+        /// The config file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// The file is not valid YAML (no field to name).
     #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("config file {path}: field `{field}`: {message}")]
-    Field {
+    Parse {
+        /// The config file.
         path: PathBuf,
-        field: String,
+        /// The parser's message.
         message: String,
     },
+    /// A field of the file has the wrong type, is unknown or missing.
+    #[error("config file {path}: field `{field}`: {message}")]
+    Field {
+        /// The config file.
+        path: PathBuf,
+        /// Path of the field in the file's spelling (`health.ignoredXids`).
+        field: String,
+        /// What is wrong, with the line and column where known.
+        message: String,
+    },
+    /// A value read is out of range or inconsistent.
     #[error("{origin}: field `{field}`: {why}")]
     Value {
+        /// Where the value came from (the file, a flag or an environment variable).
         origin: String,
+        /// The field, flag or variable, as spelled there.
         field: String,
+        /// Why it is refused.
         why: String,
     },
 }
@@ -53,8 +77,10 @@ fn value_err(origin: &str, field: &str, why: impl Into<String>) -> ConfigError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendKind {
+    /// NVIDIA's management library (real GPUs).
     #[default]
     Nvml,
+    /// GPUs described by a node file (`backend.nodeFile`), with faults injected through a control file.
     Fake,
 }
 
@@ -62,8 +88,10 @@ pub enum BackendKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeviceIdStrategy {
+    /// The GPU or MIG device UUID.
     #[default]
     Uuid,
+    /// The GPU index (`<gpu>:<mig>` for MIG devices).
     Index,
 }
 
@@ -85,7 +113,9 @@ pub enum MigStrategy {
 /// (`sharing.timeSlicing.resources[0].replicas`), absent for syntax errors.
 #[derive(Debug)]
 pub struct YamlError {
+    /// Path of the offending value, absent for syntax errors.
     pub field: Option<String>,
+    /// The parser's message, without its `error: ` prefix.
     pub message: String,
 }
 
@@ -119,83 +149,120 @@ pub struct ConfigFile {
     /// Required; `Option` so that a missing version is reported like a
     /// wrong one.
     pub version: Option<String>,
+    /// `plugin:`: sockets and device ids.
     #[serde(default)]
     pub plugin: PluginSection,
+    /// `backend:`: where GPUs come from.
     #[serde(default)]
     pub backend: BackendSection,
+    /// `health:`: fault handling.
     #[serde(default)]
     pub health: HealthSection,
+    /// `sharing:`: time-slicing.
     #[serde(default)]
     pub sharing: SharingSection,
+    /// `labels:`: node labels for node-feature-discovery.
     #[serde(default)]
     pub labels: LabelsSection,
+    /// `metrics:`: the HTTP server.
     #[serde(default)]
     pub metrics: MetricsSection,
 }
 
+/// `plugin:` section of the file (see `docs/agent.md`, *Config file*).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginSection {
+    /// Device plugin directory (`/var/lib/kubelet/device-plugins`).
     pub dir: Option<PathBuf>,
+    /// The kubelet's registration socket, a file name inside `dir`.
     pub kubelet_socket: Option<String>,
+    /// `uuid` or `index`.
     pub device_id_strategy: Option<DeviceIdStrategy>,
+    /// Also pass `/dev/nvidia*` device nodes in `Allocate` answers.
     pub pass_device_specs: Option<bool>,
+    /// Also answer `Allocate` with CDI device names.
     pub cdi_enabled: Option<bool>,
+    /// `none`, `single` or `mixed`.
     pub mig_strategy: Option<MigStrategy>,
 }
 
+/// `backend:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BackendSection {
+    /// `nvml` or `fake`.
     pub kind: Option<BackendKind>,
+    /// The node fixture the fake backend serves.
     pub node_file: Option<PathBuf>,
+    /// The file the fake backend reads fault commands from.
     pub control_file: Option<PathBuf>,
 }
 
+/// `health:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct HealthSection {
+    /// Never mark a GPU unhealthy.
     pub disabled: Option<bool>,
+    /// Bring a GPU back after a quiet period without faults (`false`: unhealthy until restart).
     pub recover: Option<bool>,
+    /// The quiet period (`5m`; at least [`MIN_QUIET_PERIOD`]).
     pub quiet_period: Option<String>,
+    /// How often GPUs are checked (`30s`).
     pub check_interval: Option<String>,
+    /// XIDs that are not faults (default [`DEFAULT_IGNORED_XIDS`]).
     pub ignored_xids: Option<Vec<u64>>,
 }
 
+/// `sharing:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SharingSection {
+    /// `timeSlicing:`: resources advertised several times per device.
     #[serde(default)]
     pub time_slicing: Option<TimeSlicingSection>,
 }
 
+/// `sharing.timeSlicing:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TimeSlicingSection {
+    /// Advertise every time-sliced resource as `<name>.shared`.
     #[serde(default)]
     pub rename_by_default: bool,
+    /// Refuse containers that ask for more than one replica.
     #[serde(default)]
     pub fail_requests_greater_than_one: bool,
+    /// The resources to time-slice.
     #[serde(default)]
     pub resources: Vec<ReplicatedResource>,
 }
 
+/// One entry of `sharing.timeSlicing.resources`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReplicatedResource {
+    /// The resource to share (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
     pub name: String,
+    /// Device ids advertised per device (at least 1).
     pub replicas: u32,
+    /// The name to advertise instead.
     #[serde(default)]
     pub rename: Option<String>,
 }
 
+/// `labels:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LabelsSection {
+    /// Write no feature file.
     pub disabled: Option<bool>,
+    /// Where the node-feature-discovery feature file is written.
     pub feature_file: Option<PathBuf>,
 }
 
+/// `metrics:` section of the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct MetricsSection {
@@ -208,6 +275,7 @@ pub struct MetricsSection {
 pub struct Replication {
     /// The resource being shared (`nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`).
     pub name: String,
+    /// Device ids advertised per device.
     pub replicas: u32,
     /// Name advertised to the kubelet (`nvidia.com/gpu.shared` when renamed).
     pub advertised: String,
@@ -216,23 +284,41 @@ pub struct Replication {
 /// Effective settings after file, environment and flags.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// Device plugin directory.
     pub plugin_dir: PathBuf,
+    /// The kubelet's registration socket, a file name inside `plugin_dir`.
     pub kubelet_socket: String,
+    /// How device ids are spelled.
     pub device_id_strategy: DeviceIdStrategy,
+    /// Pass `/dev/nvidia*` device nodes in `Allocate` answers.
     pub pass_device_specs: bool,
+    /// Answer `Allocate` with CDI device names too.
     pub cdi_enabled: bool,
+    /// How MIG devices are offered.
     pub mig_strategy: MigStrategy,
+    /// Where GPUs come from.
     pub backend: BackendKind,
+    /// The fake backend's node fixture.
     pub node_file: Option<PathBuf>,
+    /// The fake backend's fault command file.
     pub control_file: Option<PathBuf>,
+    /// Never mark a GPU unhealthy.
     pub health_disabled: bool,
+    /// Recover after a quiet period without faults.
     pub recover: bool,
+    /// The recovery quiet period (at least [`MIN_QUIET_PERIOD`]).
     pub quiet_period: Duration,
+    /// How often GPUs are checked.
     pub check_interval: Duration,
+    /// XIDs that are not faults.
     pub ignored_xids: BTreeSet<u64>,
+    /// Refuse time-sliced containers asking for more than one replica.
     pub fail_requests_greater_than_one: bool,
+    /// Time-slicing, one entry per shared resource.
     pub replication: Vec<Replication>,
+    /// Where the node-feature-discovery feature file is written (none: no file).
     pub feature_file: Option<PathBuf>,
+    /// `host:port` of the metrics server (none: no server).
     pub metrics_address: Option<String>,
     /// Advertise `gpusched.io/gpu-milli` (GPU shares).
     pub shares: bool,
@@ -258,8 +344,8 @@ impl Default for Settings {
             control_file: None,
             health_disabled: false,
             recover: true,
-            quiet_period: Duration::from_secs(300),
-            check_interval: Duration::from_secs(30),
+            quiet_period: DEFAULT_QUIET_PERIOD,
+            check_interval: DEFAULT_CHECK_INTERVAL,
             ignored_xids: DEFAULT_IGNORED_XIDS.into_iter().collect(),
             fail_requests_greater_than_one: false,
             replication: Vec::new(),
@@ -323,6 +409,7 @@ impl ConfigFile {
         Self::parse(&text, path)
     }
 
+    /// Parses config file text; `path` names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
         let f: ConfigFile = parse_yaml(text).map_err(|e| match e.field {
             Some(field) => ConfigError::Field {
@@ -406,11 +493,11 @@ impl ConfigFile {
         }
         if let Some(q) = &h.check_interval {
             let d = parse_duration(q).map_err(|w| value_err(origin, "health.checkInterval", w))?;
-            if d < Duration::from_millis(10) {
+            if d < MIN_CHECK_INTERVAL {
                 return Err(value_err(
                     origin,
                     "health.checkInterval",
-                    "must be at least 10ms",
+                    format!("must be at least {MIN_CHECK_INTERVAL:?}"),
                 ));
             }
             s.check_interval = d;

@@ -29,13 +29,16 @@ pub trait PodSource: Send + Sync + 'static {
 
 /// Where refusals are reported (pod events).
 pub trait EventSink: Send + Sync + 'static {
+    /// A pod's `Allocate` was refused: `reason` is the event's reason, `message` its text.
     fn refused(&self, pod: &PodInfo, reason: &str, message: &str);
 }
 
 /// The node's facts for the scheduler.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeFacts {
+    /// Labels to set on the Node.
     pub labels: BTreeMap<String, String>,
+    /// Annotations to set on the Node.
     pub annotations: BTreeMap<String, String>,
     /// Extended resources to put in the node's capacity.
     pub capacity: BTreeMap<String, String>,
@@ -43,6 +46,7 @@ pub struct NodeFacts {
 
 /// Where the node's facts go (the Node object).
 pub trait NodeSink: Send + Sync + 'static {
+    /// Writes `facts` to the Node; the error is the API's, in words.
     fn publish(&self, facts: NodeFacts) -> BoxFuture<'_, Result<(), String>>;
 }
 
@@ -55,9 +59,13 @@ impl EventSink for NoEvents {
 /// The Kubernetes side of a running agent.
 #[derive(Clone)]
 pub struct KubeSide {
+    /// The Node this agent runs on.
     pub node: String,
+    /// The pods of this node and their decisions.
     pub pods: Arc<dyn PodSource>,
+    /// Where refusals are reported.
     pub events: Arc<dyn EventSink>,
+    /// Where the node's facts go (none: they are not published).
     pub node_sink: Option<Arc<dyn NodeSink>>,
     /// Refuse `Allocate` calls that match no decision.
     pub require_decision: bool,
@@ -65,6 +73,7 @@ pub struct KubeSide {
 
 /// Decisions of this node plus the I/O around them.
 pub struct Coordinator {
+    /// The Kubernetes side this coordinator serves.
     pub side: KubeSide,
     ledger: Mutex<Ledger>,
     /// One `Allocate` at a time.
@@ -77,6 +86,7 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// A coordinator for `side` with an empty ledger of `gpus`.
     pub fn new(side: KubeSide, gpus: Vec<LedgerGpu>) -> Arc<Self> {
         Arc::new(Coordinator {
             ledger: Mutex::new(Ledger::new(&side.node, gpus)),
@@ -87,6 +97,7 @@ impl Coordinator {
         })
     }
 
+    /// The ledger of decisions (a poisoned lock is taken over: the ledger is rebuilt from pods anyway).
     pub fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -14,8 +14,11 @@ pub const GPU_MILLI: u32 = 1000;
 /// A pod as the agent needs to see it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PodInfo {
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`.
     pub uid: String,
     /// `spec.nodeName`.
     pub node: String,
@@ -117,6 +120,7 @@ fn take_slot(slots: &mut Vec<u32>, n: u32) {
 }
 
 impl PodInfo {
+    /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
@@ -125,8 +129,11 @@ impl PodInfo {
 /// A GPU of the node as the ledger knows it (position = inventory index).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LedgerGpu {
+    /// The driver's index (what decisions name).
     pub index: u32,
+    /// The GPU UUID.
     pub uuid: String,
+    /// Total memory.
     pub memory_mib: u64,
 }
 
@@ -139,17 +146,25 @@ pub enum Grant {
     /// `slots`: the GPUs each `Allocate` call still expected from the pod
     /// adds (Σ = GPUs not served yet).
     Whole {
+        /// The decided GPUs.
         gpus: Vec<usize>,
+        /// Those already handed to the kubelet.
         served: BTreeSet<usize>,
+        /// GPUs each `Allocate` call still expected from the pod adds.
         slots: Vec<u32>,
     },
     /// A share of one GPU, and the milli already handed out; `slots` as
     /// for whole GPUs, in milli (Σ = milli not served yet).
     Share {
+        /// The GPU (inventory position).
         gpu: usize,
+        /// The decided share.
         milli: u32,
+        /// The decided memory.
         memory_mib: u64,
+        /// Milli already handed out.
         served_milli: u32,
+        /// Milli each `Allocate` call still expected from the pod adds.
         slots: Vec<u32>,
         /// The time-sliced resource of a replica decision (its calls come
         /// for that resource, not `gpusched.io/gpu-milli`, and are served
@@ -184,7 +199,9 @@ impl Grant {
 /// One pod's decision on this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The pod.
     pub pod: PodInfo,
+    /// The decision's `seq` (orders decisions of one node).
     pub seq: u64,
     /// The decision, or why it is refused.
     pub state: Result<Grant, String>,
@@ -202,16 +219,22 @@ impl Entry {
 /// A refusal to report as an event on a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The pod.
     pub pod: PodInfo,
+    /// The event's text.
     pub message: String,
 }
 
 /// What `Allocate` hands out for a share.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareGrant {
+    /// The pod (`namespace/name`).
     pub pod: String,
+    /// The GPU (inventory position).
     pub gpu: usize,
+    /// The pod's whole decided share (not only this call's).
     pub milli: u32,
+    /// The pod's decided memory.
     pub memory_mib: u64,
     /// The decided MIG instances (device ids), for a MIG decision.
     pub mig: Vec<String>,
@@ -414,6 +437,7 @@ fn validate(
 }
 
 impl Ledger {
+    /// A ledger of `node` with no decisions.
     pub fn new(node: &str, gpus: Vec<LedgerGpu>) -> Self {
         Ledger {
             node: node.to_string(),
@@ -423,10 +447,12 @@ impl Ledger {
         }
     }
 
+    /// The Node this ledger is of.
     pub fn node(&self) -> &str {
         &self.node
     }
 
+    /// The node's GPUs (position = inventory index).
     pub fn gpus(&self) -> &[LedgerGpu] {
         &self.gpus
     }
@@ -786,9 +812,6 @@ impl Ledger {
         }
     }
 
-    /// The GPU to take share tokens from: that of the pending share
-    /// decision expecting a call of exactly `size` milli (else one with
-    /// that much unserved).
     /// The MIG instances (device ids) of the MIG decision a call of
     /// `size` milli of `resource` would be charged to.
     pub fn preferred_mig(&self, size: u32, resource: &str) -> Option<Vec<String>> {
@@ -799,6 +822,9 @@ impl Ledger {
         }
     }
 
+    /// The GPU to take share tokens from: that of the pending share
+    /// decision expecting a call of exactly `size` milli (else one with
+    /// that much unserved).
     pub fn preferred_share(&self, size: u32, resource: Option<&str>) -> Option<usize> {
         let cands = self.share_candidates(size, resource);
         match &self.rank(&cands, |_| false)?.state {

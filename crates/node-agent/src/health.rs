@@ -30,19 +30,26 @@ pub struct HealthPolicy {
 /// State of one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum State {
+    /// No fault, or the quiet period passed since the last one.
     Healthy,
+    /// Faulted; healthy again after a quiet period without faults (when recovery is on).
     Unhealthy {
+        /// When the GPU became unhealthy.
         since: Instant,
+        /// The latest fault (the quiet period counts from it).
         last_fault: Instant,
+        /// The latest fault, in words (`xid 79`).
         reason: String,
     },
     /// Held unhealthy by fault injection or an operator.
     Forced {
+        /// Why, as given.
         reason: String,
     },
 }
 
 impl State {
+    /// True for [`State::Healthy`].
     pub fn is_healthy(&self) -> bool {
         matches!(self, State::Healthy)
     }
@@ -51,10 +58,13 @@ impl State {
 /// One GPU's record.
 #[derive(Clone, Debug)]
 pub struct GpuHealth {
+    /// The GPU UUID.
     pub uuid: String,
+    /// Its health.
     pub state: State,
     /// Every XID seen, ignored or not.
     pub xid_count: u64,
+    /// Changes between healthy and unhealthy.
     pub transitions: u64,
 }
 
@@ -70,7 +80,12 @@ pub struct HealthTracker {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The GPU's health changed.
-    Changed { gpu: usize, healthy: bool },
+    Changed {
+        /// The GPU (inventory index).
+        gpu: usize,
+        /// Its new health.
+        healthy: bool,
+    },
     /// Recorded, no change of health.
     Unchanged,
     /// The event names no GPU of this node.
@@ -107,10 +122,12 @@ impl HealthTracker {
         }
     }
 
+    /// Every GPU's record (index = inventory index).
     pub fn gpus(&self) -> &[GpuHealth] {
         &self.gpus
     }
 
+    /// True when GPU `gpu` (inventory index) is healthy; false for an unknown index.
     pub fn is_healthy(&self, gpu: usize) -> bool {
         self.gpus.get(gpu).is_some_and(|g| g.state.is_healthy())
     }

@@ -93,6 +93,7 @@ pub struct KubePods {
 }
 
 impl KubePods {
+    /// The pods of `node`, read through `client`.
     pub fn new(client: Client, node: &str) -> Self {
         KubePods {
             api: Api::all(client),
@@ -157,6 +158,7 @@ pub struct KubeEvents {
 }
 
 impl KubeEvents {
+    /// Events about pods of `node`, written through `client`.
     pub fn new(client: Client, node: &str) -> Self {
         KubeEvents {
             recorder: Recorder::new(
@@ -212,6 +214,7 @@ pub struct KubeNode {
 }
 
 impl KubeNode {
+    /// The Node `node`, written through `client`.
     pub fn new(client: Client, node: &str) -> Self {
         KubeNode {
             api: Api::all(client),
@@ -405,10 +408,13 @@ pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
 /// (allocations change with the kubelet's calls and the pod watch).
 pub const REFRESH: Duration = Duration::from_secs(5);
 
+/// Wait before writing the Node again after a failed write.
+const PUBLISH_RETRY: Duration = Duration::from_secs(2);
+
 /// Publishes the node's facts at start, after every health change
 /// (debounced by `debounce`) and when the allocations changed (checked
 /// after each PodResources read and every [`REFRESH`]), retrying failures
-/// every 2 s, until `stop`.
+/// every `PUBLISH_RETRY` (2 s), until `stop`.
 pub async fn publish_loop(
     agent: Arc<Agent>,
     sink: Arc<dyn NodeSink>,
@@ -427,9 +433,9 @@ pub async fn publish_loop(
                     last = Some(facts);
                 }
                 Err(e) => {
-                    tracing::warn!("node publish failed: {e}; retrying in 2s");
+                    tracing::warn!("node publish failed: {e}; retrying in {PUBLISH_RETRY:?}");
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                        _ = tokio::time::sleep(PUBLISH_RETRY) => {}
                         _ = stop.changed() => return,
                     }
                     continue;

@@ -23,9 +23,12 @@ pub const LOCK_FILE: &str = "gpusched-agent.lock";
 /// The lock could not be taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
+    /// The lock file could not be opened or created.
     #[error("cannot open lock file {path}: {source}")]
     Open {
+        /// The lock file.
         path: PathBuf,
+        /// Why opening failed.
         source: std::io::Error,
     },
     #[error(
@@ -33,14 +36,21 @@ pub enum LockError {
          refusing to start, as two agents would take the plugin socket from each other. \
          Stop the other agent first (DaemonSet: rollingUpdate.maxSurge 0)"
     )]
+    /// Another process holds the lock.
     Held {
+        /// The plugin directory.
         dir: PathBuf,
+        /// The lock file.
         path: PathBuf,
+        /// What the holder wrote into the file (`pid N, pod/host …`), or `holder unknown`.
         holder: String,
     },
+    /// Locking failed for a reason other than another holder.
     #[error("cannot lock {path}: {source}")]
     Lock {
+        /// The lock file.
         path: PathBuf,
+        /// Why locking failed.
         source: std::io::Error,
     },
 }
@@ -53,6 +63,7 @@ pub struct DirLock {
 }
 
 impl DirLock {
+    /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
     }

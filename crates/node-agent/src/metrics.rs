@@ -10,22 +10,29 @@ use std::sync::atomic::AtomicU64;
 /// Labels of per-GPU series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GpuLabels {
+    /// The GPU UUID.
     pub gpu: String,
+    /// The GPU index, as text.
     pub index: String,
+    /// The GPU model.
     pub model: String,
 }
 
 /// Labels of per-resource series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
+    /// The advertised resource name.
     pub resource: String,
 }
 
 /// Labels of request outcomes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
+    /// The advertised resource name.
     pub resource: String,
+    /// The device plugin method (`Allocate`, …).
     pub method: String,
+    /// The gRPC status code of the answer (`OK`, …).
     pub code: String,
 }
 
@@ -33,18 +40,31 @@ type GaugeF = Gauge<f64, AtomicU64>;
 
 /// Every metric the agent exports.
 pub struct Metrics {
+    /// The registry `/metrics` encodes.
     pub registry: Registry,
+    /// `gpusched_agent_gpu_utilization_ratio`.
     pub utilization: Family<GpuLabels, GaugeF>,
+    /// `gpusched_agent_gpu_memory_used_bytes`.
     pub memory_used: Family<GpuLabels, Gauge>,
+    /// `gpusched_agent_gpu_memory_total_bytes`.
     pub memory_total: Family<GpuLabels, Gauge>,
+    /// `gpusched_agent_gpu_power_watts`.
     pub power: Family<GpuLabels, GaugeF>,
+    /// `gpusched_agent_gpu_temperature_celsius`.
     pub temperature: Family<GpuLabels, GaugeF>,
+    /// `gpusched_agent_gpu_healthy`: 1 when offered as Healthy.
     pub healthy: Family<GpuLabels, Gauge>,
+    /// `gpusched_agent_gpu_allocated`: 1 once handed to a container.
     pub allocated: Family<GpuLabels, Gauge>,
+    /// `gpusched_agent_gpu_xid_errors`, ignored XIDs included.
     pub xid: Family<GpuLabels, Counter>,
+    /// `gpusched_agent_gpu_health_transitions`.
     pub health_transitions: Family<GpuLabels, Counter>,
+    /// `gpusched_agent_registrations` with the kubelet.
     pub registrations: Family<ResourceLabels, Counter>,
+    /// `gpusched_agent_device_list_updates` after the first list.
     pub list_updates: Family<ResourceLabels, Counter>,
+    /// `gpusched_agent_requests` by method and gRPC code.
     pub requests: Family<RequestLabels, Counter>,
 }
 
@@ -55,6 +75,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Every family, registered and empty.
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let m = Metrics {

@@ -21,7 +21,9 @@ pub struct Unit {
     pub uuid: String,
     /// Id in the index strategy (`3`, or `3:1` for MIG device 1 of GPU 3).
     pub index_id: String,
+    /// Where its GPU sits.
     pub topo: GpuTopo,
+    /// Its GPU's `/dev/nvidia<minor>`.
     pub minor: u32,
     /// MIG capability device nodes (empty for whole GPUs).
     pub caps: Vec<String>,
@@ -30,6 +32,7 @@ pub struct Unit {
 /// One id advertised to the kubelet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanDevice {
+    /// The id (UUID or index id, with `::<replica>` under time-slicing).
     pub id: String,
     /// Index into [`ResourcePlan::units`].
     pub unit: usize,
@@ -42,12 +45,17 @@ pub struct PlanDevice {
 pub struct ResourcePlan {
     /// Name advertised to the kubelet.
     pub name: String,
+    /// The GPUs or MIG devices offered.
     pub units: Vec<Unit>,
+    /// The ids advertised, `replicas` per unit.
     pub devices: Vec<PlanDevice>,
+    /// Id → index into `devices`.
     pub by_id: HashMap<String, usize>,
     /// 1 when not shared.
     pub replicas: u32,
+    /// Refuse containers asking for more than one replica.
     pub fail_requests_greater_than_one: bool,
+    /// Topology of each unit (index = unit), for preferred allocation.
     pub unit_topos: Vec<GpuTopo>,
     /// For MIG devices not time-sliced: one device's measure in milli-GPU
     /// of its GPU (`⌊1000 · g / G⌋`, all devices of a resource have one
@@ -58,20 +66,29 @@ pub struct ResourcePlan {
 /// The node's resources cannot be built from its devices and settings.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
+    /// Under `migStrategy: single`, a GPU without MIG devices or with two profiles (which, in words).
     #[error("mig strategy single needs every GPU in MIG mode with MIG devices of one profile: {0}")]
     MixedMig(String),
+    /// Two plans would advertise this name.
     #[error("two resources would be advertised as {0:?}")]
     DuplicateResource(String),
     #[error(
         "field `{field}`: {replicas} replicas × {units} devices = {devices} devices for {resource}; \
          at most {max} per resource (a kubelet refuses device lists over 4 MiB)"
     )]
+    /// Time-slicing would advertise more than [`MAX_DEVICES_PER_RESOURCE`] ids.
     TooManyDevices {
+        /// The config field (`sharing.timeSlicing.resources[0].replicas`).
         field: String,
+        /// The resource.
         resource: String,
+        /// Replicas asked.
         replicas: u32,
+        /// Devices of the resource.
         units: usize,
+        /// `replicas × units`.
         devices: u64,
+        /// [`MAX_DEVICES_PER_RESOURCE`].
         max: usize,
     },
 }
@@ -84,13 +101,16 @@ pub const MAX_DEVICES_PER_RESOURCE: usize = 16_384;
 /// A request the kubelet (or anyone) should not have made.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RequestError {
+    /// The request is malformed (unknown id, wrong count …): `INVALID_ARGUMENT`.
     #[error("{0}")]
     Invalid(String),
+    /// The request is well formed but cannot be served now (unhealthy device …): `FAILED_PRECONDITION`.
     #[error("{0}")]
     Precondition(String),
 }
 
 impl RequestError {
+    /// The gRPC status to answer with.
     pub fn into_status(self) -> tonic::Status {
         match self {
             RequestError::Invalid(m) => tonic::Status::invalid_argument(m),

@@ -129,6 +129,10 @@ pub async fn reconcile(agent: &Agent) -> Result<Option<usize>, String> {
 /// How often PodResources is read besides after `Allocate`.
 pub const RECONCILE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long after a served `Allocate` PodResources is read (the kubelet
+/// records the devices once the call has returned).
+const AFTER_ALLOCATE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Reads PodResources shortly after each served `Allocate` (the kubelet
 /// records the devices when the call returns) and every [`RECONCILE`],
 /// until `stop`.
@@ -143,7 +147,7 @@ pub async fn reconcile_loop(
     loop {
         tokio::select! {
             _ = coord.allocated.notified() => {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                tokio::time::sleep(AFTER_ALLOCATE).await;
             }
             _ = tokio::time::sleep(RECONCILE) => {}
             _ = stop.changed() => return,

@@ -28,19 +28,43 @@ pub const API_VERSION: &str = "v1beta1";
 pub const WATCH_PERIOD: Duration = Duration::from_millis(100);
 /// Longest wait between failed registrations.
 pub const MAX_BACKOFF: Duration = Duration::from_millis(400);
+/// First wait after a failed registration (doubles up to [`MAX_BACKOFF`]).
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// How long connecting to the kubelet's socket may take.
+const KUBELET_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one call to the kubelet may take.
+const KUBELET_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long in-flight calls get to finish when a resource stops, before its
+/// connections (and open `ListAndWatch` streams) are dropped.
+const STOP_GRACE: Duration = Duration::from_millis(300);
 
 /// Serving or registering failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The plugin socket could not be bound.
     #[error("cannot bind plugin socket {path}: {source}")]
     Bind {
+        /// The socket path.
         path: PathBuf,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// The kubelet socket could not be reached.
     #[error("cannot connect to kubelet socket {path}: {why}")]
-    Connect { path: PathBuf, why: String },
+    Connect {
+        /// The kubelet socket.
+        path: PathBuf,
+        /// Why connecting failed.
+        why: String,
+    },
+    /// The kubelet answered `Register` with an error.
     #[error("kubelet refused registration of {resource}: {status}")]
-    Register { resource: String, status: String },
+    Register {
+        /// The resource.
+        resource: String,
+        /// The kubelet's answer.
+        status: String,
+    },
 }
 
 /// The `DevicePlugin` service of one resource.
@@ -51,6 +75,7 @@ pub struct PluginService {
 }
 
 impl PluginService {
+    /// The service of resource `res` (index into [`Agent::plans`]).
     pub fn new(agent: Arc<Agent>, res: usize) -> Self {
         PluginService { agent, res }
     }
@@ -240,8 +265,8 @@ impl DevicePlugin for PluginService {
 pub async fn unix_channel(path: &Path) -> Result<Channel, ServerError> {
     let p = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost")
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(5));
+        .connect_timeout(KUBELET_CONNECT_TIMEOUT)
+        .timeout(KUBELET_CALL_TIMEOUT);
     endpoint
         .connect_with_connector(tower::service_fn(move |_| {
             let p = p.clone();
@@ -326,7 +351,7 @@ pub async fn run_resource(
         let (ino, task) = bind_and_serve(&agent, res, &path, inner_rx).await?;
         tracing::info!(resource = %name, socket = %path.display(), "serving device plugin");
         let mut registered_with: Option<(u64, u64)> = None;
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = MIN_BACKOFF;
         let mut failures = 0u64;
         loop {
             if stop.has_changed().is_err() || *stop.borrow() {
@@ -334,10 +359,7 @@ pub async fn run_resource(
                 // Open ListAndWatch streams never end by themselves: give
                 // in-flight calls a moment, then drop the connections.
                 let abort = task.abort_handle();
-                if tokio::time::timeout(Duration::from_millis(300), task)
-                    .await
-                    .is_err()
-                {
+                if tokio::time::timeout(STOP_GRACE, task).await.is_err() {
                     abort.abort();
                 }
                 let _ = std::fs::remove_file(&path);
@@ -364,7 +386,7 @@ pub async fn run_resource(
                     Ok(()) => {
                         tracing::info!(resource = %name, "registered with kubelet");
                         registered_with = k;
-                        backoff = Duration::from_millis(50);
+                        backoff = MIN_BACKOFF;
                         failures = 0;
                         agent.set_registered(res, true);
                         agent

@@ -10,7 +10,7 @@
 //! accept it.
 //!
 //! So every gRPC server of the agent is started by [`serve`], which wraps
-//! each connection in [`FixAuthority`]: on the bytes the client sends, it
+//! each connection in `FixAuthority`: on the bytes the client sends, it
 //! lets the preface and every frame through unchanged except header blocks
 //! (`HEADERS` + `CONTINUATION`), which it decodes with `loona-hpack` in the
 //! client's HPACK context, and re-encodes as literals without indexing with

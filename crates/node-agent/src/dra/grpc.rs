@@ -95,6 +95,7 @@ pub struct DraService {
 }
 
 impl DraService {
+    /// A DRA plugin service preparing claims with `preparer`.
     pub fn new(preparer: Arc<Preparer>) -> Self {
         DraService { preparer }
     }
@@ -240,6 +241,7 @@ pub struct HealthService {
 }
 
 impl HealthService {
+    /// A health service for `node` that repeats the full list every `heartbeat` until `stop`.
     pub fn new(
         agent: Arc<crate::agent::Agent>,
         node: &str,
@@ -342,6 +344,7 @@ pub struct RegistrationService {
 }
 
 impl RegistrationService {
+    /// A registration service naming `endpoint`; the kubelet's answer goes to `status`.
     pub fn new(endpoint: &Path, status: watch::Sender<Option<bool>>) -> Self {
         RegistrationService {
             endpoint: endpoint.display().to_string(),

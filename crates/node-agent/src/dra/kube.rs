@@ -24,12 +24,17 @@ use tokio::sync::watch;
 /// Field manager of the slice apply.
 pub const FIELD_MANAGER: &str = "gpusched-agent";
 
+/// First wait after a failed slice write; it doubles with each failure in a
+/// row, up to the resync period.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+
 /// Claims from the API server.
 pub struct KubeClaims {
     client: Client,
 }
 
 impl KubeClaims {
+    /// Claims read through `client`.
     pub fn new(client: Client) -> Self {
         KubeClaims { client }
     }
@@ -67,6 +72,7 @@ pub struct KubeSlices {
 }
 
 impl KubeSlices {
+    /// The ResourceSlices of `node`, written through `client`.
     pub fn new(client: Client, node: &str) -> Self {
         KubeSlices {
             client,
@@ -168,6 +174,7 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher of `node`'s slices that has published nothing yet.
     pub fn new(node: &str) -> Self {
         Publisher {
             node: node.to_string(),
@@ -237,7 +244,7 @@ pub async fn publish_loop(
                 failures += 1;
                 tracing::warn!(node = %node, "ResourceSlice: {e}");
                 // Retry soon, backing off to the resync period.
-                resync.min(Duration::from_millis(200) * 2u32.saturating_pow(failures.min(8)))
+                resync.min(RETRY_FIRST * 2u32.saturating_pow(failures.min(8)))
             }
         };
         tokio::select! {

@@ -1,7 +1,7 @@
 //! The agent as a DRA kubelet plugin (`gpusched agent --mode dra`,
 //! `docs/dra.md` "Node side").
 //!
-//! Layers: [`slice`] turns the inventory and health into this node's
+//! Layers: [`slice`](mod@slice) turns the inventory and health into this node's
 //! ResourceSlice (pure); [`cdi`] writes the CDI spec of a prepared claim;
 //! [`prepare`] checks a claim's allocation and keeps what was prepared in a
 //! checkpoint; [`grpc`] serves the kubelet's DRA API (v1 and v1beta1) and

@@ -34,8 +34,11 @@ pub trait ClaimSource: Send + Sync + 'static {
 /// The claim a kubelet names.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRef {
+    /// The claim's namespace.
     pub namespace: String,
+    /// The claim's name.
     pub name: String,
+    /// The claim's UID.
     pub uid: String,
 }
 
@@ -54,17 +57,22 @@ impl std::fmt::Display for ClaimRef {
 pub struct PreparedDevice {
     /// The claim's requests that got this device (`req` or `req/sub`).
     pub request_names: Vec<String>,
+    /// The ResourceSlice pool (the node's name).
     pub pool: String,
+    /// The device's name in the pool.
     pub device: String,
     /// The GPU's UUID.
     pub uuid: String,
+    /// The CDI device names handed to the kubelet.
     pub cdi_device_ids: Vec<String>,
 }
 
 /// One prepared claim.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreparedClaim {
+    /// The claim.
     pub claim: ClaimRef,
+    /// Its devices.
     pub devices: Vec<PreparedDevice>,
 }
 
@@ -83,18 +91,30 @@ pub const CHECKPOINT_VERSION: &str = "v1";
 /// The checkpoint could not be read at start.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
+    /// The checkpoint exists but cannot be read.
     #[error("cannot read DRA checkpoint {path}: {source}")]
     Read {
+        /// The checkpoint file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
     #[error(
         "DRA checkpoint {path} is not valid: {why} (it records the claims this node prepared; fix or remove it once no pod on this node uses a claim of gpu.gpusched.io)"
     )]
-    Invalid { path: PathBuf, why: String },
+    /// The checkpoint is not valid JSON of this format and version.
+    Invalid {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// The CDI spec of a prepared claim could not be written again.
     #[error("cannot rewrite the CDI spec {path} of a prepared claim: {source}")]
     Cdi {
+        /// The CDI spec file.
         path: PathBuf,
+        /// Why writing failed.
         source: std::io::Error,
     },
 }

@@ -33,6 +33,7 @@ pub const NO_EXECUTE_XIDS: [u64; 6] = [48, 74, 79, 95, 119, 120];
 /// Health of one GPU as the slice shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GpuCondition {
+    /// No fault.
     Healthy,
     /// The health tracker's reason (`xid 79`, `device lost`, …).
     Unhealthy(String),
