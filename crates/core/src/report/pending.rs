@@ -60,44 +60,21 @@ pub fn pending_list(
         let (tree, _) = queue_tree(snap);
         tree.idx(q)?;
     }
-    let group_of: BTreeMap<&str, &gpusched_model::PodGroup> =
-        snap.groups.iter().map(|g| (g.name.as_str(), g)).collect();
-    let explained: BTreeMap<PodId, &Explanation> = view
-        .output
-        .explanations
-        .iter()
-        .map(|e| (e.pod, e))
-        .collect();
-    let placed: Vec<PodId> = view
-        .output
-        .decisions
-        .iter()
-        .filter_map(|d| match d {
-            Decision::Bind { pod, .. } => Some(*pod),
-            _ => None,
-        })
-        .collect();
+    let index = CycleIndex::new(view);
     let mut pods = Vec::new();
     for (i, ps) in snap.pods.iter().enumerate() {
         let id = i as PodId;
-        if !ps.is_pending() || placed.contains(&id) {
+        if !ps.is_pending() || index.placed(id) {
             continue;
         }
         let pod = &ps.pod;
-        let group = pod.group.as_deref().and_then(|g| group_of.get(g).copied());
-        let q = group.map_or(pod.queue.as_str(), |g| g.queue.as_str());
+        let group = index.group(pod);
+        let q = index.queue_of(pod);
         if queue.is_some_and(|want| want != q) {
             continue;
         }
-        let e = explained.get(&id);
-        let reason = reason_of(id).unwrap_or_else(|| match e {
-            Some(e) => e
-                .reasons
-                .last()
-                .map_or("FitsNow", |r| r.label())
-                .to_string(),
-            None => "NotExplained".to_string(),
-        });
+        let e = index.explanation(id);
+        let reason = reason_of(id).unwrap_or_else(|| index.label(id).to_string());
         pods.push(PendingEntry {
             pod: pod.name.clone(),
             queue: q.to_string(),

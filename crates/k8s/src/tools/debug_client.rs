@@ -1,0 +1,944 @@
+//! The scheduler's HTTP server: `/healthz` and `/readyz` (open), `/metrics`
+//! and the read-only debug endpoint behind delegated authentication:
+//!
+//! - `GET /debug/pods/NAMESPACE/NAME`: the pod's [`PodReport`] (JSON);
+//! - `GET /debug/queues/NAME`: the queue's [`QueueReport`] (JSON);
+//! - `GET /debug/pending` and `GET /debug/pending/QUEUE`: the pending pods
+//!   (of one queue) in queue order with their reasons
+//!   ([`report::PendingList`], JSON; `kubectl gpusched pending`);
+//!
+//! all from the leader's latest cycle. A standby answers 503 naming the
+//! leader (the lease holder, which is the leader's pod name).
+//!
+//! With [`HttpAuth::Delegated`] a request to `/metrics` or `/debug/…` needs
+//! a bearer token: the apiserver authenticates it (TokenReview) and
+//! authorizes `get` on the request's path as a non-resource URL
+//! (SubjectAccessReview), as kube-scheduler's own secure port does. Missing
+//! or invalid token: 401; not allowed: 403. Answers are cached for 10 s.
+//!
+//! [`fetch`] is the client side (the CLI's `gpusched explain`).
+
+use crate::client::KubeconfigChoice;
+use crate::metrics::Metrics;
+use crate::watch::Shared;
+use crate::world::{Built, Problem};
+use anyhow::Context;
+use gpusched_core::CycleOutput;
+use gpusched_core::report::{self, CycleView, PodReport, PodStatus};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How `/metrics` and `/debug/…` are protected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HttpAuth {
+    /// Open to anyone who reaches the port.
+    #[default]
+    None,
+    /// Bearer token checked with a TokenReview, `get` on the path checked
+    /// with a SubjectAccessReview.
+    Delegated,
+}
+
+impl std::str::FromStr for HttpAuth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(HttpAuth::None),
+            "delegated" => Ok(HttpAuth::Delegated),
+            _ => Err(format!("--http-auth {s:?}: expected delegated or none")),
+        }
+    }
+}
+
+/// Header the CLI also sends its token in: the apiserver's service proxy
+/// drops `Authorization` after authenticating the caller, so a request
+/// through it reaches the scheduler without one.
+pub const FORWARDED_AUTH_HEADER: &str = "x-gpusched-authorization";
+
+/// How long an authentication + authorization answer is reused.
+const AUTH_TTL: Duration = Duration::from_secs(10);
+/// At most this many cached answers (the cache is cleared when full).
+const AUTH_CACHE_MAX: usize = 1024;
+
+/// A debug path.
+enum Route {
+    /// `/debug/pods/NAMESPACE/NAME`.
+    Pod(String),
+    /// `/debug/queues/NAME`.
+    Queue(String),
+    /// `/debug/pending[/QUEUE]`.
+    Pending(Option<String>),
+}
+
+/// The last cycle of the leader.
+struct Latest {
+    built: Built,
+    out: CycleOutput,
+    now_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Verdict {
+    Allowed,
+    Unauthenticated(String),
+    Forbidden(String),
+}
+
+/// The HTTP server's state, shared with the scheduler loop.
+pub struct Server {
+    metrics: Arc<Metrics>,
+    /// Every required watch has listed.
+    pub ready: AtomicBool,
+    /// This replica holds the lease.
+    pub leader: AtomicBool,
+    /// What keeps the scheduler from working (a watch it may not make):
+    /// `/healthz` and `/readyz` fail with it.
+    problem: Mutex<Option<String>>,
+    latest: Mutex<Option<Arc<Latest>>>,
+    auth: HttpAuth,
+    client: Client,
+    shared: Shared,
+    lease: Option<(String, String)>,
+    cache: Mutex<BTreeMap<(String, String), (Instant, Verdict)>>,
+}
+
+fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn error(
+    code: StatusCode,
+    msg: impl Into<String>,
+    leader: Option<String>,
+) -> Response<Full<Bytes>> {
+    let mut v = json!({"error": msg.into()});
+    if let Some(l) = leader {
+        v["leader"] = json!(l);
+    }
+    reply(code, "application/json", format!("{v}\n"))
+}
+
+fn bearer(v: &str) -> Option<&str> {
+    let (scheme, token) = v.trim().split_once(' ')?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty()).then(|| token.trim())
+}
+
+impl Server {
+    /// A server for `client`'s cluster; `lease`: `(namespace, name)` of the
+    /// leader lease, to name the leader from a standby.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        auth: HttpAuth,
+        client: Client,
+        shared: Shared,
+        lease: Option<(String, String)>,
+        leader: bool,
+    ) -> Self {
+        Server {
+            metrics,
+            ready: AtomicBool::new(false),
+            leader: AtomicBool::new(leader),
+            problem: Mutex::new(None),
+            latest: Mutex::new(None),
+            auth,
+            client,
+            shared,
+            lease,
+            cache: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Sets (or clears) what keeps the scheduler from working.
+    pub fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Keeps a cycle's input and output for the debug endpoint.
+    pub fn publish(&self, built: Built, out: CycleOutput, now_ms: u64) {
+        let new = Arc::new(Latest { built, out, now_ms });
+        // the old one is dropped after the lock is released
+        let old = self
+            .latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(new);
+        drop(old);
+    }
+
+    fn latest(&self) -> Option<Arc<Latest>> {
+        self.latest
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Answers one request.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<Full<Bytes>> {
+        let path = req.uri().path().to_string();
+        if (path == "/healthz" || path == "/readyz")
+            && let Some(p) = self.problem()
+        {
+            return reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("{p}\n"),
+            );
+        }
+        match path.as_str() {
+            "/healthz" => return reply(StatusCode::OK, "text/plain", "ok\n".into()),
+            "/readyz" if self.ready.load(Ordering::SeqCst) => {
+                let body = if self.leader.load(Ordering::SeqCst) {
+                    "ready (leader)\n"
+                } else {
+                    "ready (standby)\n"
+                };
+                return reply(StatusCode::OK, "text/plain", body.into());
+            }
+            "/readyz" => {
+                return reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    "watches not synced\n".into(),
+                );
+            }
+            _ => {}
+        }
+        let protected = path == "/metrics" || path.starts_with("/debug/");
+        if !protected {
+            return reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
+        }
+        if req.method() != hyper::Method::GET {
+            return error(StatusCode::METHOD_NOT_ALLOWED, "only GET", None);
+        }
+        if self.auth == HttpAuth::Delegated {
+            let h = req.headers();
+            let token = [hyper::header::AUTHORIZATION.as_str(), FORWARDED_AUTH_HEADER]
+                .iter()
+                .find_map(|name| h.get(*name)?.to_str().ok().and_then(bearer))
+                .map(str::to_string);
+            let verdict = match token {
+                None => Verdict::Unauthenticated("a bearer token is required".into()),
+                Some(t) => self.authorize(&t, &path).await,
+            };
+            match verdict {
+                Verdict::Allowed => {}
+                Verdict::Unauthenticated(m) => {
+                    return error(StatusCode::UNAUTHORIZED, m, None);
+                }
+                Verdict::Forbidden(m) => return error(StatusCode::FORBIDDEN, m, None),
+            }
+        }
+        if path == "/metrics" {
+            return reply(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.metrics.render(),
+            );
+        }
+        self.debug(&path).await
+    }
+
+    async fn leader_name(&self) -> Option<String> {
+        let (ns, name) = self.lease.as_ref()?;
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), ns);
+        api.get_opt(name).await.ok()??.spec?.holder_identity
+    }
+
+    async fn debug(&self, path: &str) -> Response<Full<Bytes>> {
+        let rest = &path["/debug/".len()..];
+        let parts: Vec<&str> = rest.split('/').collect();
+        let route = match parts.as_slice() {
+            ["pods", ns, name] if !ns.is_empty() && !name.is_empty() => {
+                Some(Route::Pod(format!("{ns}/{name}")))
+            }
+            ["queues", name] if !name.is_empty() => Some(Route::Queue(name.to_string())),
+            ["pending"] | ["pending", ""] => Some(Route::Pending(None)),
+            ["pending", name] => Some(Route::Pending(Some(name.to_string()))),
+            _ => None,
+        };
+        let Some(route) = route else {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "unknown debug path {path:?}: use /debug/pods/NAMESPACE/NAME, /debug/queues/NAME or /debug/pending[/QUEUE]"
+                ),
+                None,
+            );
+        };
+        if !self.leader.load(Ordering::SeqCst) {
+            let leader = self.leader_name().await;
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                match &leader {
+                    Some(l) => format!("this replica is a standby; ask the leader {l}"),
+                    None => "this replica is a standby; the leader is not known".into(),
+                },
+                leader,
+            );
+        }
+        let Some(latest) = self.latest() else {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no cycle has run yet (watches still listing?)",
+                None,
+            );
+        };
+        let view = CycleView {
+            snapshot: &latest.built.snapshot,
+            output: &latest.out,
+            now_ms: latest.now_ms,
+        };
+        let body = match route {
+            Route::Pod(key) => match self.pod(&latest, &view, &key) {
+                Some(r) => serde_json::to_string_pretty(&r),
+                None => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!(
+                            "pod {key} is not in the last cycle (not found, or pending for another scheduler)"
+                        ),
+                        None,
+                    );
+                }
+            },
+            Route::Queue(key) => match self.queue(&latest, &view, &key) {
+                Some(r) => serde_json::to_string_pretty(&r),
+                None => {
+                    return error(
+                        StatusCode::NOT_FOUND,
+                        format!("queue {key} is not in the last cycle"),
+                        None,
+                    );
+                }
+            },
+            Route::Pending(queue) => {
+                let classes =
+                    gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
+                let reason_of = |p| {
+                    classes
+                        .get(&p)
+                        .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| cs.first())
+                        .map(|c| c.reason_name().to_string())
+                };
+                match report::pending_list(&view, queue.as_deref(), &reason_of) {
+                    Some(r) => serde_json::to_string_pretty(&r),
+                    None => {
+                        return error(
+                            StatusCode::NOT_FOUND,
+                            format!(
+                                "queue {} is not in the last cycle",
+                                queue.unwrap_or_default()
+                            ),
+                            None,
+                        );
+                    }
+                }
+            }
+        };
+        match body {
+            Ok(b) => reply(StatusCode::OK, "application/json", b + "\n"),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string(), None),
+        }
+    }
+
+    fn queue_label(&self, uid: &str) -> String {
+        self.shared
+            .with(|w| w.pod(uid).and_then(|v| v.queue_label.clone()))
+            .unwrap_or_else(|| crate::translate::DEFAULT_QUEUE.to_string())
+    }
+
+    fn pod(&self, latest: &Latest, view: &CycleView<'_>, key: &str) -> Option<PodReport> {
+        if let Some(i) = latest
+            .built
+            .pods
+            .iter()
+            .position(|p| format!("{}/{}", p.namespace, p.name) == key)
+        {
+            let name = &latest.built.snapshot.pods.get(i)?.pod.name;
+            return report::pod_report(view, name);
+        }
+        latest.built.problems.iter().find_map(|p| {
+            let (pod, status) = match p {
+                Problem::GatedPod { pod, gates } => (
+                    pod,
+                    PodStatus::Gated {
+                        gates: gates.clone(),
+                    },
+                ),
+                Problem::InvalidPod { pod, error } => (
+                    pod,
+                    PodStatus::Invalid {
+                        error: error.clone(),
+                    },
+                ),
+                Problem::ClaimsPending { pod, message, .. } => (
+                    pod,
+                    PodStatus::Pending {
+                        verdict: None,
+                        message: message.clone(),
+                        reasons: Vec::new(),
+                        evictions: Vec::new(),
+                        queue_position: None,
+                        nominated: None,
+                    },
+                ),
+                _ => return None,
+            };
+            (format!("{}/{}", pod.namespace, pod.name) == key).then(|| {
+                PodReport::outside(
+                    key.to_string(),
+                    self.queue_label(&pod.uid),
+                    status,
+                    latest.now_ms,
+                )
+            })
+        })
+    }
+
+    fn queue(
+        &self,
+        latest: &Latest,
+        view: &CycleView<'_>,
+        name: &str,
+    ) -> Option<report::QueueReport> {
+        let mut r = report::queue_report(view, name)?;
+        // one classification: the reasons the Queue's and PodGroups'
+        // status show, gated and invalid pods (which the core never sees)
+        // included
+        // classified on request, not in every cycle
+        let classes =
+            gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
+        let mut by = gpusched_plugins::classify::queue_pending_by_reason(
+            &classes,
+            &latest.built.snapshot,
+            name,
+        );
+        for (c, n) in latest.built.unseen_by_queue.get(name).into_iter().flatten() {
+            *by.entry(c.reason_name().to_string()).or_default() += n;
+        }
+        r.pending_by_reason = by;
+        Some(r)
+    }
+
+    async fn authorize(&self, token: &str, path: &str) -> Verdict {
+        let key = (token.to_string(), path.to_string());
+        {
+            let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((at, v)) = cache.get(&key)
+                && at.elapsed() < AUTH_TTL
+            {
+                return v.clone();
+            }
+        }
+        let v = match self.review(token, path).await {
+            Ok(v) => v,
+            // an apiserver error is not cached
+            Err(e) => return Verdict::Unauthenticated(format!("could not check the token: {e:#}")),
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= AUTH_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), v.clone()));
+        v
+    }
+
+    async fn review(&self, token: &str, path: &str) -> anyhow::Result<Verdict> {
+        let tr = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                audiences: None,
+            },
+            ..Default::default()
+        };
+        let tr = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &tr)
+            .await
+            .context("TokenReview")?;
+        let status = tr.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Ok(Verdict::Unauthenticated(format!(
+                "invalid token{}",
+                status.error.map(|e| format!(": {e}")).unwrap_or_default()
+            )));
+        }
+        let user = status.user.unwrap_or_default();
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                uid: user.uid.clone(),
+                groups: user.groups.clone(),
+                extra: user.extra.clone(),
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(path.to_string()),
+                    verb: Some("get".into()),
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sar = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &sar)
+            .await
+            .context("SubjectAccessReview")?;
+        let status = sar.status.unwrap_or_default();
+        let who = user.username.unwrap_or_default();
+        if status.allowed {
+            Ok(Verdict::Allowed)
+        } else {
+            Ok(Verdict::Forbidden(format!(
+                "user {who:?} may not get {path}{}",
+                status
+                    .reason
+                    .filter(|r| !r.is_empty())
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )))
+        }
+    }
+}
+
+/// Serves `server` on `addr` until `stop` turns true: HTTPS unless `tls`
+/// is [`crate::tls::Tls::Off`]. A bad certificate or key fails here, before
+/// anything is served.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    tls: &crate::tls::Tls,
+    server: Arc<Server>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let acceptor = crate::tls::acceptor(tls)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics address {addr}"))?;
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    tracing::info!(
+        auth = ?server.auth,
+        "serving /metrics, /debug, /healthz, /readyz on {scheme}://{}",
+        listener.local_addr()?
+    );
+    if let Some((_, Some(pem))) = &acceptor {
+        tracing::info!(
+            "serving a self-signed certificate (no --tls-cert-file); clients that verify it need:\n{pem}"
+        );
+    }
+    let acceptor = acceptor.map(|(a, _)| a);
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                c = listener.accept() => c,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let Ok((stream, peer)) = conn else { continue };
+            let server = server.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let server = server.clone();
+                    async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
+                });
+                let http = hyper::server::conn::http1::Builder::new();
+                match acceptor {
+                    None => {
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                            .await;
+                    }
+                    Some(a) => {
+                        // a client that never finishes its handshake must
+                        // not hold a task forever
+                        let hs = tokio::time::timeout(Duration::from_secs(10), a.accept(stream));
+                        match hs.await {
+                            Ok(Ok(tls)) => {
+                                let _ = http
+                                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
+                                    .await;
+                            }
+                            Ok(Err(e)) => tracing::debug!(%peer, "TLS handshake failed: {e}"),
+                            Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+/// Where `gpusched explain` asks.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The scheduler's HTTP address, e.g. `http://10.0.0.5:10259`.
+    Endpoint {
+        /// Base URL (`https://…` when the scheduler serves TLS).
+        url: String,
+        /// Bearer token, if any.
+        token: Option<String>,
+        /// PEM file of the CA that signed the scheduler's certificate
+        /// (default: the system's roots).
+        ca: Option<std::path::PathBuf>,
+        /// Skip verifying the scheduler's certificate (its self-signed one).
+        insecure: bool,
+    },
+    /// Through the apiserver's proxy to the scheduler's Service (and, if
+    /// that reaches a standby, to the leader's pod).
+    Proxy {
+        /// Namespace of the Service and the scheduler pods.
+        namespace: String,
+        /// The Service's name.
+        service: String,
+        /// The Service's port (name or number).
+        port: String,
+        /// The scheduler pods' port number (for the leader's pod when a
+        /// standby answers: the pod proxy takes numbers only).
+        pod_port: u16,
+        /// Bearer token forwarded to the scheduler (the proxy drops the
+        /// `Authorization` header), if any.
+        token: Option<String>,
+        /// The scheduler serves HTTPS (the proxy is asked for
+        /// `https:<name>:<port>`; it does not verify the certificate).
+        https: bool,
+    },
+}
+
+/// One answer of the debug endpoint.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    /// HTTP status.
+    pub status: u16,
+    /// The body.
+    pub body: String,
+}
+
+async fn get(client: &Client, uri: &str, token: Option<&str>) -> anyhow::Result<Fetched> {
+    let mut b = http::Request::get(uri);
+    if let Some(t) = token {
+        b = b.header(FORWARDED_AUTH_HEADER, format!("Bearer {t}"));
+    }
+    let req = b
+        .body(kube::client::Body::empty())
+        .with_context(|| format!("request {uri}"))?;
+    let res = client
+        .send(req)
+        .await
+        .with_context(|| format!("GET {uri}"))?;
+    let status = res.status().as_u16();
+    let bytes = res
+        .into_body()
+        .collect()
+        .await
+        .with_context(|| format!("reading {uri}"))?
+        .to_bytes();
+    Ok(Fetched {
+        status,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    })
+}
+
+/// GETs `path` (e.g. `/debug/pods/ml/p0`) from the scheduler. `kube`: the
+/// client for the proxy (from the kubeconfig).
+pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow::Result<Fetched> {
+    match target {
+        Target::Endpoint {
+            url,
+            token,
+            ca,
+            insecure,
+        } => {
+            let uri: http::Uri = url
+                .parse()
+                .with_context(|| format!("--endpoint {url:?} is not a URL"))?;
+            let mut config = kube::Config::new(uri);
+            if let Some(t) = token {
+                config.auth_info.token = Some(t.clone().into());
+            }
+            if let Some(ca) = ca {
+                use rustls_pki_types::pem::PemObject;
+                let certs = rustls_pki_types::CertificateDer::pem_file_iter(ca)
+                    .with_context(|| format!("--certificate-authority {}", ca.display()))?
+                    .map(|c| c.map(|c| c.to_vec()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| {
+                        format!("--certificate-authority {}: not PEM", ca.display())
+                    })?;
+                anyhow::ensure!(
+                    !certs.is_empty(),
+                    "--certificate-authority {}: no CERTIFICATE block",
+                    ca.display()
+                );
+                config.root_cert = Some(certs);
+            }
+            config.accept_invalid_certs = *insecure;
+            // a standby's 503 is an answer, not a transient failure
+            config.default_retry = false;
+            let client = Client::try_from(config).context("building the HTTP client")?;
+            get(&client, path, None).await
+        }
+        Target::Proxy {
+            namespace,
+            service,
+            port,
+            pod_port,
+            token,
+            https,
+        } => {
+            let client = kube.context("the service proxy needs a kubeconfig")?;
+            let scheme = if *https { "https:" } else { "" };
+            let uri = format!(
+                "/api/v1/namespaces/{namespace}/services/{scheme}{service}:{port}/proxy{path}"
+            );
+            let first = get(client, &uri, token.as_deref()).await?;
+            if first.status != 503 {
+                return Ok(first);
+            }
+            // a standby answered: ask the leader's pod
+            let leader = serde_json::from_str::<serde_json::Value>(&first.body)
+                .ok()
+                .and_then(|v| v.get("leader")?.as_str().map(str::to_string));
+            match leader {
+                Some(pod) => {
+                    let uri = format!(
+                        "/api/v1/namespaces/{namespace}/pods/{scheme}{pod}:{pod_port}/proxy{path}"
+                    );
+                    get(client, &uri, token.as_deref()).await
+                }
+                None => Ok(first),
+            }
+        }
+    }
+}
+
+/// The configuration's bearer token, if its user has one (a token or a
+/// token file; client certificates and exec plugins have none).
+pub fn config_token(config: &kube::Config) -> Option<String> {
+    use secrecy::ExposeSecret;
+    if let Some(t) = &config.auth_info.token {
+        return Some(t.expose_secret().to_string());
+    }
+    let f = config.auth_info.token_file.as_ref()?;
+    std::fs::read_to_string(f)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The ServiceAccount the chart creates for readers of the debug endpoint
+/// (bound to `gpusched-debug-reader`): a kubeconfig user without a bearer
+/// token (client certificate, exec plugin) asks for a short-lived token of
+/// it (`kubectl create token`), which needs `create` on
+/// `serviceaccounts/token` — cluster admins have it.
+pub const READER_SERVICE_ACCOUNT: &str = "gpusched-debug-reader";
+
+/// A 10-minute token of the ServiceAccount `namespace/name` (TokenRequest).
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let tr = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            // the apiserver's minimum
+            expiration_seconds: Some(600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let r = api
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.code),
+            e => anyhow::Error::new(e),
+        })?;
+    r.status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .context("the TokenRequest's answer has no token")
+}
+
+/// How [`fetch_blocking`] authenticates to the scheduler when the target
+/// has no token.
+#[derive(Clone, Debug, Default)]
+pub struct TokenSource {
+    /// The ServiceAccount `(namespace, name)` to ask a token of when the
+    /// kubeconfig user has none (`None`: send no token).
+    pub service_account: Option<(String, String)>,
+}
+
+/// What the scheduler answered and what the CLI needs to explain a failure.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    /// The answer.
+    pub fetched: Fetched,
+    /// Where the token came from: `--token`, `kubeconfig`,
+    /// `serviceaccount NS/NAME`, or `none`.
+    pub token_from: String,
+}
+
+/// [`fetch`] on its own runtime, for the CLI: a target without a token
+/// gets the kubeconfig user's; a user without one (client certificate,
+/// exec plugin) gets a short-lived token of `tokens.service_account`. The
+/// proxy uses the kubeconfig.
+pub fn fetch_blocking(
+    mut target: Target,
+    kube: &KubeconfigChoice,
+    tokens: &TokenSource,
+    path: &str,
+) -> anyhow::Result<Answer> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let proxy = matches!(target, Target::Proxy { .. });
+        // the endpoint needs no kubeconfig when --token is given
+        let token = match &mut target {
+            Target::Endpoint { token, .. } | Target::Proxy { token, .. } => token,
+        };
+        let config = if proxy || token.is_none() {
+            match kube.config().await {
+                Ok(c) => Some(c),
+                Err(e) if proxy => return Err(e),
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let mut token_from = "--token".to_string();
+        if token.is_none() {
+            token_from = "none".into();
+            if let Some(t) = config.as_ref().and_then(config_token) {
+                *token = Some(t);
+                token_from = "kubeconfig".into();
+            } else if let (Some(config), Some((ns, sa))) = (&config, &tokens.service_account) {
+                let mut c = config.clone();
+                c.default_retry = false;
+                let client = Client::try_from(c).context("building the API client")?;
+                let t = service_account_token(&client, ns, sa)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "the kubeconfig user has no bearer token (client certificate or exec \
+                         plugin), and no token of ServiceAccount {ns}/{sa} could be had for it \
+                         (needs `create` on serviceaccounts/token there; pass --token, or see \
+                         docs/explain.md)"
+                        )
+                    })?;
+                *token = Some(t);
+                token_from = format!("serviceaccount {ns}/{sa}");
+            }
+        }
+        let fetched = match &target {
+            Target::Endpoint { .. } => fetch(&target, None, path).await?,
+            Target::Proxy { .. } => {
+                let mut config = config.context("the service proxy needs a kubeconfig")?;
+                // a standby's 503 (passed on by the proxy) is an answer
+                config.default_retry = false;
+                let client = Client::try_from(config).context("building the API client")?;
+                fetch(&target, Some(&client), path).await?
+            }
+        };
+        Ok(Answer {
+            fetched,
+            token_from,
+        })
+    })
+}
+
+/// One line for an answer other than 200: what the scheduler (or the
+/// apiserver's proxy before it) said, and what to do about it.
+pub fn failure_text(target: &Target, a: &Answer) -> String {
+    let f = &a.fetched;
+    let body: Option<serde_json::Value> = serde_json::from_str(&f.body).ok();
+    // the apiserver's own answers are Status objects
+    let status_obj = body
+        .as_ref()
+        .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"));
+    let msg = body
+        .as_ref()
+        .and_then(|v| {
+            v.get("error")
+                .or_else(|| v.get("message"))
+                .and_then(|e| e.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| f.body.trim().to_string());
+    let (who, hint) = match (target, status_obj) {
+        (
+            Target::Proxy {
+                namespace, service, ..
+            },
+            Some(_),
+        ) => {
+            let hint = match f.status {
+                503 if msg.contains("no endpoints") => format!(
+                    "the Service {namespace}/{service} has no ready endpoints: is the scheduler \
+                     running and ready? (kubectl -n {namespace} get pods,endpointslices; \
+                     gpusched doctor)"
+                ),
+                404 => format!(
+                    "is gpusched installed in namespace {namespace} with the Service {service}? \
+                     (--scheduler-namespace, --service)"
+                ),
+                403 => format!(
+                    "you may not use the apiserver's proxy to {namespace}/{service}: bind the \
+                     chart's gpusched-debug-proxy Role (docs/explain.md)"
+                ),
+                502 | 503 => format!(
+                    "the apiserver could not reach the scheduler behind {namespace}/{service} \
+                     (--scheme http for a scheduler run with --http-auth none?)"
+                ),
+                _ => String::new(),
+            };
+            ("the apiserver's proxy", hint)
+        }
+        _ => {
+            let hint = match f.status {
+                401 if a.token_from == "none" => {
+                    "no token was sent: pass --token, or use a kubeconfig user with a bearer token"
+                        .to_string()
+                }
+                401 => format!("the token ({}) was refused", a.token_from),
+                403 => format!(
+                    "the token ({}) may not read the debug endpoint: bind the \
+                     gpusched-debug-reader ClusterRole (docs/explain.md)",
+                    a.token_from
+                ),
+                _ => String::new(),
+            };
+            ("the scheduler", hint)
+        }
+    };
+    if hint.is_empty() {
+        format!("{who} answered {}: {msg}", f.status)
+    } else {
+        format!("{who} answered {}: {msg} — {hint}", f.status)
+    }
+}
