@@ -1,10 +1,10 @@
 //! `gpusched doctor`: the GPU troubleshooting checklist (checks live in
-//! `gpusched_k8s::doctor`). Exit codes: 0 every check passed, 1 warnings
+//! `gpusched_k8s::tools::doctor`). Exit codes: 0 every check passed, 1 warnings
 //! only, 2 at least one failure, 3 the checks could not run.
 
 use crate::kubectl::{KubeFlags, Output};
 use clap::Args;
-use gpusched_k8s::doctor::{self, DoctorOptions, probe::ProbeOptions};
+use gpusched_k8s::tools::doctor::{self, DoctorOptions, probe::ProbeOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpusched_core::report::{self, CycleView, PendingList, PodReport, QueueReport};
 use gpusched_core::{CycleOutput, Snapshot};
-use gpusched_k8s::debug::{Target, TokenSource};
+use gpusched_k8s::tools::debug_client::{Target, TokenSource};
 use std::path::PathBuf;
 
 /// `gpusched explain …`.
@@ -87,7 +87,7 @@ pub struct Source {
     /// The ServiceAccount (in --scheduler-namespace) whose short-lived
     /// token is used when the kubeconfig user has none (the chart's
     /// reader; `""`: send none).
-    #[arg(long, value_name = "NAME", default_value = gpusched_k8s::debug::READER_SERVICE_ACCOUNT)]
+    #[arg(long, value_name = "NAME", default_value = gpusched_k8s::tools::debug_client::READER_SERVICE_ACCOUNT)]
     token_service_account: String,
     /// Namespace of the scheduler's Service (for the proxy).
     #[arg(long, default_value = "gpusched-system")]
@@ -251,10 +251,17 @@ fn fetch_json<T: serde::de::DeserializeOwned>(s: &Source, path: &str) -> anyhow:
             )
         }),
     };
-    let answer =
-        gpusched_k8s::debug::fetch_blocking(target.clone(), &s.kube.choice(), &tokens, path)?;
+    let answer = gpusched_k8s::tools::debug_client::fetch_blocking(
+        target.clone(),
+        &s.kube.choice(),
+        &tokens,
+        path,
+    )?;
     if answer.fetched.status != 200 {
-        bail!("{}", gpusched_k8s::debug::failure_text(&target, &answer));
+        bail!(
+            "{}",
+            gpusched_k8s::tools::debug_client::failure_text(&target, &answer)
+        );
     }
     serde_json::from_str(&answer.fetched.body)
         .with_context(|| format!("the scheduler's answer to {path} is not a report"))

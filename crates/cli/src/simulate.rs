@@ -150,7 +150,7 @@ fn replay(args: &SimulateArgs, path: &std::path::Path) -> anyhow::Result<()> {
         .map(gpusched_sim::workload::parse_duration_ms)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--pod-duration: {e}"))?;
-    let file = gpusched_k8s::snapshot::load(path)?;
+    let file = gpusched_k8s::tools::snapshot::load(path)?;
     let cfg = match &args.config {
         Some(p) => crate::scheduler::read_config(Some(p))?,
         None => file.config.clone(),

@@ -38,7 +38,8 @@ pub struct CaptureArgs {
 pub fn run(a: SnapshotArgs) -> anyhow::Result<()> {
     let SnapshotCmd::Capture(a) = a.cmd;
     let config = crate::scheduler::read_config(a.config.as_deref())?;
-    let mut file = gpusched_k8s::snapshot::capture_blocking(a.kubeconfig.as_deref(), &config)?;
+    let mut file =
+        gpusched_k8s::tools::snapshot::capture_blocking(a.kubeconfig.as_deref(), &config)?;
     if a.redact {
         file.redact();
     }

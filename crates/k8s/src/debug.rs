@@ -16,16 +16,16 @@
 //! (SubjectAccessReview), as kube-scheduler's own secure port does. Missing
 //! or invalid token: 401; not allowed: 403. Answers are cached for 10 s.
 //!
-//! [`fetch`] is the client side (the CLI's `gpusched explain`).
+//! [`crate::tools::debug_client`] is the client side (the CLI's `gpusched
+//! explain`).
 
-use crate::client::KubeconfigChoice;
 use crate::metrics::Metrics;
 use crate::watch::Shared;
 use crate::world::{Built, Problem};
 use anyhow::Context;
 use gpusched_core::CycleOutput;
 use gpusched_core::report::{self, CycleView, PodReport, PodStatus};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};

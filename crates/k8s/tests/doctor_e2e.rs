@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use gpusched_k8s::doctor::{self, DoctorOptions};
-use gpusched_k8s::snapshot;
+use gpusched_k8s::tools::doctor::{self, DoctorOptions};
+use gpusched_k8s::tools::snapshot;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::Patch;
@@ -225,7 +225,7 @@ async fn snapshot_replay_gives_the_scheduler_s_decisions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the e2e control plane: e2e/run"]
 async fn doctor_checks_the_scheduler_itself() {
-    use gpusched_k8s::doctor::scheduler::SchedulerTarget;
+    use gpusched_k8s::tools::doctor::scheduler::SchedulerTarget;
     let c = Cluster::up().await;
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use gpusched_k8s::debug::{Fetched, HttpAuth, Target, fetch};
+use gpusched_k8s::debug::HttpAuth;
+use gpusched_k8s::tools::debug_client::{Fetched, Target, fetch};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};

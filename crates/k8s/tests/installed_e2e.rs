@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use gpusched_k8s::debug::{Target, fetch};
+use gpusched_k8s::tools::debug_client::{Target, fetch};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use serde_json::json;

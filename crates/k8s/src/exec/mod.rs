@@ -10,19 +10,20 @@ pub mod bind;
 pub mod claims;
 pub mod events;
 mod evict;
+mod problems;
 pub mod status;
 
-use crate::crd::{PodGroup, PodGroupStatus, Queue, QueueStatus};
+use crate::crd::{PodGroupStatus, QueueStatus};
 use crate::limiter::Limiter;
-use crate::metrics::{KindLabel, Metrics, QueueLabel};
+use crate::metrics::{KindLabel, Metrics};
 use crate::watch::Shared;
-use crate::world::{Assumed, Built, ObservedStatus, Problem};
+use crate::world::{Assumed, Built};
 use events::{Event, EventType, ProblemLog, Recorder};
 use gpusched_core::{CycleOutput, Decision, GroupPhase};
 use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
 use kube::api::PatchParams;
-use kube::{Api, Client};
 use status::StatusWriter;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -479,238 +480,6 @@ impl Executor {
                 true
             }
         }
-    }
-
-    /// Pods of ours that cannot be scheduled as written: an event and the
-    /// condition, like any pending pod.
-    fn problem(&mut self, p: &Problem) {
-        match p {
-            Problem::InvalidPod { pod, error } => {
-                if !self.should_explain(&pod.uid, error) {
-                    return;
-                }
-                self.metrics.attempt("error");
-                self.event(
-                    pod_ref(&pod.namespace, &pod.name, &pod.uid),
-                    EventType::Warning,
-                    "FailedScheduling",
-                    "Scheduling",
-                    error.clone(),
-                );
-                self.pod_condition(&pod.namespace, &pod.name, "InvalidSpec", error);
-            }
-            Problem::GatedPod { pod, gates } => {
-                let msg = format!("waiting for scheduling gates: {}", gates.join(", "));
-                if !self.should_explain(&pod.uid, &msg) {
-                    return;
-                }
-                self.pod_condition(&pod.namespace, &pod.name, "SchedulingGated", &msg);
-            }
-            Problem::ClaimsPending {
-                pod,
-                class,
-                message,
-            } => {
-                if !self.should_explain(&pod.uid, message) {
-                    return;
-                }
-                self.metrics.attempt("unschedulable");
-                self.event(
-                    pod_ref(&pod.namespace, &pod.name, &pod.uid),
-                    EventType::Warning,
-                    "FailedScheduling",
-                    "Scheduling",
-                    message.clone(),
-                );
-                self.pod_condition(&pod.namespace, &pod.name, class.condition_reason(), message);
-            }
-            // reported once each by report_problems; invalid queues and
-            // groups also in their `Valid` condition
-            Problem::BadDecision { .. }
-            | Problem::InvalidQueue { .. }
-            | Problem::InvalidGroup { .. }
-            | Problem::NodeWarning { .. } => {}
-        }
-    }
-
-    /// Problems of objects, each once while it lasts (a new or changed
-    /// one again): a warning in the log and
-    /// `gpusched_object_problems_reported_total{kind}`; an unusable decision also a
-    /// `Warning BadDecision` event on its pod. `gpusched_object_problems`
-    /// counts those present now.
-    fn report_problems(&mut self, problems: &[Problem]) {
-        let mut now: BTreeMap<&'static str, i64> =
-            events::PROBLEM_KINDS.iter().map(|k| (*k, 0)).collect();
-        for p in problems {
-            *now.entry(events::problem_kind(p)).or_default() += 1;
-        }
-        for (kind, n) in now {
-            self.metrics
-                .object_problems
-                .get_or_create(&KindLabel { kind: kind.into() })
-                .set(n);
-        }
-        for p in self.problems.fresh(problems) {
-            let kind = events::problem_kind(p);
-            match p {
-                // the warning names the node and the field
-                Problem::NodeWarning { warning, .. } => tracing::warn!("{warning}"),
-                Problem::InvalidQueue { queue, error } => {
-                    tracing::warn!("queue {queue}: {error}")
-                }
-                Problem::InvalidGroup { group, error } => {
-                    tracing::warn!("pod group {group}: {error}")
-                }
-                Problem::BadDecision { pod, error } => {
-                    let note = format!(
-                        "unusable {} annotation (its GPUs are assumed, not known): {error}",
-                        crate::decision::ANNOTATION_DECISION
-                    );
-                    tracing::warn!("pod {}/{}: {note}", pod.namespace, pod.name);
-                    self.event(
-                        pod_ref(&pod.namespace, &pod.name, &pod.uid),
-                        EventType::Warning,
-                        "BadDecision",
-                        "Scheduling",
-                        note,
-                    );
-                }
-                Problem::InvalidPod { pod, error } => {
-                    tracing::info!("pod {}/{}: {error}", pod.namespace, pod.name)
-                }
-                Problem::GatedPod { .. } | Problem::ClaimsPending { .. } => continue,
-            }
-            self.metrics
-                .object_problems_total
-                .get_or_create(&KindLabel { kind: kind.into() })
-                .inc();
-        }
-    }
-
-    /// Writes the status of every PodGroup and Queue whose observed status
-    /// differs from the one the world calls for ([`status`]); sets the
-    /// queue metrics. `counts`: members scheduled and running per group.
-    pub fn publish_status(
-        &mut self,
-        built: &Built,
-        counts: &BTreeMap<String, (u32, u32)>,
-        observed: &ObservedStatus,
-    ) {
-        let now = status::now_time();
-        let at = Instant::now();
-        // pod groups
-        let facts = status::group_facts(built, counts, &self.timed_out, &self.group_waiting);
-        let mut wanted = BTreeMap::new();
-        for (k, f) in facts {
-            let obs = observed.groups.get(&k).and_then(Option::as_ref);
-            let mut w = status::wanted_group(&f, obs);
-            status::settle_conditions(
-                &mut w.conditions,
-                obs.map(|o| o.conditions.as_slice()).unwrap_or(&[]),
-                &now,
-            );
-            wanted.insert(k, w);
-        }
-        for (k, w, guard) in self.group_status.due(wanted, &observed.groups, at) {
-            let Some((ns, name)) = k.split_once('/') else {
-                continue;
-            };
-            let from = observed.groups.get(&k).and_then(Option::as_ref);
-            tracing::debug!(
-                "pod group {k}: phase {} -> {}",
-                status::phase_text(from.and_then(|f| f.phase)),
-                status::phase_text(w.phase)
-            );
-            self.group_event(ns, name, from, &w);
-            let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
-            self.write_status(api, name.to_string(), from, &w, guard);
-        }
-        // queues
-        let (mut figures, mut invalid) = status::queue_figures(built);
-        for (q, f) in figures.iter_mut() {
-            let mut by: BTreeMap<String, u32> = BTreeMap::new();
-            for m in [self.queue_waiting.get(q), built.unseen_by_queue.get(q)]
-                .into_iter()
-                .flatten()
-            {
-                for (c, n) in m {
-                    *by.entry(c.reason_name().to_string()).or_default() += n;
-                }
-            }
-            f.pending_by_reason = by;
-        }
-        let mut wanted = BTreeMap::new();
-        for (q, f) in &figures {
-            let label = QueueLabel { queue: q.clone() };
-            self.metrics
-                .pending
-                .get_or_create(&label)
-                .set(f.pending as i64);
-            self.metrics
-                .queue_allocated_gpus
-                .get_or_create(&label)
-                .set(f.allocated.gpu_milli as f64 / gpusched_model::GPU_MILLI as f64);
-            self.metrics
-                .queue_fair_share_gpus
-                .get_or_create(&label)
-                .set(f.fair_share.gpu_milli as f64 / gpusched_model::GPU_MILLI as f64);
-            let error = invalid.remove(q);
-            wanted.insert(q.clone(), status::wanted_queue(Some(f), error.as_deref()));
-        }
-        for (q, e) in invalid {
-            wanted.insert(q, status::wanted_queue(None, Some(&e)));
-        }
-        for (q, w) in wanted.iter_mut() {
-            let obs = observed.queues.get(q).and_then(Option::as_ref);
-            status::settle_conditions(
-                &mut w.conditions,
-                obs.map(|o| o.conditions.as_slice()).unwrap_or(&[]),
-                &now,
-            );
-        }
-        for (q, w, guard) in self.queue_status.due(wanted, &observed.queues, at) {
-            let api: Api<Queue> = Api::all(self.client.clone());
-            let from = observed.queues.get(&q).and_then(Option::as_ref);
-            self.write_status(api, q, from, &w, guard);
-        }
-    }
-
-    /// An event on the PodGroup when its `Scheduled` condition changes
-    /// reason or message: `Normal Scheduled` once placed, else a warning
-    /// with the reason its members wait (what `kubectl describe podgroup`
-    /// shows).
-    fn group_event(
-        &self,
-        ns: &str,
-        name: &str,
-        from: Option<&PodGroupStatus>,
-        to: &PodGroupStatus,
-    ) {
-        let find = |st: &PodGroupStatus| {
-            st.conditions
-                .iter()
-                .find(|c| c.type_ == status::SCHEDULED_CONDITION)
-                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-        };
-        let Some((st, reason, message)) = find(to) else {
-            return;
-        };
-        if from.and_then(find) == Some((st.clone(), reason.clone(), message.clone())) {
-            return;
-        }
-        let r = ObjectReference {
-            api_version: Some("gpusched.io/v1alpha1".into()),
-            kind: Some("PodGroup".into()),
-            namespace: Some(ns.into()),
-            name: Some(name.into()),
-            ..Default::default()
-        };
-        let type_ = if st == "True" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        self.event(r, type_, &reason, "Scheduling", message);
     }
 }
 

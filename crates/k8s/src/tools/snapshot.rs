@@ -9,7 +9,7 @@
 //! The file is JSON with a format marker and a version; [`load`] names the
 //! file and what is wrong with it.
 
-use crate::doctor::Facts;
+use crate::tools::doctor::Facts;
 use gpusched_core::{PodPhase, Snapshot};
 use gpusched_plugins::SchedulerConfig;
 use serde::{Deserialize, Serialize};
@@ -385,7 +385,7 @@ pub async fn capture(
     client: &kube::Client,
     config: &SchedulerConfig,
 ) -> anyhow::Result<SnapshotFile> {
-    let facts = crate::doctor::gather(client).await?;
+    let facts = crate::tools::doctor::gather(client).await?;
     Ok(SnapshotFile::from_facts(&facts, config))
 }
 
@@ -394,7 +394,7 @@ pub fn capture_blocking(
     kubeconfig: Option<&Path>,
     config: &SchedulerConfig,
 ) -> anyhow::Result<SnapshotFile> {
-    crate::doctor::gather::block_on(async {
+    crate::tools::doctor::gather::block_on(async {
         let client = crate::client::client(kubeconfig).await?;
         capture(&client, config).await
     })

@@ -522,13 +522,13 @@ pub fn debug_target(
     o: &Options,
     addr: std::net::SocketAddr,
     token: Option<&str>,
-) -> gpusched_k8s::debug::Target {
+) -> gpusched_k8s::tools::debug_client::Target {
     let scheme = if o.tls == gpusched_k8s::tls::Tls::Off {
         "http"
     } else {
         "https"
     };
-    gpusched_k8s::debug::Target::Endpoint {
+    gpusched_k8s::tools::debug_client::Target::Endpoint {
         url: format!("{scheme}://{addr}"),
         token: token.map(str::to_string),
         ca: None,

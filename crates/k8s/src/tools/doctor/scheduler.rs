@@ -170,7 +170,7 @@ pub async fn gather(client: &Client, t: &SchedulerTarget, now_s: i64) -> Schedul
 /// through the apiserver's proxy to the Service (the leader's pod when a
 /// standby answers).
 async fn readyz(client: &Client, t: &SchedulerTarget) -> Result<String, String> {
-    use crate::debug::{Target, fetch};
+    use crate::tools::debug_client::{Target, fetch};
     let target = match &t.endpoint {
         // /readyz says nothing secret: the scheduler's own self-signed
         // certificate (the chart's default) is accepted

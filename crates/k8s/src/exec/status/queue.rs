@@ -1,0 +1,76 @@
+//! What a Queue's status should be: its allocation, fair share and pending
+//! pods by reason ([`queue_figures`]).
+
+use super::*;
+
+/// One queue's figures: what its status and metrics show.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueFigures {
+    /// Held by its subtree's pods.
+    pub allocated: ResourceVec,
+    /// Deserved now.
+    pub fair_share: ResourceVec,
+    /// Pods waiting.
+    pub pending: u32,
+    /// Those pods by why they wait ([`PendingClass::reason_name`]).
+    pub pending_by_reason: BTreeMap<String, u32>,
+}
+
+/// Figures of every valid queue, and the error of every invalid one.
+pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap<String, String>) {
+    let snap = &built.snapshot;
+    // the fair shares the cycle computes at its start (one rule for the
+    // capacity: gpusched_core::fairshare::schedulable_capacity)
+    let (tree, _) = gpusched_core::report::queue_tree(snap);
+    let mut invalid: BTreeMap<String, String> = BTreeMap::new();
+    for p in &built.problems {
+        if let Problem::InvalidQueue { queue, error } = p
+            && !queue.is_empty()
+        {
+            invalid
+                .entry(queue.clone())
+                .or_insert_with(|| error.clone());
+        }
+    }
+    let mut figures = BTreeMap::new();
+    for q in &snap.queues {
+        let Some(i) = tree.idx(&q.name) else { continue };
+        let a = &tree.acct[i];
+        figures.insert(
+            q.name.clone(),
+            QueueFigures {
+                allocated: a.usage.clone(),
+                fair_share: a.deserved.clone(),
+                pending: built.pending_by_queue.get(&q.name).copied().unwrap_or(0),
+                pending_by_reason: BTreeMap::new(),
+            },
+        );
+    }
+    (figures, invalid)
+}
+
+pub(super) fn resources(r: &ResourceVec) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("cpu".to_string(), format!("{}m", r.cpu_milli)),
+        ("memory".to_string(), r.memory.to_string()),
+        ("nvidia.com/gpu".to_string(), gpus_text(r.gpu_milli)),
+    ])
+}
+
+/// The status a queue should have (conditions still to be settled).
+/// `figures` is `None` for a queue left out of the tree (invalid).
+pub fn wanted_queue(figures: Option<&QueueFigures>, error: Option<&str>) -> QueueStatus {
+    let mut st = QueueStatus {
+        conditions: vec![valid_condition(error)],
+        ..Default::default()
+    };
+    if let Some(f) = figures {
+        st.allocated = resources(&f.allocated);
+        st.fair_share = resources(&f.fair_share);
+        st.allocated_gpus = Some(gpus_text(f.allocated.gpu_milli));
+        st.fair_share_gpus = Some(gpus_text(f.fair_share.gpu_milli));
+        st.pending_pods = f.pending;
+        st.pending_by_reason = f.pending_by_reason.clone();
+    }
+    st
+}
