@@ -234,11 +234,7 @@ pub fn fetch_blocking(
     tokens: &TokenSource,
     path: &str,
 ) -> anyhow::Result<Answer> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async {
+    super::block_on(async {
         let proxy = matches!(target, Target::Proxy { .. });
         // the endpoint needs no kubeconfig when --token is given
         let token = match &mut target {

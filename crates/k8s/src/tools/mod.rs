@@ -15,3 +15,16 @@
 pub mod debug_client;
 pub mod doctor;
 pub mod snapshot;
+
+use anyhow::Context;
+
+/// Runs a future on a fresh runtime: the tools are the binary's one-shot
+/// commands (`doctor`, `snapshot capture`, `explain`).
+pub fn block_on<T>(f: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(f)
+}

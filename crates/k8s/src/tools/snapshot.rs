@@ -394,7 +394,7 @@ pub fn capture_blocking(
     kubeconfig: Option<&Path>,
     config: &SchedulerConfig,
 ) -> anyhow::Result<SnapshotFile> {
-    crate::tools::doctor::gather::block_on(async {
+    super::block_on(async {
         let client = crate::client::client(kubeconfig).await?;
         capture(&client, config).await
     })

@@ -96,13 +96,3 @@ pub async fn gather(client: &Client) -> anyhow::Result<Facts> {
         now_ms: now_ms(),
     })
 }
-
-/// Runs a future on a fresh runtime (for the binary's one-shot commands).
-pub fn block_on<T>(f: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?
-        .block_on(f)
-}

@@ -265,7 +265,7 @@ pub async fn diagnose(client: &kube::Client, opts: &DoctorOptions) -> anyhow::Re
 
 /// [`diagnose`] on its own runtime (for the binary).
 pub fn diagnose_blocking(opts: &DoctorOptions) -> anyhow::Result<Report> {
-    gather::block_on(async {
+    super::block_on(async {
         let client = crate::client::KubeconfigChoice {
             path: opts.kubeconfig.clone(),
             context: opts.context.clone(),
