@@ -214,8 +214,8 @@ pub const CLUSTER: &[Permission] = &[
     p(
         "resource.k8s.io",
         "resourceclaims",
-        &["get", "update"],
-        "exec: a claim's finalizer before allocating it, and its removal on rollback (dra)",
+        &["get", "update", "create", "delete"],
+        "exec: a claim's finalizer before allocating it, and its removal on rollback; KEP-5004 special claims made for a pod's extended resources, deleted on rollback (dra)",
     ),
     p(
         "resource.k8s.io",

@@ -471,6 +471,10 @@ pub struct PodView {
     /// The ResourceClaims it references (`spec.resourceClaims`), which
     /// gpusched allocates before binding it ([`crate::dra`]).
     pub claims: Vec<crate::dra::PodClaim>,
+    /// The domain-qualified resources its containers ask, which a
+    /// DeviceClass may map to DRA devices (KEP-5004,
+    /// [`crate::dra::extended`]).
+    pub extended: Vec<crate::dra::extended::Asked>,
     /// What to do with it.
     pub kind: PodKind,
 }
@@ -769,6 +773,7 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
         running: phase == "Running",
         labels: labels.clone(),
         claims: crate::dra::translate::pod_claims(p),
+        extended: crate::dra::extended::asked(p),
         kind: PodKind::Ignored,
     };
     if phase == "Succeeded" || phase == "Failed" {

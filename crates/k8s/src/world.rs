@@ -411,7 +411,11 @@ impl World {
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
         self.cache.dirty.pods.insert(uid.to_string());
-        if self.pods.get(uid).is_some_and(|v| !v.claims.is_empty()) {
+        if self
+            .pods
+            .get(uid)
+            .is_some_and(|v| !v.claims.is_empty() || !v.extended.is_empty())
+        {
             self.cache.dirty.dra = true;
         }
         self.release_volumes(uid);
@@ -1001,20 +1005,78 @@ impl World {
         let Some(v) = self.pods.get(uid) else {
             return Ok(Vec::new());
         };
-        if v.claims.is_empty() {
+        // KEP-5004: extended resources a DeviceClass maps and the node does
+        // not serve itself get a special claim, unless it has one
+        let special = self.extended_requests(uid, node)?;
+        if v.claims.is_empty() && special.is_empty() {
             return Ok(Vec::new());
         }
         let (ns, claims) = (v.namespace.clone(), v.claims.clone());
-        let r = self.dra.allocate(uid, &ns, &claims, node);
+        let mut r = if claims.is_empty() {
+            Ok(Vec::new())
+        } else {
+            self.dra.allocate(uid, &ns, &claims, node)
+        };
+        if !special.is_empty()
+            && let Ok(writes) = &mut r
+        {
+            match self.dra.allocate_extended(uid, &ns, &special, node) {
+                Ok(w) => writes.push(w),
+                Err(e) => {
+                    self.dra.forget_pod(uid);
+                    r = Err(e);
+                }
+            }
+        }
         self.cache.dirty.dra = true;
         self.generation += 1;
         r
     }
 
+    /// KEP-5004: the special claim's requests pod `uid` needs on `node`:
+    /// the extended resources a DeviceClass maps that `node`'s allocatable
+    /// lacks (empty: none, or its special claim exists already).
+    pub fn extended_requests(
+        &self,
+        uid: &str,
+        node: &str,
+    ) -> Result<Vec<crate::dra::extended::ExtendedRequest>, String> {
+        let Some(v) = self.pods.get(uid) else {
+            return Ok(Vec::new());
+        };
+        if v.extended.is_empty() || self.dra.has_special_claim(&v.namespace, &v.claims) {
+            return Ok(Vec::new());
+        }
+        let mapping = self.dra.class_mapping();
+        if !crate::dra::extended::asks_mapped(&v.extended, &mapping) {
+            return Ok(Vec::new());
+        }
+        let nv = self.nodes.get(node);
+        let served = |name: &str| {
+            nv.is_some_and(
+                |nv| match gpusched_model::ResourceKind::from_resource_name(name) {
+                    gpusched_model::ResourceKind::Gpu => {
+                        !nv.node.gpus.is_empty() || nv.node.allocatable.gpu_milli > 0
+                    }
+                    gpusched_model::ResourceKind::Extended(n) => {
+                        nv.node.allocatable.ext_get(&n) > 0
+                    }
+                    _ => true,
+                },
+            )
+        };
+        crate::dra::extended::requests(&v.extended, &mapping, served)
+            .map_err(|e| format!("pod {}/{}: {e}", v.namespace, v.name))
+    }
+
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
         self.cache.dirty.pods.insert(uid.to_string());
-        if self.pods.get(uid).is_some_and(|v| !v.claims.is_empty()) {
+        if self
+            .pods
+            .get(uid)
+            .is_some_and(|v| !v.claims.is_empty() || !v.extended.is_empty())
+        {
             self.cache.dirty.dra = true;
         }
         self.release_volumes(uid);

@@ -91,16 +91,56 @@ fn containers(p: &Pod) -> Vec<&Container> {
         .unwrap_or_default()
 }
 
-/// Whether the pod asks any extended resource that `mapping` maps.
-pub fn asks_mapped(p: &Pod, mapping: &BTreeMap<String, String>) -> bool {
-    containers(p).iter().any(|c| {
-        let r = c.resources.as_ref();
-        r.and_then(|r| r.requests.as_ref())
-            .into_iter()
-            .chain(r.and_then(|r| r.limits.as_ref()))
-            .flatten()
-            .any(|(k, q)| mapping.contains_key(k) && q.0.trim() != "0")
-    })
+/// One domain-qualified resource a container asks (requests, defaulting
+/// to limits as the API server does for extended resources), with the
+/// indexes upstream names the request by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Asked {
+    /// The container's index among init then regular containers.
+    pub container_index: usize,
+    /// The resource's index among the container's sorted request names.
+    pub resource_index: usize,
+    /// The container's name.
+    pub container: String,
+    /// The resource.
+    pub resource: String,
+    /// The amount as written.
+    pub amount: String,
+}
+
+/// The domain-qualified resources the pod's containers ask (the only
+/// ones a DeviceClass may map), in container then name order.
+pub fn asked(p: &Pod) -> Vec<Asked> {
+    let mut out = Vec::new();
+    for (i, c) in containers(p).into_iter().enumerate() {
+        let res = c.resources.as_ref();
+        let mut all: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, q) in res.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
+            all.insert(k, &q.0);
+        }
+        for (k, q) in res.and_then(|r| r.requests.as_ref()).into_iter().flatten() {
+            all.insert(k, &q.0);
+        }
+        for (j, (k, q)) in all.iter().enumerate() {
+            if k.contains('/') {
+                out.push(Asked {
+                    container_index: i,
+                    resource_index: j,
+                    container: c.name.clone(),
+                    resource: k.to_string(),
+                    amount: q.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether any of `asked` is mapped by `mapping` (and not zero).
+pub fn asks_mapped(asked: &[Asked], mapping: &BTreeMap<String, String>) -> bool {
+    asked
+        .iter()
+        .any(|a| mapping.contains_key(&a.resource) && a.amount.trim() != "0")
 }
 
 /// The special claim's requests for a node: one per (container, mapped
@@ -110,51 +150,48 @@ pub fn asks_mapped(p: &Pod, mapping: &BTreeMap<String, String>) -> bool {
 /// not a whole positive number (or more than 128 devices) is an error
 /// naming the container and resource.
 pub fn requests(
-    p: &Pod,
+    asked: &[Asked],
     mapping: &BTreeMap<String, String>,
     served: impl Fn(&str) -> bool,
 ) -> Result<Vec<ExtendedRequest>, String> {
     let mut out = Vec::new();
-    for (i, c) in containers(p).into_iter().enumerate() {
-        let res = c.resources.as_ref();
-        // requests, defaulting to limits as the API server does for
-        // extended resources
-        let mut asked: BTreeMap<&str, &str> = BTreeMap::new();
-        for (k, q) in res.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
-            asked.insert(k, &q.0);
+    for a in asked {
+        let Some(class) = mapping.get(&a.resource) else {
+            continue;
+        };
+        if served(&a.resource) {
+            continue;
         }
-        for (k, q) in res.and_then(|r| r.requests.as_ref()).into_iter().flatten() {
-            asked.insert(k, &q.0);
+        let (c, k) = (&a.container, &a.resource);
+        let n = gpusched_model::quantity::parse_integer(&a.amount)
+            .map_err(|e| format!("container {c}: extended resource {k}: {e}"))?;
+        if n == 0 {
+            continue;
         }
-        for (j, (k, q)) in asked.iter().enumerate() {
-            let Some(class) = mapping.get(*k) else {
-                continue;
-            };
-            if served(k) {
-                continue;
-            }
-            let n = gpusched_model::quantity::parse_integer(q)
-                .map_err(|e| format!("container {}: extended resource {k}: {e}", c.name))?;
-            if n == 0 {
-                continue;
-            }
-            let count = u32::try_from(n).ok().filter(|n| *n <= 128).ok_or_else(|| {
-                format!(
-                    "container {}: extended resource {k}: {n} devices is more than the 128 a claim request may ask",
-                    c.name
-                )
-            })?;
-            out.push(ExtendedRequest {
-                request: format!("container-{i}-request-{j}"),
-                container: c.name.clone(),
-                resource: k.to_string(),
-                class: class.clone(),
-                count,
-            });
-        }
+        let count = u32::try_from(n).ok().filter(|n| *n <= 128).ok_or_else(|| {
+            format!(
+                "container {c}: extended resource {k}: {n} devices is more than the 128 a claim request may ask"
+            )
+        })?;
+        out.push(ExtendedRequest {
+            request: format!(
+                "container-{}-request-{}",
+                a.container_index, a.resource_index
+            ),
+            container: c.clone(),
+            resource: k.clone(),
+            class: class.clone(),
+            count,
+        });
     }
     out.sort_by(|a, b| a.request.cmp(&b.request));
     Ok(out)
+}
+
+/// The key the special claim of pod `uid` is held under in memory until
+/// the created claim shows its allocation.
+pub fn special_key(namespace: &str, pod_uid: &str) -> String {
+    format!("{namespace}/{IN_MEMORY_NAME}{pod_uid}")
 }
 
 /// The special claim as the allocator sees it before it exists.
@@ -185,13 +222,19 @@ pub fn claim(namespace: &str, reqs: &[ExtendedRequest]) -> Claim {
     }
 }
 
-/// The special claim to create for pod `p`: `generateName`, the
-/// annotation, the pod as controlling owner, the requests.
-pub fn claim_object(p: &Pod, reqs: &[ExtendedRequest]) -> ResourceClaim {
-    let name = p.metadata.name.clone().unwrap_or_default();
+/// The special claim to create for pod `namespace/name` (uid `uid`):
+/// `generateName`, the annotation, the pod as controlling owner, the
+/// requests.
+pub fn claim_object(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    reqs: &[ExtendedRequest],
+) -> ResourceClaim {
+    let name = name.to_string();
     ResourceClaim {
         metadata: ObjectMeta {
-            namespace: p.metadata.namespace.clone(),
+            namespace: Some(namespace.to_string()),
             generate_name: Some(format!("{name}-extended-resources-")),
             annotations: Some(BTreeMap::from([(
                 CLAIM_ANNOTATION.to_string(),
@@ -201,7 +244,7 @@ pub fn claim_object(p: &Pod, reqs: &[ExtendedRequest]) -> ResourceClaim {
                 api_version: "v1".into(),
                 kind: "Pod".into(),
                 name,
-                uid: p.metadata.uid.clone().unwrap_or_default(),
+                uid: uid.to_string(),
                 controller: Some(true),
                 block_owner_deletion: Some(true),
             }]),
@@ -319,7 +362,7 @@ mod tests {
             class("fpga", None, 0),
         ]);
         let m = class_mapping(&classes);
-        let p = pod();
+        let p = asked(&pod());
         assert!(asks_mapped(&p, &m));
         let r = requests(&p, &m, |_| false).unwrap();
         let got: Vec<(&str, &str, &str, &str, u32)> = r
@@ -383,7 +426,7 @@ mod tests {
                 "resources": {"requests": {"nvidia.com/gpu": "500m"}}}]}
         }))
         .unwrap();
-        let e = requests(&p, &m, |_| false).unwrap_err();
+        let e = requests(&asked(&p), &m, |_| false).unwrap_err();
         assert!(
             e.contains("container main: extended resource nvidia.com/gpu"),
             "{e}"
@@ -394,7 +437,7 @@ mod tests {
                 "resources": {"requests": {"nvidia.com/gpu": "200"}}}]}
         }))
         .unwrap();
-        let e = requests(&p, &m, |_| false).unwrap_err();
+        let e = requests(&asked(&p), &m, |_| false).unwrap_err();
         assert!(e.contains("more than the 128"), "{e}");
     }
 
@@ -405,9 +448,8 @@ mod tests {
             Some("nvidia.com/gpu"),
             0,
         )]));
-        let p = pod();
-        let r = requests(&p, &m, |_| false).unwrap();
-        let obj = claim_object(&p, &r);
+        let r = requests(&asked(&pod()), &m, |_| false).unwrap();
+        let obj = claim_object("ml", "train", "uid-train", &r);
         let v = serde_json::to_value(&obj).unwrap();
         assert_eq!(
             v,

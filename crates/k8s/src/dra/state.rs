@@ -29,6 +29,10 @@ pub struct ClaimWrite {
     pub uid: String,
     /// The allocation to write (`None`: already allocated, only reserve).
     pub allocate: Option<Allocation>,
+    /// KEP-5004: the claim does not exist yet; it is created (with these
+    /// requests, for the pod) before it is allocated, and the pod's
+    /// `status.extendedResourceClaimStatus` names it.
+    pub extended: Option<Vec<super::extended::ExtendedRequest>>,
 }
 
 /// Where a pending pod's claims stand.
@@ -80,9 +84,25 @@ pub struct DraState {
 
 impl DraState {
     /// A ResourceClaim was added or changed.
-    pub fn upsert_claim(&mut self, c: &ResourceClaim) {
-        let c = super::translate::claim(c);
+    pub fn upsert_claim(&mut self, raw: &ResourceClaim) {
+        let c = super::translate::claim(raw);
         let k = c.key();
+        // KEP-5004: the special claim we created shows its allocation:
+        // what was held for it in memory is let go
+        if c.allocation.is_some()
+            && raw
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::extended::CLAIM_ANNOTATION))
+                .is_some_and(|v| v == "true")
+        {
+            for o in raw.metadata.owner_references.iter().flatten() {
+                if o.controller == Some(true) {
+                    self.drop_tentative(&super::extended::special_key(&c.namespace, &o.uid));
+                }
+            }
+        }
         self.unindex_claim(&k);
         if let Some(a) = &c.allocation {
             self.allocated_on
@@ -427,7 +447,10 @@ impl DraState {
                 ));
             };
             let k = format!("{ns}/{name}");
+            let special = pc.entry == super::extended::IN_MEMORY_NAME;
             match self.claims.get(&k) {
+                // a special claim that is gone is made again
+                None | Some(Claim { deleting: true, .. }) if special => continue,
                 None => return Err(format!("waiting for ResourceClaim {k} to exist")),
                 Some(c) if c.deleting => {
                     return Err(format!("ResourceClaim {k} is being deleted"));
@@ -643,6 +666,7 @@ impl DraState {
                         name: c.name.clone(),
                         uid: c.uid.clone(),
                         allocate: None,
+                        extended: None,
                     });
                 }
                 None => open.push(c),
@@ -661,6 +685,7 @@ impl DraState {
                     name: c.name.clone(),
                     uid: c.uid.clone(),
                     allocate: Some(a.clone()),
+                    extended: None,
                 });
                 made.push((c.key(), a));
             }
@@ -676,6 +701,63 @@ impl DraState {
         }
         writes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         Ok(writes)
+    }
+}
+
+impl DraState {
+    /// Extended resource name → DeviceClass (KEP-5004).
+    pub fn class_mapping(&self) -> BTreeMap<String, String> {
+        super::extended::class_mapping(&self.classes)
+    }
+
+    /// KEP-5004: allocates pod `pod_uid`'s special claim (`reqs`, what
+    /// `node` does not serve itself) on `node`, holding the devices in
+    /// memory until the created claim shows them: the write that creates,
+    /// allocates and reserves it.
+    pub fn allocate_extended(
+        &mut self,
+        pod_uid: &str,
+        ns: &str,
+        reqs: &[super::extended::ExtendedRequest],
+        node: &str,
+    ) -> Result<ClaimWrite, String> {
+        let claim = super::extended::claim(ns, reqs);
+        let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
+        let in_use = self.in_use_on(node);
+        let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut allocs = self
+            .allocate_on(&[&claim], node, &by_node, &in_use, &mut sel)
+            .map_err(|e| format!("the pod's extended resources through DRA: {e}"))?;
+        drop(sel);
+        let Some(a) = allocs.pop() else {
+            return Err("the allocator gave no allocation for the extended resources".into());
+        };
+        self.add_tentative(
+            super::extended::special_key(ns, pod_uid),
+            Tentative {
+                pod: pod_uid.to_string(),
+                allocation: a.clone(),
+            },
+        );
+        Ok(ClaimWrite {
+            namespace: ns.to_string(),
+            name: super::extended::IN_MEMORY_NAME.to_string(),
+            uid: String::new(),
+            allocate: Some(a),
+            extended: Some(reqs.to_vec()),
+        })
+    }
+
+    /// Whether pod `pod_uid`'s claims include its special claim, existing.
+    pub fn has_special_claim(&self, ns: &str, claims: &[PodClaim]) -> bool {
+        claims.iter().any(|pc| {
+            pc.entry == super::extended::IN_MEMORY_NAME
+                && pc
+                    .claim
+                    .as_ref()
+                    .and_then(|n| self.claims.get(&format!("{ns}/{n}")))
+                    .is_some_and(|c| !c.deleting)
+        })
     }
 }
 

@@ -475,6 +475,16 @@ pub fn pod_claims(p: &Pod) -> Vec<PodClaim> {
         .flatten()
         .map(|s| (s.name.as_str(), s.resource_claim_name.as_ref()))
         .collect();
+    // KEP-5004: the special claim made for its extended resources
+    let special = p
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .filter(|s| !s.resource_claim_name.is_empty())
+        .map(|s| PodClaim {
+            entry: super::extended::IN_MEMORY_NAME.to_string(),
+            claim: Some(s.resource_claim_name.clone()),
+        });
     p.spec
         .as_ref()
         .and_then(|s| s.resource_claims.as_ref())
@@ -496,6 +506,7 @@ pub fn pod_claims(p: &Pod) -> Vec<PodClaim> {
                 claim,
             })
         })
+        .chain(special)
         .collect()
 }
 

@@ -256,8 +256,8 @@ impl Executor {
             let mut written = Vec::new();
             for w in &claims {
                 limit.acquire().await;
-                match super::claims::reserve(&client, w, &name, &uid).await {
-                    Ok(()) => written.push(w.clone()),
+                match super::claims::reserve_any(&client, w, &name, &uid).await {
+                    Ok(done) => written.push(done),
                     Err(e) => {
                         tracing::warn!("pod {ns}/{name}: not bound: {e}");
                         metrics.attempt("error");

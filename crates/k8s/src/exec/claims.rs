@@ -161,10 +161,94 @@ pub async fn reserve(
     Err(format!("{what}: {ATTEMPTS} conflicting writes in a row"))
 }
 
+/// [`reserve`], creating the claim first when it is a KEP-5004 special
+/// claim (`w.extended`): created with `generateName` for the pod, then
+/// allocated and reserved, then named in the pod's
+/// `status.extendedResourceClaimStatus`. The write as done (the created
+/// claim's name and uid), for [`release`]. A failure after the claim was
+/// created deletes it again.
+pub async fn reserve_any(
+    client: &Client,
+    w: &ClaimWrite,
+    pod_name: &str,
+    pod_uid: &str,
+) -> Result<ClaimWrite, String> {
+    let Some(reqs) = &w.extended else {
+        reserve(client, w, pod_name, pod_uid).await?;
+        return Ok(w.clone());
+    };
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
+    let obj = crate::dra::extended::claim_object(&w.namespace, pod_name, pod_uid, reqs);
+    let made = api.create(&super::post_params(), &obj).await.map_err(|e| {
+        format!(
+            "creating the ResourceClaim for the extended resources of pod {}/{pod_name}: {}",
+            w.namespace,
+            said(&e)
+        )
+    })?;
+    let done = ClaimWrite {
+        name: made.metadata.name.clone().unwrap_or_default(),
+        uid: made.metadata.uid.clone().unwrap_or_default(),
+        ..w.clone()
+    };
+    let status = async {
+        reserve(client, &done, pod_name, pod_uid).await?;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(client.clone(), &w.namespace);
+        let patch = serde_json::json!({"status": {"extendedResourceClaimStatus":
+            crate::dra::extended::pod_status(&done.name, reqs)}});
+        pods.patch_status(
+            pod_name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "pod {}/{pod_name}: writing status.extendedResourceClaimStatus: {}",
+                w.namespace,
+                said(&e)
+            )
+        })?;
+        Ok::<(), String>(())
+    };
+    if let Err(e) = status.await {
+        release(client, &done, pod_uid).await;
+        return Err(e);
+    }
+    Ok(done)
+}
+
 /// Takes back what [`reserve`] wrote for the pod: its reservation, and the
 /// allocation (and finalizer) when this write made it and no other pod
 /// reserves the claim. Best effort: failures are logged.
 pub async fn release(client: &Client, w: &ClaimWrite, pod_uid: &str) {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
+    if w.extended.is_some() {
+        // a special claim we created: deleted (its finalizer taken off
+        // first); the next attempt makes a new one
+        release_claim(client, w, pod_uid).await;
+        let dp = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(w.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        if let Err(e) = api.delete(&w.name, &dp).await {
+            tracing::info!(
+                "rolling back ResourceClaim {}/{}: deleting it: {e}",
+                w.namespace,
+                w.name
+            );
+        }
+        return;
+    }
+    release_claim(client, w, pod_uid).await;
+}
+
+/// [`release`] of a claim's reservation, allocation and finalizer.
+async fn release_claim(client: &Client, w: &ClaimWrite, pod_uid: &str) {
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
     let pp = super::post_params();
     for _ in 0..ATTEMPTS {
