@@ -138,6 +138,11 @@ pub struct CycleStats {
     pub gangs_waiting: u32,
     /// Jobs placed while an earlier job of their queue waited.
     pub backfilled: u32,
+    /// Job attempts (placement or an eviction pass) not made because an
+    /// equivalent job had just failed them (see
+    /// `SchedulerOptions::skip_equivalent_jobs`).
+    #[serde(default)]
+    pub jobs_skipped: u32,
 }
 
 /// Everything a cycle produced.

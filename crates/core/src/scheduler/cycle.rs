@@ -7,6 +7,7 @@
 
 use super::SchedulerOptions;
 use super::candidates::SigCache;
+use super::equiv::Equivalence;
 use super::jobs::{Job, JobId, build_jobs};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree, schedulable_capacity};
@@ -18,7 +19,7 @@ use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot
 use crate::state::ClusterState;
 use crate::statement::{Op, Statement};
 use gpusched_model::Pod;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Mutable state of one cycle.
 pub(super) struct Cycle<'s> {
@@ -45,8 +46,15 @@ pub(super) struct Cycle<'s> {
     pub sig_index: BTreeMap<SchedulingKey, usize>,
     pub pod_sig: Vec<Option<usize>>,
     pub change_log: Vec<NodeId>,
-    /// The job each node is reserved (or nominated) for.
+    /// The job each node is reserved (or nominated) for (set through
+    /// [`Cycle::reserve_node`]).
     pub reserved: Vec<Option<JobId>>,
+    /// The jobs some node is reserved (or nominated) for.
+    pub reserving: BTreeSet<JobId>,
+    /// Outcomes of jobs that failed, by their shape, to be reused by
+    /// equivalent jobs while nothing was committed since (see
+    /// [`super::equiv`]).
+    pub equiv: Equivalence,
     /// Running pods per node (pod ids), for victim search.
     pub on_node: Vec<Vec<PodId>>,
     /// Pods evicted (tentatively or for real) this cycle.
@@ -196,6 +204,8 @@ impl<'s> Cycle<'s> {
             pod_sig: vec![None; n_pods],
             change_log: Vec::new(),
             reserved: vec![None; n_nodes],
+            reserving: BTreeSet::new(),
+            equiv: Equivalence::default(),
             on_node,
             gone: vec![false; n_pods],
             leaving: (0..n_pods as PodId)
@@ -237,7 +247,7 @@ impl<'s> Cycle<'s> {
         for (j, job) in jobs.iter().enumerate() {
             for &n in &job.nominated {
                 if (n as usize) < n_nodes && c.reserved[n as usize].is_none() {
-                    c.reserved[n as usize] = Some(j);
+                    c.reserve_node(n, j);
                 }
             }
         }
@@ -246,6 +256,13 @@ impl<'s> Cycle<'s> {
 
     pub fn pod(&self, p: PodId) -> &'s Pod {
         &self.snap.pods[p as usize].pod
+    }
+
+    /// Reserves node `n` for job `j` (nothing else is placed there this
+    /// cycle).
+    pub fn reserve_node(&mut self, n: NodeId, j: JobId) {
+        self.reserved[n as usize] = Some(j);
+        self.reserving.insert(j);
     }
 
     pub fn note_change(&mut self, n: NodeId) {

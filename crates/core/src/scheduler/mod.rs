@@ -46,6 +46,7 @@
 mod actions;
 mod candidates;
 mod cycle;
+mod equiv;
 mod jobs;
 pub mod moves;
 
@@ -97,6 +98,11 @@ pub struct SchedulerOptions {
     /// `PreferNoSchedule` taints, `ScheduleAnyway` spread) combine with the
     /// packing score (docs/scheduling.md).
     pub preferences: PreferenceOrder,
+    /// Do not try again a job whose equivalent (same pods' signatures,
+    /// count and, for evictions, queue and priority) failed earlier in the
+    /// cycle with nothing committed since: it would fail the same way, and
+    /// gets the same reasons ([`equiv`]). Exact; off only to compare.
+    pub skip_equivalent_jobs: bool,
 }
 
 /// Where preferences rank against the packing score.
@@ -131,6 +137,7 @@ impl Default for SchedulerOptions {
             consolidation_max_nodes: 64,
             consolidation_max_trials: 512,
             preferences: PreferenceOrder::BeforePacking,
+            skip_equivalent_jobs: true,
         }
     }
 }

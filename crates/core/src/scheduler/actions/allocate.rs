@@ -50,7 +50,15 @@ impl Action for Allocate {
                 c.unplaced.push(j);
                 continue;
             }
-            if c.try_place(j, job) {
+            let shape = c.shape(j, job, job.need, None);
+            let placed = match shape {
+                Some(ref s) if c.alloc_failed_before(s, job) => false,
+                _ => c.try_place(j, job),
+            };
+            if !placed && let Some(s) = shape {
+                c.alloc_failed(s, job);
+            }
+            if placed {
                 if job.group.is_some() {
                     c.out.stats.gangs_started += 1;
                 }

@@ -73,7 +73,18 @@ impl Action for Evict {
                 });
                 continue;
             }
-            c.try_evict_for(pass, j, job);
+            let count = job.need.max(1).min(job.pods.len());
+            let shape = c.shape(j, job, count, Some(pass));
+            match shape {
+                Some(ref s) if c.evict_failed_before(s, job) => {}
+                Some(s) => {
+                    let first = job.pods.first().and_then(|p| c.evict_notes.get(p));
+                    let before = (c.out.decisions.len(), first.map_or(0, Vec::len));
+                    c.try_evict_for(pass, j, job);
+                    c.evict_done(s, job, before);
+                }
+                None => c.try_evict_for(pass, j, job),
+            }
         }
         c.unplaced = unplaced;
     }
@@ -496,7 +507,7 @@ impl<'s> Cycle<'s> {
     ) {
         for (p, n) in placements {
             self.placed[p as usize] = true;
-            self.reserved[n as usize] = Some(j);
+            self.reserve_node(n, j);
             let d = self.pod(p).demand();
             self.tree.add_usage(job.queue, &d);
             self.out

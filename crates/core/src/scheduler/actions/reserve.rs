@@ -71,7 +71,7 @@ impl<'s> Cycle<'s> {
         }
         let mut k = 0;
         for (n, slots) in chosen {
-            self.reserved[n as usize] = Some(j);
+            self.reserve_node(n, j);
             for _ in 0..slots {
                 if let Some(&p) = job.pods.get(k) {
                     self.out
