@@ -71,10 +71,10 @@ pub(super) struct Cycle<'s> {
     pub unplaced: Vec<JobId>,
     pub out: CycleOutput,
     /// The queue, quota, gang or reservation reason of a pending pod.
-    pub notes: BTreeMap<PodId, PendingReason>,
+    pub notes: PerPod<PendingReason>,
     /// What the preempt and reclaim passes did for a pending pod's job
     /// and why it freed nothing (for the explanation).
-    pub evict_notes: BTreeMap<PodId, Vec<EvictionAttempt>>,
+    pub evict_notes: Vec<Vec<EvictionAttempt>>,
     pub evictions: u32,
     /// Running members per group index.
     pub group_running: Vec<Vec<PodId>>,
@@ -139,8 +139,20 @@ impl<'s> Cycle<'s> {
                 group_running[*g].push(i as PodId);
             }
         }
-        let pod_queue: Vec<Option<QueueIdx>> =
-            snap.pods.iter().map(|p| tree.idx(&p.pod.queue)).collect();
+        // (pods of one queue tend to be neighbours: the last lookup is kept)
+        let mut last: Option<(&str, Option<QueueIdx>)> = None;
+        let pod_queue: Vec<Option<QueueIdx>> = snap
+            .pods
+            .iter()
+            .map(|p| match last {
+                Some((name, q)) if name == p.pod.queue => q,
+                _ => {
+                    let q = tree.idx(&p.pod.queue);
+                    last = Some((&p.pod.queue, q));
+                    q
+                }
+            })
+            .collect();
         let since = |p: &PodState| match p.phase {
             PodPhase::Running { since_ms, .. } => since_ms,
             _ => 0,
@@ -214,8 +226,8 @@ impl<'s> Cycle<'s> {
             placed: vec![false; n_pods],
             unplaced: Vec::new(),
             out: CycleOutput::default(),
-            notes: BTreeMap::new(),
-            evict_notes: BTreeMap::new(),
+            notes: PerPod::new(n_pods),
+            evict_notes: vec![Vec::new(); n_pods],
             evictions: 0,
             group_running,
             unit_since,
@@ -235,6 +247,7 @@ impl<'s> Cycle<'s> {
         let jobs = build_jobs(
             snap,
             &c.tree,
+            &c.pod_queue,
             &group_idx,
             &c.group_running,
             now_ms,
@@ -371,6 +384,38 @@ impl<'s> Cycle<'s> {
             Some(g) if !self.group_running[g].is_empty() => self.group_running[g].clone(),
             _ => vec![victim],
         }
+    }
+}
+
+/// A note per pod of the snapshot (indexed by pod id: a deep queue notes
+/// tens of thousands of pods per cycle).
+pub(super) struct PerPod<T>(Vec<Option<T>>);
+
+impl<T> PerPod<T> {
+    /// No note for any of `n` pods.
+    pub fn new(n: usize) -> Self {
+        PerPod(std::iter::repeat_with(|| None).take(n).collect())
+    }
+
+    /// Sets pod `p`'s note (ignored for a pod outside the snapshot).
+    pub fn insert(&mut self, p: PodId, v: T) {
+        if let Some(slot) = self.0.get_mut(p as usize) {
+            *slot = Some(v);
+        }
+    }
+
+    /// Sets pod `p`'s note unless it has one.
+    pub fn insert_if_none(&mut self, p: PodId, v: impl FnOnce() -> T) {
+        if let Some(slot) = self.0.get_mut(p as usize)
+            && slot.is_none()
+        {
+            *slot = Some(v());
+        }
+    }
+
+    /// Pod `p`'s note.
+    pub fn get(&self, p: &PodId) -> Option<&T> {
+        self.0.get(*p as usize)?.as_ref()
     }
 }
 

@@ -111,7 +111,7 @@ impl<'s> Cycle<'s> {
                 need: job.need as u32,
             };
             for &p in &job.pods {
-                self.notes.entry(p).or_insert_with(|| why.clone());
+                self.notes.insert_if_none(p, || why.clone());
             }
         }
         self.out.stats.jobs_skipped += 1;
@@ -145,7 +145,7 @@ impl<'s> Cycle<'s> {
             }
         }
         for &p in &job.pods {
-            self.evict_notes.entry(p).or_default().push(attempt.clone());
+            self.evict_notes[p as usize].push(attempt.clone());
         }
         self.out.stats.jobs_skipped += 1;
         true
@@ -162,11 +162,11 @@ impl<'s> Cycle<'s> {
         let Some(&first) = job.pods.first() else {
             return;
         };
-        let noted = self.evict_notes.get(&first).map_or(0, Vec::len);
+        let noted = self.evict_notes[first as usize].len();
         if noted != before.1 + 1 {
             return;
         }
-        let Some(attempt) = self.evict_notes.get(&first).and_then(|v| v.last()).cloned() else {
+        let Some(attempt) = self.evict_notes[first as usize].last().cloned() else {
             return;
         };
         let named = match &attempt.outcome {

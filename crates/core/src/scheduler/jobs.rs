@@ -1,6 +1,7 @@
 //! Jobs: pending pods grouped into what is placed together (a pod group,
 //! or a lone pod), and their order inside a queue.
 
+use super::cycle::PerPod;
 use crate::decision::{CycleOutput, Decision, GroupPhase};
 use crate::fairshare::{QueueIdx, QueueTree};
 use crate::reason::PendingReason;
@@ -72,11 +73,12 @@ pub(super) fn per_queue_order(jobs: &[Job], n_queues: usize) -> Vec<Vec<JobId>> 
 pub(super) fn build_jobs(
     snap: &Snapshot,
     tree: &QueueTree,
+    pod_queue: &[Option<QueueIdx>],
     group_idx: &BTreeMap<&str, usize>,
     group_running: &[Vec<PodId>],
     now_ms: u64,
     out: &mut CycleOutput,
-    notes: &mut BTreeMap<PodId, PendingReason>,
+    notes: &mut PerPod<PendingReason>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     let mut group_pending: BTreeMap<usize, Vec<PodId>> = BTreeMap::new();
@@ -85,7 +87,7 @@ pub(super) fn build_jobs(
             continue;
         };
         let id = i as PodId;
-        let Some(q) = tree.idx(&p.pod.queue) else {
+        let Some(q) = pod_queue.get(i).copied().flatten() else {
             notes.insert(
                 id,
                 PendingReason::QueueMissing {

@@ -26,15 +26,23 @@ impl Action for Allocate {
         // whether a job of the queue already waits for capacity this cycle
         let mut waiting_in_queue = vec![false; per_queue.len()];
         let mut reservations = 0u32;
+        // the queues' order keys, as of a decision count (they change only
+        // with usage, which changes only with a decision)
+        let mut keys: Vec<Vec<u64>> = Vec::new();
+        let mut keys_at: Option<usize> = None;
         loop {
+            if keys_at != Some(c.out.decisions.len()) {
+                keys = (0..per_queue.len()).map(|q| c.tree.order_key(q)).collect();
+                keys_at = Some(c.out.decisions.len());
+            }
             // most under-served queue with work left
-            let mut best: Option<(Vec<u64>, QueueIdx)> = None;
+            let mut best: Option<(&Vec<u64>, QueueIdx)> = None;
             for q in 0..per_queue.len() {
                 if blocked[q] || cursor[q] >= per_queue[q].len() {
                     continue;
                 }
-                let key = c.tree.order_key(q);
-                if best.as_ref().is_none_or(|(k, bq)| (&key, q) < (k, *bq)) {
+                let key = &keys[q];
+                if best.is_none_or(|(k, bq)| (key, q) < (k, bq)) {
                     best = Some((key, q));
                 }
             }
@@ -129,7 +137,7 @@ impl<'s> Cycle<'s> {
                         need: job.need as u32,
                     };
                     for &p in &job.pods {
-                        self.notes.entry(p).or_insert_with(|| why.clone());
+                        self.notes.insert_if_none(p, || why.clone());
                     }
                 }
                 continue;
@@ -170,7 +178,7 @@ impl<'s> Cycle<'s> {
                 required: t.required,
             };
             for &p in &job.pods {
-                self.notes.entry(p).or_insert_with(|| why.clone());
+                self.notes.insert_if_none(p, || why.clone());
             }
         }
         false

@@ -78,7 +78,7 @@ impl Action for Evict {
             match shape {
                 Some(ref s) if c.evict_failed_before(s, job) => {}
                 Some(s) => {
-                    let first = job.pods.first().and_then(|p| c.evict_notes.get(p));
+                    let first = job.pods.first().map(|&p| &c.evict_notes[p as usize]);
                     let before = (c.out.decisions.len(), first.map_or(0, Vec::len));
                     c.try_evict_for(pass, j, job);
                     c.evict_done(s, job, before);
@@ -448,13 +448,10 @@ impl<'s> Cycle<'s> {
         outcome: impl Fn() -> EvictionOutcome,
     ) {
         for &p in &job.pods {
-            self.evict_notes
-                .entry(p)
-                .or_default()
-                .push(EvictionAttempt {
-                    kind: pass,
-                    outcome: outcome(),
-                });
+            self.evict_notes[p as usize].push(EvictionAttempt {
+                kind: pass,
+                outcome: outcome(),
+            });
         }
     }
 

@@ -26,10 +26,11 @@ impl<'s> Cycle<'s> {
     /// Messages for every pod left pending.
     fn explain(&mut self, jobs: &[Job]) {
         let mut diag_cache: BTreeMap<usize, (Verdict, Option<NodeSummary>)> = BTreeMap::new();
-        let mut job_of: BTreeMap<PodId, &Job> = BTreeMap::new();
+        // whether each pod is in a job
+        let mut in_job = vec![false; self.snap.pods.len()];
         for j in jobs {
             for &p in &j.pods {
-                job_of.insert(p, j);
+                in_job[p as usize] = true;
             }
         }
         // each job's place in its queue's order
@@ -61,7 +62,7 @@ impl<'s> Cycle<'s> {
                 continue;
             }
             let note = self.notes.get(&p).cloned();
-            let evictions = self.evict_notes.remove(&p).unwrap_or_default();
+            let evictions = std::mem::take(&mut self.evict_notes[i]);
             let queue_position = position[i];
             if nominated {
                 self.out.explanations.push(Explanation {
@@ -73,7 +74,7 @@ impl<'s> Cycle<'s> {
                 });
                 continue;
             }
-            let constrained = job_of.contains_key(&p) && self.pre_filter(p).filter;
+            let constrained = in_job[i] && self.pre_filter(p).filter;
             let (verdict, diag) = if constrained {
                 // its own: what runs where refuses nodes for this pod
                 let s = self.sig_of(p);
@@ -87,7 +88,7 @@ impl<'s> Cycle<'s> {
                     pod,
                     &refuse,
                 )
-            } else if job_of.contains_key(&p) {
+            } else if in_job[i] {
                 let s = self.sig_of(p);
                 diag_cache
                     .entry(s)
