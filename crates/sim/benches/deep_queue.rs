@@ -7,8 +7,9 @@
 //! and the whole run (the simulator's bookkeeping included).
 //!
 //! ```text
-//! cargo bench -p gpusched-sim --bench deep_queue -- [nodes] [gangs] [queues] [virtual minutes]
-//! # default 1300 10000 1 120
+//! cargo bench -p gpusched-sim --bench deep_queue -- [nodes] [gangs] [queues] [virtual minutes] [off]
+//! # default 1300 10000 1 120; `off`: without skipping equivalent jobs
+//! # (SchedulerOptions::skip_equivalent_jobs), the before figure
 //! ```
 
 use gpusched_core::CycleOutput;
@@ -76,6 +77,8 @@ fn main() {
     )
     .expect("bench scenario");
     let mut sched = gpusched_sim::sched::default_scheduler();
+    let off = args.get(4).is_some_and(|a| a == "off");
+    sched.opts.skip_equivalent_jobs = !off;
     let mut t = Timing {
         start: None,
         cycles_ms: Vec::new(),
@@ -94,7 +97,8 @@ fn main() {
             .unwrap_or(0.0)
     };
     println!(
-        "deep queue: {nodes} nodes x 8 GPUs, {gangs} gangs of 8x8 GPUs in {queues} queue(s), {minutes} virtual minutes"
+        "deep queue: {nodes} nodes x 8 GPUs, {gangs} gangs of 8x8 GPUs in {queues} queue(s), {minutes} virtual minutes{}",
+        if off { ", equivalent jobs tried" } else { "" }
     );
     println!(
         "  cycles {}  max pending pods {}  gangs admitted {}  sim errors {}",

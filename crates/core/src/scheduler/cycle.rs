@@ -246,8 +246,7 @@ impl<'s> Cycle<'s> {
         c.out.warnings = problems;
         let jobs = build_jobs(
             snap,
-            &c.tree,
-            &c.pod_queue,
+            (&c.tree, &c.pod_queue),
             &group_idx,
             &c.group_running,
             now_ms,

@@ -69,11 +69,11 @@ pub(super) fn per_queue_order(jobs: &[Job], n_queues: usize) -> Vec<Vec<JobId>> 
 
 /// Groups the snapshot's pending pods into jobs. Pods that cannot form a
 /// job (unknown queue or group, gang incomplete or timed out) get their
-/// reason in `notes`; group phase changes go to `out`.
+/// reason in `notes`; group phase changes go to `out`. Each pod's queue
+/// is looked up once per cycle (`pod_queue`, beside the tree).
 pub(super) fn build_jobs(
     snap: &Snapshot,
-    tree: &QueueTree,
-    pod_queue: &[Option<QueueIdx>],
+    (tree, pod_queue): (&QueueTree, &[Option<QueueIdx>]),
     group_idx: &BTreeMap<&str, usize>,
     group_running: &[Vec<PodId>],
     now_ms: u64,
