@@ -323,6 +323,7 @@ pub fn allocate(
                             admin: pk.admin,
                             consumed,
                             share,
+                            binding: d.binding.clone(),
                         }
                     })
                     .collect(),
@@ -693,6 +694,7 @@ mod tests {
             consumes: vec![],
             multiple: false,
             capacity_info: BTreeMap::new(),
+            binding: Default::default(),
         }
     }
 

@@ -274,6 +274,7 @@ mod tests {
             consumes: vec![],
             multiple: false,
             capacity_info: BTreeMap::new(),
+            binding: Default::default(),
         }
     }
 

@@ -141,6 +141,26 @@ pub struct Device {
     /// Per qualified capacity name: the name as the slice spells it and
     /// its `requestPolicy`.
     pub capacity_info: BTreeMap<String, CapacityInfo>,
+    /// `bindingConditions` and `bindingFailureConditions`: the scheduler
+    /// binds a pod given this device only once the conditions are true on
+    /// its claim's `status.devices`, and gives up on a failure condition.
+    pub binding: BindingConditions,
+}
+
+/// A device's binding conditions (copied into allocation results).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindingConditions {
+    /// `bindingConditions`: all must be true before the Binding.
+    pub wait_for: Vec<String>,
+    /// `bindingFailureConditions`: any true fails the binding.
+    pub fail_on: Vec<String>,
+}
+
+impl BindingConditions {
+    /// Whether there is nothing to wait for.
+    pub fn is_empty(&self) -> bool {
+        self.wait_for.is_empty() && self.fail_on.is_empty()
+    }
 }
 
 /// Counters by name, in milli-units.
@@ -321,6 +341,8 @@ pub struct AllocatedDevice {
     pub consumed: BTreeMap<String, i128>,
     /// On a device that allows multiple allocations: the share's id.
     pub share: Option<String>,
+    /// The device's binding conditions at allocation.
+    pub binding: BindingConditions,
 }
 
 /// A claim's allocation.

@@ -233,6 +233,10 @@ pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) 
             consumes,
             multiple,
             capacity_info,
+            binding: super::BindingConditions {
+                wait_for: d.binding_conditions.clone().unwrap_or_default(),
+                fail_on: d.binding_failure_conditions.clone().unwrap_or_default(),
+            },
         });
     }
     (out, warnings)
@@ -439,6 +443,10 @@ pub fn claim(c: &ResourceClaim) -> Claim {
                     })
                     .collect(),
                 share: r.share_id.clone(),
+                binding: super::BindingConditions {
+                    wait_for: r.binding_conditions.clone().unwrap_or_default(),
+                    fail_on: r.binding_failure_conditions.clone().unwrap_or_default(),
+                },
             })
             .collect();
         Allocation { node, devices }

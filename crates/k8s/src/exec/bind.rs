@@ -274,6 +274,31 @@ impl Executor {
                     }
                 }
             }
+            // binding conditions: the devices must be ready first
+            for w in &written {
+                if let Err(e) =
+                    super::claims::wait_bound(&client, w, super::claims::BINDING_TIMEOUT).await
+                {
+                    tracing::info!("pod {ns}/{name}: not bound: {e}");
+                    metrics.attempt("error");
+                    let ev = recorder.prepare(
+                        Event {
+                            type_: EventType::Warning,
+                            reason: "FailedScheduling".into(),
+                            note: format!("binding conditions: {e}"),
+                            action: "Scheduling".into(),
+                        },
+                        pod_ref(&ns, &name, &uid),
+                    );
+                    let _ = ev.publish().await;
+                    for w in &written {
+                        super::claims::release(&client, w, &uid).await;
+                    }
+                    shared.with(|w| w.forget(&uid));
+                    shared.changed.notify_one();
+                    return;
+                }
+            }
             let claim_client = client.clone();
             let api: Api<Pod> = Api::namespaced(client, &ns);
             let binding = Binding {

@@ -20,6 +20,7 @@ use k8s_openapi::api::resource::v1::{
     ResourceClaimConsumerReference,
 };
 use kube::{Api, Client};
+use std::time::Duration;
 
 /// Tries per claim when a write conflicts with another.
 const ATTEMPTS: u32 = 5;
@@ -44,6 +45,10 @@ pub fn allocation_result(a: &Allocation) -> AllocationResult {
                                 .collect()
                         }),
                         share_id: d.share.clone(),
+                        binding_conditions: (!d.binding.wait_for.is_empty())
+                            .then(|| d.binding.wait_for.clone()),
+                        binding_failure_conditions: (!d.binding.fail_on.is_empty())
+                            .then(|| d.binding.fail_on.clone()),
                         ..Default::default()
                     })
                     .collect(),
@@ -159,6 +164,96 @@ pub async fn reserve(
         }
     }
     Err(format!("{what}: {ATTEMPTS} conflicting writes in a row"))
+}
+
+/// How long the Binding waits for a claim's binding conditions
+/// (kube-scheduler's default `bindingTimeout`).
+pub const BINDING_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where a claim's binding conditions stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Binding {
+    /// None to wait for, or all true: the pod may be bound.
+    Ready,
+    /// Waiting for this (device and condition).
+    Waiting(String),
+    /// A failure condition is true: the allocation does not work out.
+    Failed(String),
+}
+
+/// The binding conditions of allocation `a`'s devices against the claim's
+/// `status.devices` as it is now.
+pub fn binding_state(a: &Allocation, c: &ResourceClaim) -> Binding {
+    let statuses = c
+        .status
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut waiting = None;
+    for d in a.devices.iter().filter(|d| !d.binding.is_empty()) {
+        let st = statuses.iter().find(|s| {
+            s.driver == d.id.driver
+                && s.pool == d.id.pool
+                && s.device == d.id.device
+                && s.share_id == d.share
+        });
+        let is_true = |t: &str| {
+            st.and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .any(|k| k.type_ == t && k.status == "True")
+        };
+        if let Some(f) = d.binding.fail_on.iter().find(|f| is_true(f)) {
+            return Binding::Failed(format!(
+                "device {}: binding failure condition {f} is true",
+                d.id
+            ));
+        }
+        if waiting.is_none()
+            && let Some(w) = d.binding.wait_for.iter().find(|w| !is_true(w))
+        {
+            waiting = Some(format!(
+                "device {}: binding condition {w} is not true yet",
+                d.id
+            ));
+        }
+    }
+    waiting.map_or(Binding::Ready, Binding::Waiting)
+}
+
+/// Waits until the binding conditions of the devices allocated by `w` are
+/// true (polling the claim every second), failing on a failure condition
+/// or after `timeout`. A write without binding conditions returns at once.
+pub async fn wait_bound(client: &Client, w: &ClaimWrite, timeout: Duration) -> Result<(), String> {
+    let Some(a) = &w.allocate else {
+        return Ok(());
+    };
+    if a.devices.iter().all(|d| d.binding.is_empty()) {
+        return Ok(());
+    }
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.namespace);
+    let what = format!("ResourceClaim {}/{}", w.namespace, w.name);
+    let start = tokio::time::Instant::now();
+    loop {
+        let c = api
+            .get(&w.name)
+            .await
+            .map_err(|e| format!("{what}: {}", said(&e)))?;
+        match binding_state(a, &c) {
+            Binding::Ready => return Ok(()),
+            Binding::Failed(why) => return Err(format!("{what}: {why}")),
+            Binding::Waiting(why) => {
+                if start.elapsed() >= timeout {
+                    return Err(format!(
+                        "{what}: gave up after {}s: {why}",
+                        timeout.as_secs()
+                    ));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// [`reserve`], creating the claim first when it is a KEP-5004 special
@@ -327,6 +422,7 @@ mod tests {
                 admin: false,
                 consumed: Default::default(),
                 share: None,
+                binding: Default::default(),
             }],
         };
         let v = serde_json::to_value(allocation_result(&a)).unwrap();
@@ -347,5 +443,66 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(crate::dra::translate::claim(&claim).allocation, Some(a));
+    }
+
+    #[test]
+    fn binding_conditions_wait_until_true_and_fail_on_a_failure_condition() {
+        let dev = |name: &str, wait: &[&str], fail: &[&str]| AllocatedDevice {
+            request: "gpu".into(),
+            id: DeviceId {
+                driver: "gpu.gpusched.io".into(),
+                pool: "n1".into(),
+                device: name.into(),
+            },
+            admin: false,
+            consumed: Default::default(),
+            share: None,
+            binding: crate::dra::BindingConditions {
+                wait_for: wait.iter().map(|s| s.to_string()).collect(),
+                fail_on: fail.iter().map(|s| s.to_string()).collect(),
+            },
+        };
+        let a = Allocation {
+            node: Some("n1".into()),
+            devices: vec![
+                dev("gpu-0", &[], &[]),
+                dev("fabric-0", &["Attached"], &["AttachFailed"]),
+            ],
+        };
+        let v = serde_json::to_value(allocation_result(&a)).unwrap();
+        assert_eq!(
+            v["devices"]["results"][1]["bindingConditions"],
+            serde_json::json!(["Attached"])
+        );
+        assert_eq!(v["devices"]["results"][0].get("bindingConditions"), None);
+        let with = |conds: serde_json::Value| -> ResourceClaim {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
+                "status": {"allocation": v, "devices": [{"driver": "gpu.gpusched.io",
+                    "pool": "n1", "device": "fabric-0", "conditions": conds}]}
+            }))
+            .unwrap()
+        };
+        let cond = |t: &str, s: &str| {
+            serde_json::json!({"type": t, "status": s, "reason": "R", "message": "",
+                "lastTransitionTime": "2026-12-06T10:00:00Z"})
+        };
+        let c0: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "ml", "uid": "u"}}))
+        .unwrap();
+        assert!(matches!(binding_state(&a, &c0), Binding::Waiting(w) if w.contains("Attached")));
+        let c1 = with(serde_json::json!([cond("Attached", "False")]));
+        assert!(matches!(binding_state(&a, &c1), Binding::Waiting(_)));
+        let c2 = with(serde_json::json!([cond("Attached", "True")]));
+        assert_eq!(binding_state(&a, &c2), Binding::Ready);
+        let c3 = with(serde_json::json!([
+            cond("Attached", "False"),
+            cond("AttachFailed", "True")
+        ]));
+        assert!(matches!(binding_state(&a, &c3), Binding::Failed(f)
+            if f.contains("fabric-0") && f.contains("AttachFailed")));
+        // read back from the claim: the conditions are the allocation's
+        let back = crate::dra::translate::claim(&c2).allocation.unwrap();
+        assert_eq!(back, a);
     }
 }
