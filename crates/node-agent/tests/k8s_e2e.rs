@@ -475,9 +475,9 @@ async fn scheduler_and_agent_agree_on_gpus() {
         .await
         .unwrap();
     let report = wait_for(Duration::from_secs(20), || async {
-        let r = gpusched_k8s::doctor::diagnose(
+        let r = gpusched_k8s::tools::doctor::diagnose(
             &c.client,
-            &gpusched_k8s::doctor::DoctorOptions::default(),
+            &gpusched_k8s::tools::doctor::DoctorOptions::default(),
         )
         .await
         .ok()?;

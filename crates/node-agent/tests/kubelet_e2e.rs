@@ -685,9 +685,9 @@ async fn delete_and_reclaim(c: &Cluster, names: &[String]) {
 /// `gpusched doctor` finds nothing wrong.
 async fn doctor_clean(c: &Cluster) {
     let r = wait_for(Duration::from_secs(20), || async {
-        let r = gpusched_k8s::doctor::diagnose(
+        let r = gpusched_k8s::tools::doctor::diagnose(
             &c.client,
-            &gpusched_k8s::doctor::DoctorOptions::default(),
+            &gpusched_k8s::tools::doctor::DoctorOptions::default(),
         )
         .await
         .ok()?;
@@ -695,9 +695,9 @@ async fn doctor_clean(c: &Cluster) {
     })
     .await;
     if r.is_none() {
-        let r = gpusched_k8s::doctor::diagnose(
+        let r = gpusched_k8s::tools::doctor::diagnose(
             &c.client,
-            &gpusched_k8s::doctor::DoctorOptions::default(),
+            &gpusched_k8s::tools::doctor::DoctorOptions::default(),
         )
         .await
         .unwrap();
