@@ -172,8 +172,6 @@ impl PluginService {
     }
 }
 
-pub use crate::matching::share_env;
-
 type ListStream = Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
 
 fn options() -> api::DevicePluginOptions {
