@@ -1,8 +1,9 @@
 //! Carries out a cycle's decisions against the API: bindings (with the GPU
 //! decision in the Binding's annotations, [`bind`]), evictions and
 //! nominations ([`evict`]), events with kube-scheduler's series semantics
-//! and the problems of objects ([`events`]), pod conditions, and the
-//! level-triggered PodGroup and Queue status ([`status`]). Each write runs
+//! ([`events`]), the problems of objects (`problems.rs`), and every status
+//! write — pod conditions, the level-triggered PodGroup and Queue status
+//! ([`status`]). Each write runs
 //! as its own task under a concurrency bound and the client-side rate
 //! limit, so the loop is never blocked by the API.
 

@@ -6,7 +6,11 @@
 //! lost, is corrected at the next tick after [`STATUS_SETTLE`]; nothing is
 //! written "on change" only. The executor's status writes (these, and a
 //! pod's `PodScheduled` condition) are here: this module is the one writer
-//! of status subresources.
+//! of status subresources, every body typed ([`StatusPatch`]).
+//!
+//! `group.rs` and `queue.rs` say what a PodGroup's and a Queue's status
+//! should be (pure); `publish.rs` is the tick; here the writers and what
+//! they share (settling, conditions, the merge diff).
 
 use super::{clip, patch_params};
 use crate::crd::{PodGroupStatus, QueueStatus, phase_name};
