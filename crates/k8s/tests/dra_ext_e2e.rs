@@ -1,0 +1,227 @@
+//! The allocator's newer DRA features on a real kube-apiserver v1.37.2:
+//! shared counters (a whole device and its partitions in one pool never
+//! both given), consumable capacity (one device shared by claims up to its
+//! capacity, with `consumedCapacity` and `shareID` in the results) and
+//! binding conditions (the Binding waits until the device's conditions are
+//! true on the claim's status). Slices are published by the test, as a
+//! driver would, on a kwok node.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const NODES: &str = "nodes:
+  - name: ext
+    count: 1
+    cpu: \"64\"
+    memory: 512Gi
+";
+
+const DRIVER: &str = "parts.example.com";
+
+fn class(name: &str, expr: String) -> Value {
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+           "metadata": {"name": name},
+           "spec": {"selectors": [{"cel": {"expression": expr}}]}})
+}
+
+fn kind_class(kind: &str) -> Value {
+    class(
+        kind,
+        format!(
+            "device.driver == \"{DRIVER}\" && device.attributes[\"{DRIVER}\"].kind == \"{kind}\""
+        ),
+    )
+}
+
+fn claim(name: &str, class: &str, count: u32, capacity: Option<&str>) -> Value {
+    let mut exactly = json!({"deviceClassName": class, "count": count});
+    if let Some(c) = capacity {
+        exactly["capacity"] = json!({"requests": {"memory": c}});
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+           "metadata": {"name": name},
+           "spec": {"devices": {"requests": [{"name": "r", "exactly": exactly}]}}})
+}
+
+fn pod(name: &str, claim: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                 "resourceClaims": [{"name": "c", "resourceClaimName": claim}],
+                 "containers": [{"name": "main", "image": "x",
+                    "resources": {"claims": [{"name": "c"}], "requests": {"cpu": "100m"}}}]}
+    })
+}
+
+async fn bound(pods: &Api<Pod>, name: &str, secs: u64) -> Option<String> {
+    wait_for(Duration::from_secs(secs), || async {
+        pods.get(name).await.ok()?.spec?.node_name
+    })
+    .await
+}
+
+async fn pending_because(pods: &Api<Pod>, name: &str, text: &str) -> String {
+    wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get(name).await.ok()?)
+            .filter(|(_, m)| m.contains(text))
+            .map(|(_, m)| m)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{name}: no PodScheduled message containing {text:?}"))
+}
+
+fn results(c: &ResourceClaim) -> Vec<Value> {
+    let v = serde_json::to_value(c).unwrap();
+    v["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn allocated(claims: &Api<ResourceClaim>, name: &str) -> ResourceClaim {
+    wait_for(Duration::from_secs(30), || async {
+        let c = claims.get(name).await.ok()?;
+        c.status.as_ref()?.allocation.as_ref()?;
+        Some(c)
+    })
+    .await
+    .unwrap_or_else(|| panic!("claim {name} not allocated"))
+}
+
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/run)"]
+async fn shared_counters_consumable_capacity_and_binding_conditions() {
+    let c = Cluster::up().await;
+    let nodes = c.nodes_from_yaml(NODES).await;
+    let node = &nodes[0];
+    let client = c.client.clone();
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    for k in ["whole", "half", "shared", "link"] {
+        create_obj(&classes, kind_class(k)).await;
+    }
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let pool = json!({"name": node, "generation": 1, "resourceSliceCount": 2});
+    create_obj(
+        &slices,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+               "metadata": {"name": format!("{node}-counters")},
+               "spec": {"driver": DRIVER, "nodeName": node, "pool": pool,
+                        "sharedCounters": [{"name": "gpu-0", "counters": {
+                            "memory": {"value": "80Gi"}}}]}}),
+    )
+    .await;
+    let part = |name: &str, kind: &str, mem: &str| {
+        json!({"name": name, "attributes": {"kind": {"string": kind}},
+               "consumesCounters": [{"counterSet": "gpu-0",
+                                     "counters": {"memory": {"value": mem}}}]})
+    };
+    let devices = json!([
+        part("gpu-0", "whole", "80Gi"),
+        part("gpu-0-half-0", "half", "40Gi"),
+        part("gpu-0-half-1", "half", "40Gi"),
+        {"name": "shared-0", "allowMultipleAllocations": true,
+         "attributes": {"kind": {"string": "shared"}},
+         "capacity": {"memory": {"value": "80Gi", "requestPolicy": {
+             "default": "8Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}},
+        {"name": "link-0", "attributes": {"kind": {"string": "link"}},
+         "bindingConditions": ["Attached"], "bindingFailureConditions": ["AttachFailed"],
+         "bindsToNode": true}
+    ]);
+    let made = create_obj(
+        &slices,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+               "metadata": {"name": format!("{node}-parts")},
+               "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": devices}}),
+    )
+    .await;
+    // the API server keeps the fields (their feature gates are on in 1.37)
+    let kept = serde_json::to_value(&made).unwrap();
+    let kept = &kept["spec"]["devices"];
+    assert!(kept[0]["consumesCounters"].is_array(), "{kept}");
+    assert_eq!(kept[3]["allowMultipleAllocations"], true, "{kept}");
+    assert!(kept[4]["bindingConditions"].is_array(), "{kept}");
+
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "ml");
+    let pods = c.pods("ml");
+    let _s = c.scheduler(opts()).await;
+
+    // shared counters: two halves run; the whole GPU then cannot
+    create_obj(&claims, claim("halves", "half", 2, None)).await;
+    create(&pods, pod("p-halves", "halves")).await;
+    assert_eq!(
+        bound(&pods, "p-halves", 30).await.as_deref(),
+        Some(node.as_str())
+    );
+    let halves = allocated(&claims, "halves").await;
+    let got: Vec<Value> = results(&halves)
+        .iter()
+        .map(|r| r["device"].clone())
+        .collect();
+    assert_eq!(got, vec![json!("gpu-0-half-0"), json!("gpu-0-half-1")]);
+    create_obj(&claims, claim("whole", "whole", 1, None)).await;
+    create(&pods, pod("p-whole", "whole")).await;
+    let why = pending_because(&pods, "p-whole", "shared counters").await;
+    assert!(why.contains("ResourceClaim ml/whole"), "{why}");
+
+    // consumable capacity: 50Gi and 20Gi share the device, 40Gi more
+    // does not fit beside them
+    create_obj(&claims, claim("big", "shared", 1, Some("50Gi"))).await;
+    create(&pods, pod("p-big", "big")).await;
+    assert!(bound(&pods, "p-big", 30).await.is_some());
+    create_obj(&claims, claim("small", "shared", 1, Some("19.5Gi"))).await;
+    create(&pods, pod("p-small", "small")).await;
+    assert!(bound(&pods, "p-small", 30).await.is_some());
+    let (big, small) = (
+        allocated(&claims, "big").await,
+        allocated(&claims, "small").await,
+    );
+    let (rb, rs) = (&results(&big)[0], &results(&small)[0]);
+    assert_eq!(rb["device"], "shared-0");
+    assert_eq!(rs["device"], "shared-0");
+    // 19.5Gi rounds up to the 1Gi step: 20Gi (as the API server writes it)
+    let q = |v: &Value| {
+        gpusched_model::Quantity::parse(v.as_str().unwrap())
+            .unwrap()
+            .units()
+    };
+    assert_eq!(q(&rb["consumedCapacity"]["memory"]), 50 << 30);
+    assert_eq!(q(&rs["consumedCapacity"]["memory"]), 20 << 30);
+    assert_ne!(rb["shareID"], rs["shareID"]);
+    create_obj(&claims, claim("more", "shared", 1, Some("40Gi"))).await;
+    create(&pods, pod("p-more", "more")).await;
+    pending_because(&pods, "p-more", "request r").await;
+
+    // binding conditions: allocated and reserved, but not bound until the
+    // driver says the device is attached
+    create_obj(&claims, claim("link", "link", 1, None)).await;
+    create(&pods, pod("p-link", "link")).await;
+    let link = allocated(&claims, "link").await;
+    assert_eq!(results(&link)[0]["bindingConditions"], json!(["Attached"]));
+    assert_eq!(
+        bound(&pods, "p-link", 4).await,
+        None,
+        "bound before Attached"
+    );
+    let mut link = claims.get("link").await.unwrap();
+    let mut v = serde_json::to_value(&link).unwrap();
+    v["status"]["devices"] = json!([{"driver": DRIVER, "pool": node, "device": "link-0",
+        "conditions": [{"type": "Attached", "status": "True", "reason": "Done", "message": "",
+                        "lastTransitionTime": "2026-12-06T10:00:00Z"}]}]);
+    link = serde_json::from_value(v).unwrap();
+    claims
+        .replace_status("link", &PostParams::default(), &link)
+        .await
+        .unwrap();
+    assert_eq!(
+        bound(&pods, "p-link", 30).await.as_deref(),
+        Some(node.as_str())
+    );
+}
