@@ -44,6 +44,12 @@ pub struct SchedulerArgs {
     /// kube-scheduler's profiles).
     #[arg(long, default_value = "gpusched", value_delimiter = ',')]
     scheduler_name: Vec<String>,
+    /// DRA drivers whose ResourceSlice devices are GPUs: they become the
+    /// scheduler's GPUs of their node, counted like device-plugin GPUs
+    /// (repeat, or separate with commas; e.g. `gpu.gpusched.io,gpu.nvidia.com`;
+    /// docs/dra.md).
+    #[arg(long, default_value = "gpu.gpusched.io", value_delimiter = ',')]
+    dra_gpu_driver: Vec<String>,
     /// Elect a leader on a Lease before scheduling (for more than one replica).
     #[arg(long)]
     leader_elect: bool,
@@ -164,6 +170,7 @@ pub fn run(a: SchedulerArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
         scheduler_names: a.scheduler_name,
+        dra_gpu_drivers: a.dra_gpu_driver,
         provisioning,
         ..Default::default()
     };

@@ -47,6 +47,9 @@ pub struct Options {
     /// Pods naming one of these in `spec.schedulerName` are scheduled
     /// (empty: `gpusched`).
     pub scheduler_names: Vec<String>,
+    /// DRA drivers whose devices are GPUs of their node in the core
+    /// (`crate::dra::gpus`; empty: gpusched's own).
+    pub dra_gpu_drivers: Vec<String>,
     /// ProvisioningRequests for gangs that need new nodes
     /// ([`crate::provreq`]; `None`: off).
     pub provisioning: Option<crate::provreq::Config>,
@@ -68,6 +71,7 @@ impl Default for Options {
             period: Duration::from_secs(1),
             exec: ExecOptions::default(),
             scheduler_names: Vec::new(),
+            dra_gpu_drivers: Vec::new(),
             provisioning: None,
         }
     }
@@ -96,9 +100,11 @@ pub async fn run_with_client(
         .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
     let metrics = Arc::new(Metrics::new());
     let shared = Shared {
-        world: Arc::new(Mutex::new(World::for_scheduler_names(
-            opts.scheduler_names.clone(),
-        ))),
+        world: Arc::new(Mutex::new({
+            let mut w = World::for_scheduler_names(opts.scheduler_names.clone());
+            w.set_dra_gpu_drivers(&opts.dra_gpu_drivers);
+            w
+        })),
         changed: Arc::new(Notify::new()),
     };
     let health = Arc::new(crate::debug::Server::new(

@@ -271,6 +271,25 @@ fn key(ns: Option<&String>, name: Option<&String>) -> String {
 }
 
 impl World {
+    /// Which ResourceSlice drivers publish GPUs that are the core's GPUs of
+    /// their node (`crate::dra::gpus`; empty: gpusched's own driver).
+    pub fn set_dra_gpu_drivers(&mut self, drivers: &[String]) {
+        self.dra
+            .set_gpu_drivers(crate::dra::gpus::GpuDrivers::new(drivers));
+        self.cache.dirty.nodes.extend(self.nodes.keys().cloned());
+        self.cache.dirty.dra = true;
+        self.generation += 1;
+    }
+
+    /// Whether pod `uid` holds its resources in the core: bound on a known
+    /// node, or being bound by us.
+    pub(crate) fn placed_in_core(&self, uid: &str) -> bool {
+        self.assumed.contains_key(uid)
+            || self.pods.get(uid).is_some_and(
+                |v| matches!(&v.kind, PodKind::Bound { node, .. } if self.nodes.contains_key(node)),
+            )
+    }
+
     /// An empty world whose pods are those naming one of `names` in
     /// `spec.schedulerName` (empty: [`translate::SCHEDULER_NAME`]).
     pub fn for_scheduler_names(names: Vec<String>) -> World {
@@ -541,6 +560,10 @@ impl World {
                 self.generation += 1;
             }
             ObjectKind::ResourceSlice => {
+                // its GPUs are its node's GPUs in the core
+                if let Some(n) = self.dra.slice_node(key) {
+                    self.cache.dirty.nodes.insert(n);
+                }
                 self.dra.delete_slice(key);
                 self.cache.dirty.dra = true;
                 self.generation += 1;
@@ -552,6 +575,7 @@ impl World {
             }
             ObjectKind::DeviceTaintRule => {
                 self.dra.delete_taint_rule(key);
+                self.cache.dirty.nodes.extend(self.dra.slice_nodes());
                 self.cache.dirty.dra = true;
                 self.generation += 1;
             }
@@ -966,7 +990,11 @@ impl World {
 
     /// A ResourceSlice was added or changed.
     pub fn upsert_slice(&mut self, s: &k8s_openapi::api::resource::v1::ResourceSlice) {
+        // its GPUs are its node's GPUs in the core (before and after)
+        let name = s.metadata.name.clone().unwrap_or_default();
+        self.cache.dirty.nodes.extend(self.dra.slice_node(&name));
         self.dra.upsert_slice(s);
+        self.cache.dirty.nodes.extend(self.dra.slice_node(&name));
         self.cache.dirty.dra = true;
         self.generation += 1;
     }
@@ -984,6 +1012,7 @@ impl World {
         r: &k8s_openapi::api::resource::v1::DeviceTaintRule,
     ) {
         self.dra.upsert_taint_rule(r);
+        self.cache.dirty.nodes.extend(self.dra.slice_nodes());
         self.cache.dirty.dra = true;
         self.generation += 1;
     }
@@ -1002,6 +1031,18 @@ impl World {
         uid: &str,
         node: &str,
     ) -> Result<Vec<crate::dra::state::ClaimWrite>, String> {
+        self.allocate_claims_at(uid, node, &[])
+    }
+
+    /// [`World::allocate_claims`], giving the claims the GPUs the core
+    /// chose (positions on the node) when they allow them
+    /// ([`crate::dra::state::DraState::allocate`]).
+    pub fn allocate_claims_at(
+        &mut self,
+        uid: &str,
+        node: &str,
+        core_gpus: &[u32],
+    ) -> Result<Vec<crate::dra::state::ClaimWrite>, String> {
         let Some(v) = self.pods.get(uid) else {
             return Ok(Vec::new());
         };
@@ -1015,7 +1056,7 @@ impl World {
         let mut r = if claims.is_empty() {
             Ok(Vec::new())
         } else {
-            self.dra.allocate(uid, &ns, &claims, node)
+            self.dra.allocate(uid, &ns, &claims, node, core_gpus)
         };
         if !special.is_empty()
             && let Ok(writes) = &mut r

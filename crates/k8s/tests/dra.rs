@@ -576,3 +576,198 @@ fn kep_5004_a_bad_extended_amount_is_refused_naming_the_container() {
     assert!(e.contains("8 of 9 device(s) available"), "{e}");
     assert_eq!(w.dra().tentative_len(), 0);
 }
+
+/// A pod of ours bound to `node`.
+fn bound_pod(name: &str, claims: &[&str], node: &str) -> Pod {
+    let mut p = pod(name, claims);
+    p.spec.as_mut().unwrap().node_name = Some(node.into());
+    p.status.as_mut().unwrap().phase = Some("Running".into());
+    p
+}
+
+/// A claim allocated on `node` to these devices, reserved for these pods.
+fn allocated(
+    name: &str,
+    requests: Value,
+    node: &str,
+    devices: &[u32],
+    pods: &[&str],
+) -> ResourceClaim {
+    let mut c = claim(name, requests);
+    c.status = Some(
+        serde_json::from_value(json!({
+            "allocation": {
+                "devices": {"results": devices.iter().map(|i| json!({
+                    "request": "gpu", "driver": dra::DRIVER, "pool": node,
+                    "device": dra::gpu_device_name(*i)})).collect::<Vec<_>>()},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+            },
+            "reservedFor": pods.iter().map(|p| json!({
+                "resource": "pods", "name": p, "uid": format!("uid-{p}")})).collect::<Vec<_>>()
+        }))
+        .unwrap(),
+    );
+    c
+}
+
+fn snap_pod<'a>(b: &'a gpusched_k8s::world::Built, name: &str) -> &'a gpusched_core::PodState {
+    let i = b.pods.iter().position(|p| p.name == name).unwrap();
+    &b.snapshot.pods[i]
+}
+
+fn node_of<'a>(b: &'a gpusched_k8s::world::Built, name: &str) -> &'a gpusched_model::Node {
+    b.snapshot.nodes.iter().find(|n| n.name == name).unwrap()
+}
+
+#[test]
+fn slice_gpus_are_the_core_gpus_and_claims_count_on_their_pods() {
+    use gpusched_core::{GpuAssignment, PodPhase};
+    use gpusched_model::{GpuHealth, GpuRequest};
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_node(&node("b"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&slice("a", 8, "H100"));
+    let b = w.build();
+    let a = node_of(&b, "a");
+    assert_eq!(a.gpus.len(), 8);
+    assert!(
+        a.gpus
+            .iter()
+            .all(|g| g.model == "H100" && g.memory_mib == 80 * 1024)
+    );
+    assert_eq!(
+        a.gpus.iter().map(|g| g.topo.nvlink).collect::<Vec<_>>(),
+        [0, 0, 0, 0, 1, 1, 1, 1].map(Some).to_vec()
+    );
+    assert_eq!(a.allocatable.gpu_milli, 8000);
+    assert!(node_of(&b, "b").gpus.is_empty());
+
+    // pending: the claim's GPUs are the pod's demand
+    w.upsert_claim(&claim("two", gpus(2)));
+    w.upsert_pod(&pod("p", &["two"]));
+    // bound: its claim's devices are its GPUs
+    w.upsert_claim(&allocated("q", gpus(2), "a", &[5, 6], &["q"]));
+    w.upsert_pod(&bound_pod("q", &["q"], "a"));
+    // a shared claim counts once, on the first pod it is reserved for
+    w.upsert_claim(&allocated("s", gpus(1), "a", &[1], &["s1", "s2"]));
+    w.upsert_pod(&bound_pod("s1", &["s"], "a"));
+    w.upsert_pod(&bound_pod("s2", &["s"], "a"));
+    // allocated for no pod we know (another scheduler's, or its pod is
+    // gone): the GPU is used, on nobody
+    w.upsert_claim(&allocated("orphan", gpus(1), "a", &[7], &[]));
+    let b = w.build();
+    assert_eq!(snap_pod(&b, "p").pod.gpu, GpuRequest::Whole(2));
+    let q = snap_pod(&b, "q");
+    assert_eq!(q.pod.gpu, GpuRequest::Whole(2));
+    assert!(
+        matches!(&q.phase, PodPhase::Running { gpus: GpuAssignment::Whole(v), .. } if *v == vec![5, 6]),
+        "{:?}",
+        q.phase
+    );
+    assert!(
+        matches!(&snap_pod(&b, "s1").phase, PodPhase::Running { gpus: GpuAssignment::Whole(v), .. } if *v == vec![1])
+    );
+    assert_eq!(snap_pod(&b, "s2").pod.gpu, GpuRequest::None);
+    let a = node_of(&b, "a");
+    assert_eq!(a.gpus[7].health, GpuHealth::NotAllocatable);
+    assert_eq!(a.allocatable.gpu_milli, 7000);
+    assert!(
+        b.problems
+            .iter()
+            .all(|p| !matches!(p, Problem::BadDecision { .. })),
+        "{:?}",
+        b.problems
+    );
+    // the incremental snapshot agrees, also after the claim is released
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &b),
+        None
+    );
+    w.upsert_claim(&claim("orphan", gpus(1)));
+    let b = w.build();
+    assert_eq!(node_of(&b, "a").gpus[7].health, GpuHealth::Healthy);
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &b),
+        None
+    );
+    // the slice gone: no GPUs
+    w.remove(gpusched_k8s::world::ObjectKind::ResourceSlice, "a-gpus");
+    let b = w.build();
+    assert!(node_of(&b, "a").gpus.is_empty());
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &b),
+        None
+    );
+}
+
+#[test]
+fn the_core_gpus_go_to_the_claim_when_its_constraints_allow_them() {
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&slice("a", 8, "H100"));
+    let mut one_domain = claim("c", gpus(2));
+    one_domain
+        .spec
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .constraints = Some(vec![
+        serde_json::from_value(
+            json!({"matchAttribute": format!("{}/{}", dra::DRIVER, dra::ATTR_NVLINK_DOMAIN)}),
+        )
+        .unwrap(),
+    ]);
+    w.upsert_claim(&one_domain);
+    w.upsert_pod(&pod("p", &["c"]));
+    let devices = |w: &mut World, core: &[u32]| -> Vec<String> {
+        let r = w.allocate_claims_at("uid-p", "a", core).unwrap();
+        w.forget("uid-p");
+        r[0].allocate
+            .as_ref()
+            .unwrap()
+            .devices
+            .iter()
+            .map(|d| d.id.device.clone())
+            .collect()
+    };
+    // the core's choice, in one domain: given
+    assert_eq!(devices(&mut w, &[5, 6]), ["gpu-5", "gpu-6"]);
+    // across domains: the claim's constraint wins, the allocator chooses
+    assert_eq!(devices(&mut w, &[3, 4]), ["gpu-0", "gpu-1"]);
+    // a different count (the core did not count this pod's GPUs): the
+    // allocator chooses
+    assert_eq!(devices(&mut w, &[6]), ["gpu-0", "gpu-1"]);
+}
+
+#[test]
+fn gpus_held_by_pods_are_left_to_the_core_so_it_can_preempt_them() {
+    use gpusched_model::GpuRequest;
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&slice("a", 8, "H100"));
+    w.upsert_claim(&allocated(
+        "low",
+        gpus(8),
+        "a",
+        &[0, 1, 2, 3, 4, 5, 6, 7],
+        &["low"],
+    ));
+    w.upsert_pod(&bound_pod("low", &["low"], "a"));
+    w.upsert_claim(&claim("high", gpus(8)));
+    w.upsert_pod(&pod("high", &["high"]));
+    // the core sees a, full of low's GPUs: its question whether to preempt
+    assert_eq!(claims_problem(&w, "high"), None);
+    assert_eq!(claim_nodes(&w, "high"), Some(vec!["a".to_string()]));
+    assert_eq!(snap_pod(&w.build(), "high").pod.gpu, GpuRequest::Whole(8));
+    // low is gone but its claim is not deallocated yet: not the core's
+    w.delete_pod("uid-low");
+    let (class, msg) = claims_problem(&w, "high").expect("waits for the devices");
+    assert_eq!(class, PendingClass::UnallocatableClaim);
+    assert!(msg.contains("8 in use"), "{msg}");
+}

@@ -10,6 +10,7 @@
 pub mod alloc;
 pub mod cel;
 pub mod extended;
+pub mod gpus;
 pub mod state;
 pub mod translate;
 

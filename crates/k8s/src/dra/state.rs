@@ -45,8 +45,10 @@ pub enum PodClaims {
     Waiting(String),
     /// The claims cannot be allocated on any node: why.
     Unallocatable(String),
-    /// The nodes on which they can, sorted.
-    Nodes(Vec<String>),
+    /// The nodes on which they can, sorted, and the number of GPUs
+    /// ([`super::gpus`]) they take (the fewest any of those nodes gives
+    /// them; 0 when every claim is allocated already).
+    Nodes(Vec<String>, u32),
 }
 
 /// The DRA objects, by key.
@@ -80,9 +82,116 @@ pub struct DraState {
     allocated_on: BTreeMap<Option<String>, BTreeSet<String>>,
     /// Index: keys of tentative allocations by their node.
     tentative_on: BTreeMap<Option<String>, BTreeSet<String>>,
+    /// Which devices are GPUs.
+    gpu_drivers: super::gpus::GpuDrivers,
 }
 
 impl DraState {
+    /// Which drivers' devices are the core's GPUs ([`super::gpus`]).
+    pub fn set_gpu_drivers(&mut self, drivers: super::gpus::GpuDrivers) {
+        self.gpu_drivers = drivers;
+    }
+
+    /// Which drivers' devices are the core's GPUs.
+    pub fn gpu_drivers(&self) -> &super::gpus::GpuDrivers {
+        &self.gpu_drivers
+    }
+
+    /// The GPU devices of `node` in the core's GPU order: position `i` of
+    /// the node's GPUs in the core is the `i`-th.
+    pub fn gpu_devices_on(&self, node: &str) -> Vec<&Device> {
+        let mut v: Vec<&Device> = self
+            .slices_on
+            .get(&Some(node.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|s| self.slices.get(s))
+            .flatten()
+            .filter(|d| self.gpu_drivers.is_gpu(d))
+            .collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v.dedup_by(|a, b| a.id == b.id);
+        super::gpus::order(&mut v);
+        v
+    }
+
+    /// The node a slice's devices are on (`None`: unknown slice, or all nodes).
+    pub fn slice_node(&self, name: &str) -> Option<String> {
+        self.slices.get(name)?.first()?.node.clone()
+    }
+
+    /// The nodes some slice is on.
+    pub fn slice_nodes(&self) -> Vec<String> {
+        self.slices_on.keys().flatten().cloned().collect()
+    }
+
+    /// The pod a claim's devices are counted on in the core: the first pod
+    /// in its `status.reservedFor`, or the pod of this run's tentative
+    /// allocation. `None`: allocated and reserved for no pod.
+    fn owner(&self, key: &str) -> Option<&str> {
+        match self.claims.get(key) {
+            Some(c) if c.allocation.is_some() => c.reserved_for.first().map(String::as_str),
+            _ => self.tentative.get(key).map(|t| t.pod.as_str()),
+        }
+    }
+
+    /// Every device held (allocated claims and tentative allocations,
+    /// admin access aside) with the pod it is counted on.
+    pub fn held(&self) -> Vec<(&DeviceId, Option<&str>)> {
+        let mut out = Vec::new();
+        for (k, c) in &self.claims {
+            if let Some(a) = &c.allocation {
+                let owner = self.owner(k);
+                out.extend(
+                    a.devices
+                        .iter()
+                        .filter(|d| !d.admin)
+                        .map(|d| (&d.id, owner)),
+                );
+            }
+        }
+        for t in self.tentative.values() {
+            out.extend(
+                t.allocation
+                    .devices
+                    .iter()
+                    .filter(|d| !d.admin)
+                    .map(|d| (&d.id, Some(t.pod.as_str()))),
+            );
+        }
+        out
+    }
+
+    /// The devices counted on pod `uid` (in namespace `ns`, with these
+    /// claims): those of its claims whose owner it is.
+    pub fn held_by(&self, uid: &str, ns: &str, claims: &[PodClaim]) -> Vec<&DeviceId> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        for pc in claims {
+            let Some(name) = &pc.claim else { continue };
+            let k = format!("{ns}/{name}");
+            if !seen.insert(k.clone()) || self.owner(&k) != Some(uid) {
+                continue;
+            }
+            if let Some(a) = self.allocation_of(&k) {
+                out.extend(a.devices.iter().filter(|d| !d.admin).map(|d| &d.id));
+            }
+        }
+        // KEP-5004: its special claim, while it is only ours in memory
+        if let Some(t) = self.tentative.get(&super::extended::special_key(ns, uid))
+            && t.pod == uid
+        {
+            out.extend(
+                t.allocation
+                    .devices
+                    .iter()
+                    .filter(|d| !d.admin)
+                    .map(|d| &d.id),
+            );
+        }
+        out
+    }
+
     /// A ResourceClaim was added or changed.
     pub fn upsert_claim(&mut self, raw: &ResourceClaim) {
         let c = super::translate::claim(raw);
@@ -569,7 +678,7 @@ impl DraState {
                     pinned.unwrap_or_default()
                 ))
             } else {
-                PodClaims::Nodes(candidates.into_iter().map(String::from).collect())
+                PodClaims::Nodes(candidates.into_iter().map(String::from).collect(), 0)
             };
         }
         let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
@@ -577,9 +686,15 @@ impl DraState {
         // why not, with the nodes it applies to
         let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         let mut failed = 0;
+        let mut gpus: Option<u32> = None;
         for n in candidates {
             match self.allocate_on(open, n, by_node, in_use, &mut sel) {
-                Ok(_) => ok.push(n.to_string()),
+                Ok(allocs) => {
+                    let local = by_node.get(&Some(n)).map_or(&[][..], Vec::as_slice);
+                    let g = self.gpus_in(&allocs, local);
+                    gpus = Some(gpus.map_or(g, |x| x.min(g)));
+                    ok.push(n.to_string());
+                }
                 Err(e) => {
                     failed += 1;
                     let e = e
@@ -611,7 +726,25 @@ impl DraState {
                 shown.join("; ")
             ));
         }
-        PodClaims::Nodes(ok)
+        PodClaims::Nodes(ok, gpus.unwrap_or(0))
+    }
+
+    /// How many of the devices of `allocs` are GPUs; `local`: the node's
+    /// own devices, sorted by id.
+    fn gpus_in(&self, allocs: &[Allocation], local: &[&Device]) -> u32 {
+        allocs
+            .iter()
+            .flat_map(|a| &a.devices)
+            .filter(|d| !d.admin)
+            .filter(|d| {
+                local.binary_search_by(|x| x.id.cmp(&d.id)).is_ok_and(|i| {
+                    // a tainted GPU is unhealthy in the core, which
+                    // never chooses one: a claim tolerating the taint
+                    // takes it beside the core's count
+                    self.gpu_drivers.is_gpu(local[i]) && local[i].untolerated(&[]).is_none()
+                })
+            })
+            .count() as u32
     }
 
     fn allocate_on(
@@ -641,12 +774,21 @@ impl DraState {
     /// Allocates the pod's claims on `node` now (the core placed it there)
     /// and remembers the allocations as tentative until the claims show
     /// them: what to write to each claim before the Binding.
+    ///
+    /// `core_gpus`: the positions of the node's GPUs the core chose for the
+    /// pod ([`DraState::gpu_devices_on`]). When the allocator's own answer
+    /// takes as many GPUs as the core chose, the claims get the core's
+    /// GPUs if their selectors and constraints allow them (the allocator
+    /// is run again with every other GPU of the node held); otherwise, or
+    /// when they do not, the allocator's own answer stands (the next
+    /// snapshot counts the pod on the GPUs it really got).
     pub fn allocate(
         &mut self,
         pod_uid: &str,
         ns: &str,
         claims: &[PodClaim],
         node: &str,
+        core_gpus: &[u32],
     ) -> Result<Vec<ClaimWrite>, String> {
         let keys = self.pod_claim_keys(ns, claims)?;
         let mut open: Vec<&Claim> = Vec::new();
@@ -676,7 +818,22 @@ impl DraState {
             let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
             let in_use = self.in_use_on(node);
             let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
-            let allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
+            let mut allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
+            let gpus = self.gpu_devices_on(node);
+            let local = by_node.get(&Some(node)).map_or(&[][..], Vec::as_slice);
+            let local: Vec<&Device> = local.iter().copied().filter(|d| d.node.is_some()).collect();
+            if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
+                let mut held = in_use.clone();
+                held.extend(
+                    gpus.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
+                        .map(|(_, d)| d.id.clone()),
+                );
+                if let Ok(a) = self.allocate_on(&open, node, &by_node, &held, &mut sel) {
+                    allocs = a;
+                }
+            }
             drop(sel);
             let mut made = Vec::new();
             for (c, a) in open.iter().zip(allocs) {

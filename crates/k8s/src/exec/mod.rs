@@ -298,7 +298,15 @@ impl Executor {
                     }
                     // DRA: allocate its claims on that node now (held
                     // from here on, written before the Binding)
-                    let claims = match self.shared.with(|w| w.allocate_claims(&pr.uid, &n.name)) {
+                    // (the core's GPUs, when the claims allow them)
+                    let core_gpus = match gpus {
+                        gpusched_core::GpuAssignment::Whole(v) => v.as_slice(),
+                        _ => &[],
+                    };
+                    let claims = match self
+                        .shared
+                        .with(|w| w.allocate_claims_at(&pr.uid, &n.name, core_gpus))
+                    {
                         Ok(c) => c,
                         Err(e) => {
                             let msg = format!(

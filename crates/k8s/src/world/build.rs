@@ -28,6 +28,29 @@ pub(super) struct NodePart {
     /// Some node has a CSI attach limit (`CSINode`): pods' CSI volumes
     /// are resolved.
     pub(super) attach_limits: bool,
+    /// DRA GPU devices (`crate::dra::gpus`): the node and the position
+    /// among its GPUs each one is.
+    pub(super) dra_gpus: BTreeMap<DeviceId, (NodeId, u32)>,
+}
+
+impl NodePart {
+    /// The positions on its node of the GPUs among `devices` (those on
+    /// `node`), sorted.
+    fn gpu_positions<'a>(
+        &self,
+        node: NodeId,
+        devices: impl IntoIterator<Item = &'a DeviceId>,
+    ) -> Vec<u32> {
+        let mut out: Vec<u32> = devices
+            .into_iter()
+            .filter_map(|d| self.dra_gpus.get(d))
+            .filter(|(n, _)| *n == node)
+            .map(|(_, p)| *p)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
 }
 
 /// Queues and groups as the core sees them.
@@ -96,11 +119,28 @@ pub(super) struct DraCtx<'a> {
 }
 
 impl<'a> DraCtx<'a> {
+    /// The devices held for the feasibility check leave out the GPUs held
+    /// by pods the core counts them on: whether those are free is the
+    /// core's question (it counts them, and may preempt their pods).
     pub(super) fn new(w: &'a World) -> Self {
+        let devices = w.dra.devices_by_node();
+        let gpus: BTreeSet<&DeviceId> = devices
+            .values()
+            .flatten()
+            .filter(|d| w.dra.gpu_drivers().is_gpu(d))
+            .map(|d| &d.id)
+            .collect();
+        let in_use = w
+            .dra
+            .held()
+            .into_iter()
+            .filter(|(d, owner)| !(gpus.contains(d) && owner.is_some_and(|u| w.placed_in_core(u))))
+            .map(|(d, _)| d.clone())
+            .collect();
         DraCtx {
             nodes: w.nodes.keys().map(String::as_str).collect(),
-            devices: w.dra.devices_by_node(),
-            in_use: w.dra.in_use(),
+            devices,
+            in_use,
             memo: BTreeMap::new(),
         }
     }
@@ -162,6 +202,26 @@ impl World {
                     node: name.clone(),
                     warning: w.clone(),
                 });
+            }
+            // one world: the GPUs its ResourceSlices publish are its GPUs
+            let devices = self.dra.gpu_devices_on(name);
+            if !devices.is_empty() {
+                let n = &mut out.nodes[i];
+                if !n.gpus.is_empty() {
+                    out.problems.push(Problem::NodeWarning {
+                        node: name.clone(),
+                        warning: format!(
+                            "the node publishes GPUs both to the device plugin ({}) and as ResourceSlice devices ({}); gpusched counts the ResourceSlice devices as its GPUs (run one agent mode per node)",
+                            n.gpus.len(),
+                            devices.len()
+                        ),
+                    });
+                }
+                n.gpus = crate::dra::gpus::model_gpus(&devices);
+                n.sync_gpu_allocatable();
+                for (p, d) in devices.iter().enumerate() {
+                    out.dra_gpus.insert(d.id.clone(), (i as NodeId, p as u32));
+                }
             }
         }
         // what a request for a time-sliced resource means (crate::sharing)
@@ -403,6 +463,7 @@ impl World {
                 // DRA: its claims must exist and be allocatable
                 // somewhere; the core picks among those nodes
                 let mut claim_nodes = None;
+                let mut claim_gpus = 0;
                 if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
                     let d = dra.get_or_insert_with(|| DraCtx::new(self));
                     let (class, message) = match self.dra.pod_claims(
@@ -416,8 +477,9 @@ impl World {
                         PodClaims::None => (None, String::new()),
                         PodClaims::Waiting(m) => (Some(PendingClass::WaitingForClaim), m),
                         PodClaims::Unallocatable(m) => (Some(PendingClass::UnallocatableClaim), m),
-                        PodClaims::Nodes(n) => {
+                        PodClaims::Nodes(n, g) => {
                             claim_nodes = Some(n);
+                            claim_gpus = g;
                             (None, String::new())
                         }
                     };
@@ -432,15 +494,47 @@ impl World {
                         );
                     }
                 }
+                if claim_gpus > 0 {
+                    if !pod.gpu.is_none() {
+                        return unseen(
+                            Some(PendingClass::InvalidSpec),
+                            Problem::InvalidPod {
+                                pod: pref(v),
+                                error: format!(
+                                    "pod {}/{}: asks GPUs both as a resource ({}) and through its ResourceClaims ({claim_gpus}); gpusched places one or the other",
+                                    v.namespace,
+                                    v.name,
+                                    pod.gpu.milli() / gpusched_model::GPU_MILLI
+                                ),
+                            },
+                        );
+                    }
+                    // one world: its claims' GPUs are its GPU demand
+                    pod.gpu = GpuRequest::Whole(claim_gpus);
+                }
                 let mut pending_queue = None;
                 let mut node = None;
                 let phase = match self.assumed.get(&v.uid) {
                     Some(a) => match np.ids.get(a.node.as_str()) {
                         Some(&n) => {
                             node = Some(a.node.clone());
+                            // being bound with claims: counted on the GPUs
+                            // its claims got
+                            let held = np.gpu_positions(
+                                n,
+                                self.dra.held_by(&v.uid, &v.namespace, &v.claims),
+                            );
+                            let fits = pod.gpu.is_none()
+                                || pod.gpu == GpuRequest::Whole(held.len() as u32);
+                            let gpus = if held.is_empty() || !fits {
+                                a.gpus.clone()
+                            } else {
+                                pod.gpu = GpuRequest::Whole(held.len() as u32);
+                                GpuAssignment::Whole(held)
+                            };
                             PodPhase::Running {
                                 node: n,
-                                gpus: a.gpus.clone(),
+                                gpus,
                                 since_ms: self
                                     .assumed_at
                                     .get(&v.uid)
@@ -513,7 +607,22 @@ impl World {
                     });
                 }
                 let nv = &np.nodes[n as usize];
+                // one world: a pod's claims' GPUs are its GPUs (its
+                // decision only repeats the core's choice)
+                let mut dra_held = if v.claims.is_empty() && v.extended.is_empty() {
+                    Vec::new()
+                } else {
+                    np.gpu_positions(n, self.dra.held_by(&v.uid, &v.namespace, &v.claims))
+                };
+                // (a KEP-5004 pod asks `nvidia.com/gpu` and holds its
+                // special claim's devices: the same count)
+                let is_dra = !dra_held.is_empty()
+                    && (pod.gpu.is_none() || pod.gpu == GpuRequest::Whole(dra_held.len() as u32));
+                if is_dra {
+                    pod.gpu = GpuRequest::Whole(dra_held.len() as u32);
+                }
                 let gpus = match decision {
+                    _ if is_dra => Some(GpuAssignment::Whole(std::mem::take(&mut dra_held))),
                     Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {
                         Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
                         Ok(a) => {
@@ -548,7 +657,7 @@ impl World {
                 // over the decision (same size, other GPUs: the next
                 // decision must see the GPUs that are really free)
                 let decided_whole = match &gpus {
-                    Some(GpuAssignment::Whole(d)) => Some(d.clone()),
+                    Some(GpuAssignment::Whole(d)) if !is_dra => Some(d.clone()),
                     _ => None,
                 };
                 let listed = self
@@ -556,6 +665,7 @@ impl World {
                     .get(node.as_str())
                     .is_some_and(|x| x.allocations.contains_key(&v.uid));
                 let gpus = match (gpus, self.served(node, &v.uid, nv)) {
+                    (g, _) if is_dra => g,
                     (
                         Some(GpuAssignment::Share { memory_mib, .. }),
                         Some(GpuAssignment::Share { gpu, milli, .. }),
@@ -703,6 +813,24 @@ impl World {
             }
         }
         swaps_in_progress(&mut out.snapshot.pods, &whole_bound, &mut taken);
+        // DRA GPUs held by claims that no pod of the snapshot is counted on
+        // (allocated by someone else, or their pods are gone and the claim
+        // is not deallocated yet): in use, so the core never gives them
+        let mut touched = BTreeSet::new();
+        for (d, _) in self.dra.held() {
+            if let Some(&(n, p)) = np.dra_gpus.get(d)
+                && taken[n as usize].insert(p)
+                && let Some(g) = out.snapshot.nodes[n as usize].gpus.get_mut(p as usize)
+            {
+                if g.is_healthy() {
+                    g.health = gpusched_model::GpuHealth::NotAllocatable;
+                }
+                touched.insert(n);
+            }
+        }
+        for n in touched {
+            out.snapshot.nodes[n as usize].sync_gpu_allocatable();
+        }
         // Pods placed by others hold GPUs the kubelet chose; we do not know
         // which, so they get the lowest free ones (healthy first): the count
         // per node is what matters for the next placement.

@@ -1,0 +1,265 @@
+//! One world: the ResourceSlice devices of a GPU driver are the core's
+//! GPUs of their node.
+//!
+//! A device is a GPU when its driver is one of the GPU drivers (gpusched's
+//! [`gpusched_model::dra::DRIVER`] unless the scheduler is told others,
+//! e.g. NVIDIA's `gpu.nvidia.com`) and it is a whole GPU: it has no
+//! `<driver>/type` attribute, or that attribute is `"gpu"` (NVIDIA's driver
+//! publishes MIG devices with `type: mig`, which are not whole GPUs). Only
+//! devices of one node (a slice with `nodeName`) are GPUs of that node, and
+//! not partitionable devices (consuming shared counters) nor devices that
+//! allow several allocations (consumable capacity): the allocator alone
+//! hands those out.
+//!
+//! A node's GPUs are its GPU devices ordered by their `<driver>/index`
+//! attribute (devices without one after those with one), then by id; the
+//! core's GPU position `i` is the `i`-th device of that order. Attributes
+//! give the model (`model`, else `productName`), the UUID (`uuid`), the
+//! NUMA node (`numaNode`), the NVLink domain (`nvlinkDomain`) and the PCIe
+//! root (`resource.kubernetes.io/pcieRoot`); the `memory` capacity gives
+//! the memory. A device with an untolerated-by-default taint (`NoSchedule`
+//! or `NoExecute`) is an unhealthy GPU: the core never chooses it (a claim
+//! that tolerates the taint may still get it from the allocator).
+
+use super::{AttrValue, Device};
+use gpusched_model::topology::GpuTopo;
+use gpusched_model::{Gpu, GpuHealth};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The GPU drivers: which drivers' devices are GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuDrivers(BTreeSet<String>);
+
+impl Default for GpuDrivers {
+    fn default() -> Self {
+        GpuDrivers(BTreeSet::from([gpusched_model::dra::DRIVER.to_string()]))
+    }
+}
+
+impl GpuDrivers {
+    /// These drivers (empty: the default, gpusched's own).
+    pub fn new(drivers: &[String]) -> Self {
+        if drivers.is_empty() {
+            return GpuDrivers::default();
+        }
+        GpuDrivers(drivers.iter().cloned().collect())
+    }
+
+    /// Whether `d` is a whole GPU of a GPU driver on one node (not a
+    /// partitionable device consuming shared counters, nor one that allows
+    /// several allocations: those are left to the allocator).
+    pub fn is_gpu(&self, d: &Device) -> bool {
+        d.node.is_some()
+            && d.consumes.is_empty()
+            && !d.multiple
+            && self.0.contains(&d.id.driver)
+            && match d.attributes.get(&format!("{}/type", d.id.driver)) {
+                None => true,
+                Some(AttrValue::Str(t)) => t == "gpu",
+                Some(_) => false,
+            }
+    }
+}
+
+fn attr<'a>(d: &'a Device, name: &str) -> Option<&'a AttrValue> {
+    d.attributes
+        .get(&super::translate::qualify(&d.id.driver, name))
+}
+
+fn int(d: &Device, name: &str) -> Option<i64> {
+    match attr(d, name)? {
+        AttrValue::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn text(d: &Device, name: &str) -> Option<String> {
+    match attr(d, name)? {
+        AttrValue::Str(s) | AttrValue::Version(s) => Some(s.clone()),
+        AttrValue::Int(i) => Some(i.to_string()),
+        AttrValue::Bool(_) => None,
+    }
+}
+
+/// Sorts a node's GPU devices into the core's order (see the module doc).
+pub fn order(devices: &mut [&Device]) {
+    devices.sort_by(|a, b| {
+        let ka = int(a, gpusched_model::dra::ATTR_INDEX).map_or((1, 0), |i| (0, i));
+        let kb = int(b, gpusched_model::dra::ATTR_INDEX).map_or((1, 0), |i| (0, i));
+        ka.cmp(&kb).then_with(|| a.id.cmp(&b.id))
+    });
+}
+
+/// The core's GPUs of one node from its GPU devices in the core's order.
+pub fn model_gpus(devices: &[&Device]) -> Vec<Gpu> {
+    use gpusched_model::dra::{
+        ATTR_INDEX, ATTR_MODEL, ATTR_NUMA_NODE, ATTR_NVLINK_DOMAIN, ATTR_PCIE_ROOT,
+        ATTR_PRODUCT_NAME, ATTR_UUID, CAPACITY_MEMORY,
+    };
+    // NVLink domains and PCIe roots as small numbers, in name order
+    let ordinals = |name: &str| -> BTreeMap<String, u32> {
+        let names: BTreeSet<String> = devices.iter().filter_map(|d| text(d, name)).collect();
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| (n, i as u32))
+            .collect()
+    };
+    let nvlink = ordinals(ATTR_NVLINK_DOMAIN);
+    let pcie = ordinals(ATTR_PCIE_ROOT);
+    devices
+        .iter()
+        .enumerate()
+        .map(|(pos, d)| {
+            let memory_milli = d
+                .capacity
+                .get(&super::translate::qualify(&d.id.driver, CAPACITY_MEMORY))
+                .copied()
+                .unwrap_or(0);
+            let unhealthy = d
+                .taints
+                .iter()
+                .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
+            Gpu {
+                index: int(d, ATTR_INDEX)
+                    .and_then(|i| u32::try_from(i).ok())
+                    .unwrap_or(pos as u32),
+                uuid: text(d, ATTR_UUID).unwrap_or_default(),
+                model: text(d, ATTR_MODEL)
+                    .or_else(|| text(d, ATTR_PRODUCT_NAME))
+                    .unwrap_or_default(),
+                memory_mib: (memory_milli.max(0) / 1000 / (1 << 20)) as u64,
+                health: if unhealthy {
+                    GpuHealth::Unhealthy
+                } else {
+                    GpuHealth::Healthy
+                },
+                topo: GpuTopo {
+                    nvlink: text(d, ATTR_NVLINK_DOMAIN).and_then(|n| nvlink.get(&n).copied()),
+                    pcie_switch: text(d, ATTR_PCIE_ROOT).and_then(|n| pcie.get(&n).copied()),
+                    numa: int(d, ATTR_NUMA_NODE).and_then(|i| u32::try_from(i).ok()),
+                },
+                mig: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dra::{DeviceId, DeviceTaint};
+    use gpusched_model::dra::DRIVER;
+
+    fn dev(driver: &str, name: &str, attrs: &[(&str, AttrValue)], mem_gi: i128) -> Device {
+        let attributes: BTreeMap<String, AttrValue> = attrs
+            .iter()
+            .map(|(k, v)| (crate::dra::translate::qualify(driver, k), v.clone()))
+            .collect();
+        let capacity = BTreeMap::from([(format!("{driver}/memory"), mem_gi * 1000 * (1 << 30))]);
+        Device {
+            id: DeviceId {
+                driver: driver.into(),
+                pool: "n1".into(),
+                device: name.into(),
+            },
+            node: Some("n1".into()),
+            cel: crate::dra::cel::device_value(driver, &attributes, &capacity),
+            attributes,
+            capacity,
+            taints: vec![],
+            serial: 1,
+            consumes: vec![],
+            multiple: false,
+            capacity_info: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn gpu_devices_become_the_core_gpus_in_index_order_with_their_facts() {
+        let s = |v: &str| AttrValue::Str(v.into());
+        let mut d10 = dev(
+            DRIVER,
+            "gpu-10",
+            &[
+                ("index", AttrValue::Int(10)),
+                ("model", s("H100")),
+                ("uuid", s("GPU-10")),
+                ("nvlinkDomain", s("z")),
+                ("numaNode", AttrValue::Int(1)),
+                ("resource.kubernetes.io/pcieRoot", s("pci0000:80")),
+            ],
+            80,
+        );
+        d10.taints.push(DeviceTaint {
+            key: "gpu.gpusched.io/unhealthy".into(),
+            value: "xid 79".into(),
+            effect: "NoExecute".into(),
+        });
+        let d2 = dev(
+            DRIVER,
+            "gpu-2",
+            &[
+                ("index", AttrValue::Int(2)),
+                ("productName", s("NVIDIA H100 80GB HBM3")),
+                ("nvlinkDomain", s("a")),
+            ],
+            40,
+        );
+        let mut v = vec![&d10, &d2];
+        order(&mut v);
+        let g = model_gpus(&v);
+        assert_eq!(g.iter().map(|g| g.index).collect::<Vec<_>>(), vec![2, 10]);
+        assert_eq!(g[0].model, "NVIDIA H100 80GB HBM3");
+        assert_eq!(g[0].memory_mib, 40 * 1024);
+        assert_eq!(g[0].health, GpuHealth::Healthy);
+        assert_eq!(g[1].model, "H100");
+        assert_eq!(g[1].uuid, "GPU-10");
+        assert_eq!(g[1].health, GpuHealth::Unhealthy);
+        // domains numbered in name order: "a" 0, "z" 1
+        assert_eq!(g[0].topo.nvlink, Some(0));
+        assert_eq!(
+            g[1].topo,
+            GpuTopo {
+                nvlink: Some(1),
+                pcie_switch: Some(0),
+                numa: Some(1)
+            }
+        );
+    }
+
+    #[test]
+    fn only_whole_gpus_of_gpu_drivers_on_one_node_are_gpus() {
+        let ours = dev(DRIVER, "gpu-0", &[], 80);
+        let nv = dev(
+            "gpu.nvidia.com",
+            "gpu-0",
+            &[("type", AttrValue::Str("gpu".into()))],
+            80,
+        );
+        let mig = dev(
+            "gpu.nvidia.com",
+            "mig-0",
+            &[("type", AttrValue::Str("mig".into()))],
+            10,
+        );
+        let nic = dev("nic.example.com", "eth0", &[], 0);
+        let mut everywhere = dev(DRIVER, "gpu-1", &[], 80);
+        everywhere.node = None;
+        let mut shared = dev(DRIVER, "gpu-2", &[], 80);
+        shared.multiple = true;
+        let mut partition = dev(DRIVER, "gpu-3", &[], 80);
+        partition.consumes.push(crate::dra::CounterUse {
+            set: "gpu-3".into(),
+            counters: BTreeMap::new(),
+            groups: vec![],
+        });
+        let def = GpuDrivers::default();
+        assert!(def.is_gpu(&ours));
+        assert!(!def.is_gpu(&nv) && !def.is_gpu(&nic) && !def.is_gpu(&everywhere));
+        assert!(!def.is_gpu(&shared) && !def.is_gpu(&partition));
+        let both = GpuDrivers::new(&[DRIVER.into(), "gpu.nvidia.com".into()]);
+        assert!(both.is_gpu(&ours) && both.is_gpu(&nv));
+        assert!(!both.is_gpu(&mig) && !both.is_gpu(&nic));
+    }
+}
