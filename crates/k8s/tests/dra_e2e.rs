@@ -371,3 +371,217 @@ async fn claims_are_allocated_reserved_and_never_double_booked() {
         .expect("p-after-rule bound once the rule is gone");
     s.stop().await;
 }
+
+/// The GPU indices of a claim's allocated devices.
+fn indices(c: &ResourceClaim) -> Vec<u32> {
+    let mut v: Vec<u32> = allocation(c)
+        .1
+        .iter()
+        .map(|d| dra::gpu_device_index(d.rsplit('/').next().unwrap()).unwrap())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// A pod of `pod(name, [("gpu", Ok(claim))])` with labels and a priority class.
+fn dra_pod(name: &str, claim: &str, labels: Value, priority: Option<&str>) -> Value {
+    let mut p = pod(name, &[("gpu", Ok(claim))]);
+    p["metadata"]["labels"] = labels;
+    if let Some(pc) = priority {
+        p["spec"]["priorityClassName"] = json!(pc);
+    }
+    p
+}
+
+/// One world: DRA GPUs are the core's GPUs. On one node of 8 GPUs
+/// published as a ResourceSlice: a queue's limit counts a DRA pod's GPUs
+/// (the second pod over it waits with `QueueQuota`), `explain` shows the
+/// GPUs of the pod's claim, a gang of two whose claims each ask 4 GPUs, with 6 free,
+/// waits as a whole while only one fits and runs on disjoint GPUs once
+/// both fit, and a high-priority DRA pod preempts a low-priority one whose
+/// claim is then deallocated (kube-controller-manager) and its devices
+/// given to the preemptor.
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/run)"]
+async fn dra_gpus_count_in_quotas_gangs_preemption_and_explain() {
+    let c = Cluster::up().await;
+    let _kcm = controllers::kube_controller_manager_with(&c, "resourceclaim-controller");
+    let nodes = c
+        .nodes_from_yaml(
+            "nodes:\n  - name: one\n    count: 1\n    cpu: \"64\"\n    memory: 512Gi\n",
+        )
+        .await;
+    let client = c.client.clone();
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    create_obj(
+        &classes,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": dra::DEVICE_CLASS},
+               "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{}\"", dra::DRIVER)}}]}}),
+    )
+    .await;
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    create_obj(&slices, slice(&nodes[0], &[])).await;
+    let pcs: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(client.clone());
+    for (name, value) in [("low", 100), ("high", 1000)] {
+        create_obj(
+            &pcs,
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                   "metadata": {"name": name}, "value": value}),
+        )
+        .await;
+    }
+    c.queue("capped", json!({"limit": {"nvidia.com/gpu": "2"}}))
+        .await;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "ml");
+    let pods = c.pods("ml");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut o = opts();
+    o.http_addr = Some(addr);
+    o.http_auth = gpusched_k8s::debug::HttpAuth::None;
+    o.tls = gpusched_k8s::tls::Tls::Off;
+    let s = c.scheduler(o).await;
+
+    // quota: 2 GPUs of claims fill the queue's limit; one more waits on it
+    let capped = json!({"gpusched.io/queue": "capped"});
+    create_obj(&claims, claim("cap-1", gpus(2))).await;
+    create(&pods, dra_pod("capped-1", "cap-1", capped.clone(), None)).await;
+    bound_node(&pods, "capped-1").await.expect("capped-1 bound");
+    let cap1 = claim_when_reserved(&claims, "cap-1", 1).await;
+    create_obj(&claims, claim("cap-2", gpus(1))).await;
+    create(&pods, dra_pod("capped-2", "cap-2", capped, None)).await;
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("capped-2").await.ok()?).filter(|(r, _)| r == "QueueQuota")
+    })
+    .await
+    .expect("capped-2 waits on its queue's limit");
+    assert!(why.1.contains("capped"), "{why:?}");
+
+    // explain: the bound pod's GPUs are its claim's devices, and its
+    // queue's usage counts them
+    let target = gpusched_k8s::debug::Target::Endpoint {
+        url: format!("http://{addr}"),
+        token: None,
+        ca: None,
+        insecure: false,
+    };
+    let last = std::sync::Mutex::new(String::new());
+    let report = wait_for(Duration::from_secs(30), || async {
+        let f = gpusched_k8s::debug::fetch(&target, None, "/debug/pods/ml/capped-1").await;
+        *last.lock().unwrap() = match &f {
+            Ok(f) => format!("{} {}", f.status, f.body),
+            Err(e) => format!("{e:#}"),
+        };
+        let v: Value = serde_json::from_str(&f.ok()?.body).ok()?;
+        v["status"].get("Bound").is_some().then_some(v)
+    })
+    .await
+    .unwrap_or_else(|| panic!("capped-1 explained as bound: {}", last.lock().unwrap()));
+    let shown: Vec<u32> = report["status"]["Bound"]["placement"]["gpus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"))
+        .iter()
+        .map(|g| g["index"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(shown, indices(&cap1), "{report}");
+    assert_eq!(report["queues"][0]["usage"]["gpuMilli"], 2000, "{report}");
+
+    // a gang of two, each member's claim 4 GPUs: 6 free, only one fits —
+    // neither is bound
+    c.group("ml", "duo", json!({"minMember": 2})).await;
+    for i in 0..2 {
+        create_obj(&claims, claim(&format!("duo-{i}"), gpus(4))).await;
+        create(
+            &pods,
+            dra_pod(
+                &format!("duo-{i}"),
+                &format!("duo-{i}"),
+                json!({"gpusched.io/pod-group": "duo"}),
+                None,
+            ),
+        )
+        .await;
+    }
+    let why = wait_for(Duration::from_secs(30), || async {
+        scheduled_reason(&pods.get("duo-0").await.ok()?)
+            .filter(|(r, _)| r != "WaitingForResourceClaim")
+    })
+    .await
+    .expect("duo-0 explained");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for i in 0..2 {
+        let p = pods.get(&format!("duo-{i}")).await.unwrap();
+        assert!(
+            p.spec.unwrap().node_name.is_none(),
+            "duo-{i} bound alone: {why:?}"
+        );
+    }
+    // the capped pods go: 8 free, both members run on disjoint GPUs
+    for n in ["capped-2", "capped-1"] {
+        pods.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+    for i in 0..2 {
+        bound_node(&pods, &format!("duo-{i}"))
+            .await
+            .unwrap_or_else(|| panic!("duo-{i} bound once both fit"));
+    }
+    let d0 = indices(&claim_when_reserved(&claims, "duo-0", 1).await);
+    let d1 = indices(&claim_when_reserved(&claims, "duo-1", 1).await);
+    assert_eq!(d0.len() + d1.len(), 8);
+    assert!(d0.iter().all(|g| !d1.contains(g)), "{d0:?} {d1:?}");
+    for i in 0..2 {
+        pods.delete(&format!("duo-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    // preemption: a low-priority pod holds all 8 GPUs; a high-priority
+    // pod's claim of 4 evicts it and gets devices it held
+    create_obj(&claims, claim("low", gpus(8))).await;
+    create(&pods, dra_pod("low", "low", json!({}), Some("low"))).await;
+    bound_node(&pods, "low").await.expect("low bound");
+    claim_when_reserved(&claims, "low", 1).await;
+    create_obj(&claims, claim("high", gpus(4))).await;
+    create(&pods, dra_pod("high", "high", json!({}), Some("high"))).await;
+    let node = wait_for(Duration::from_secs(60), || async {
+        pods.get("high").await.ok()?.spec?.node_name
+    })
+    .await;
+    let low = pods.get("low").await.ok();
+    assert_eq!(
+        node.as_deref(),
+        Some(nodes[0].as_str()),
+        "high not bound; PodScheduled {:?}; low {:?}",
+        pods.get("high")
+            .await
+            .ok()
+            .and_then(|p| scheduled_reason(&p)),
+        low.as_ref()
+            .map(|p| (&p.metadata.deletion_timestamp, &p.status))
+    );
+    assert!(
+        low.is_none_or(|p| p.metadata.deletion_timestamp.is_some()),
+        "the victim is gone"
+    );
+    let high = claim_when_reserved(&claims, "high", 1).await;
+    assert_eq!(indices(&high).len(), 4);
+    // no device is held by two claims
+    let all = claims.list(&Default::default()).await.unwrap();
+    let mut seen = BTreeSet::new();
+    for cl in &all.items {
+        if cl
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .is_some()
+        {
+            for d in allocation(cl).1 {
+                assert!(seen.insert(d.clone()), "{d} allocated twice");
+            }
+        }
+    }
+    s.stop().await;
+}
