@@ -342,6 +342,18 @@ impl World {
             translate::pod_for(p, &self.scheduler_names)
         };
         self.cache.dirty.pods.insert(v.uid.clone());
+        // a pod with claims that is placed now, or no longer, changes
+        // which devices the core counts for others' claims (one world)
+        if !v.claims.is_empty() {
+            let placed = |k: &PodKind| matches!(k, PodKind::Bound { .. });
+            if self
+                .pods
+                .get(&v.uid)
+                .is_none_or(|o| placed(&o.kind) != placed(&v.kind))
+            {
+                self.cache.dirty.dra = true;
+            }
+        }
         match workloads::scheduling_group_member(p) {
             Some(m) => self.scheduling_groups.insert(v.uid.clone(), m),
             None => self.scheduling_groups.remove(&v.uid),
