@@ -462,7 +462,7 @@ async fn dra_gpus_count_in_quotas_gangs_preemption_and_explain() {
 
     // explain: the bound pod's GPUs are its claim's devices, and its
     // queue's usage counts them
-    let target = gpusched_k8s::debug::Target::Endpoint {
+    let target = gpusched_k8s::tools::debug_client::Target::Endpoint {
         url: format!("http://{addr}"),
         token: None,
         ca: None,
@@ -470,7 +470,8 @@ async fn dra_gpus_count_in_quotas_gangs_preemption_and_explain() {
     };
     let last = std::sync::Mutex::new(String::new());
     let report = wait_for(Duration::from_secs(30), || async {
-        let f = gpusched_k8s::debug::fetch(&target, None, "/debug/pods/ml/capped-1").await;
+        let f = gpusched_k8s::tools::debug_client::fetch(&target, None, "/debug/pods/ml/capped-1")
+            .await;
         *last.lock().unwrap() = match &f {
             Ok(f) => format!("{} {}", f.status, f.body),
             Err(e) => format!("{e:#}"),
