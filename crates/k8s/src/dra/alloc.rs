@@ -415,13 +415,18 @@ fn candidates(a: &SubRequest, inp: &Inputs, sel: &mut Selectors) -> Result<Vec<u
     let counters = CounterState::new(inp);
     for (i, d) in inp.devices.iter().enumerate() {
         // capacity asked: a device without it, or too small, does not match
-        let consumed = match consumption(a, d) {
-            Ok(c) => c,
-            Err(e) => {
-                if !a.capacity.is_empty() {
-                    error.get_or_insert(e);
+        let consumed = if a.capacity.is_empty() && !d.multiple {
+            // the whole device, which it has: nothing to check
+            Counters::new()
+        } else {
+            match consumption(a, d) {
+                Ok(c) => c,
+                Err(e) => {
+                    if !a.capacity.is_empty() {
+                        error.get_or_insert(e);
+                    }
+                    continue;
                 }
-                continue;
             }
         };
         let mut ok = true;
