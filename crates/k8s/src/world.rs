@@ -1073,7 +1073,10 @@ impl World {
         if !special.is_empty()
             && let Ok(writes) = &mut r
         {
-            match self.dra.allocate_extended(uid, &ns, &special, node) {
+            match self
+                .dra
+                .allocate_extended(uid, &ns, &special, node, core_gpus)
+            {
                 Ok(w) => writes.push(w),
                 Err(e) => {
                     self.dra.forget_pod(uid);

@@ -771,3 +771,24 @@ fn gpus_held_by_pods_are_left_to_the_core_so_it_can_preempt_them() {
     assert_eq!(class, PendingClass::UnallocatableClaim);
     assert!(msg.contains("8 in use"), "{msg}");
 }
+
+#[test]
+fn kep_5004_the_special_claim_gets_the_gpus_the_core_chose() {
+    let mut w = World::default();
+    w.upsert_node(&node("dra"));
+    w.upsert_slice(&slice("dra", 8, "H100"));
+    let mut class = device_class();
+    class.spec.as_mut().unwrap().extended_resource_name = Some("nvidia.com/gpu".into());
+    w.upsert_device_class(&class);
+    w.upsert_pod(&gpu_pod("p", 2));
+    let writes = w.allocate_claims_at("uid-p", "dra", &[4, 6]).unwrap();
+    let devs: Vec<&str> = writes[0]
+        .allocate
+        .as_ref()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.id.device.as_str())
+        .collect();
+    assert_eq!(devs, ["gpu-4", "gpu-6"]);
+}

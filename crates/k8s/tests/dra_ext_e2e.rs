@@ -225,3 +225,118 @@ async fn shared_counters_consumable_capacity_and_binding_conditions() {
         Some(node.as_str())
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/run)"]
+async fn kep_5004_a_pod_asking_nvidia_gpu_on_a_dra_node_gets_its_special_claim() {
+    use gpusched_model::dra;
+    let c = Cluster::up().await;
+    let nodes = c.nodes_from_yaml(NODES).await;
+    let node = &nodes[0];
+    let client = c.client.clone();
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    create_obj(
+        &classes,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": dra::DEVICE_CLASS},
+               "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel":
+                   {"expression": format!("device.driver == \"{}\"", dra::DRIVER)}}]}}),
+    )
+    .await;
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let devices: Vec<Value> = (0..4u32)
+        .map(|i| {
+            json!({"name": dra::gpu_device_name(i), "attributes": {
+                dra::ATTR_INDEX: {"int": i}, dra::ATTR_MODEL: {"string": "H100"},
+                dra::ATTR_UUID: {"string": format!("GPU-{i}")}},
+                "capacity": {dra::CAPACITY_MEMORY: {"value": "80Gi"}}})
+        })
+        .collect();
+    create_obj(
+        &slices,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+               "metadata": {"name": format!("{node}-{}", dra::DRIVER)},
+               "spec": {"driver": dra::DRIVER, "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": devices}}),
+    )
+    .await;
+    let pods = c.pods("ml");
+    let _s = c.scheduler(opts()).await;
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"},
+               "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "main", "image": "cuda", "resources": {
+                            "requests": {"cpu": "100m", "nvidia.com/gpu": "2"},
+                            "limits": {"nvidia.com/gpu": "2"}}}]}}),
+    )
+    .await;
+    let bound_to = bound(&pods, "train", 30).await;
+    if bound_to.is_none() {
+        let why = pods
+            .get("train")
+            .await
+            .ok()
+            .and_then(|p| scheduled_reason(&p));
+        panic!("train not bound; PodScheduled: {why:?}");
+    }
+    assert_eq!(bound_to.as_deref(), Some(node.as_str()));
+    let p = pods.get("train").await.unwrap();
+    let st = p
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.clone())
+        .expect("status.extendedResourceClaimStatus written before the Binding");
+    assert!(
+        st.resource_claim_name
+            .starts_with("train-extended-resources-"),
+        "{st:?}"
+    );
+    assert_eq!(st.request_mappings.len(), 1);
+    let m = &st.request_mappings[0];
+    assert_eq!(
+        (
+            m.container_name.as_str(),
+            m.resource_name.as_str(),
+            m.request_name.as_str()
+        ),
+        ("main", "nvidia.com/gpu", "container-0-request-1")
+    );
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "ml");
+    let claim = allocated(&claims, &st.resource_claim_name).await;
+    let meta = &claim.metadata;
+    assert_eq!(
+        meta.annotations.as_ref().unwrap()["resource.kubernetes.io/extended-resource-claim"],
+        "true"
+    );
+    let owner = &meta.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", "train"));
+    assert_eq!(owner.uid, p.metadata.uid.clone().unwrap());
+    assert_eq!(owner.controller, Some(true));
+    let r = results(&claim);
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(
+        r.iter().all(|r| r["request"] == "container-0-request-1"),
+        "{r:?}"
+    );
+    let reserved = claim
+        .status
+        .as_ref()
+        .unwrap()
+        .reserved_for
+        .as_ref()
+        .unwrap();
+    assert_eq!(reserved[0].uid, p.metadata.uid.clone().unwrap());
+    // a second pod asking 3 does not fit beside it on the 4 GPUs
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "more"},
+               "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "main", "image": "cuda", "resources": {
+                            "requests": {"cpu": "100m", "nvidia.com/gpu": "3"},
+                            "limits": {"nvidia.com/gpu": "3"}}}]}}),
+    )
+    .await;
+    assert_eq!(bound(&pods, "more", 5).await, None);
+}

@@ -870,13 +870,15 @@ impl DraState {
     /// KEP-5004: allocates pod `pod_uid`'s special claim (`reqs`, what
     /// `node` does not serve itself) on `node`, holding the devices in
     /// memory until the created claim shows them: the write that creates,
-    /// allocates and reserves it.
+    /// allocates and reserves it. `core_gpus` as for
+    /// [`DraState::allocate`].
     pub fn allocate_extended(
         &mut self,
         pod_uid: &str,
         ns: &str,
         reqs: &[super::extended::ExtendedRequest],
         node: &str,
+        core_gpus: &[u32],
     ) -> Result<ClaimWrite, String> {
         let claim = super::extended::claim(ns, reqs);
         let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
@@ -885,6 +887,28 @@ impl DraState {
         let mut allocs = self
             .allocate_on(&[&claim], node, &by_node, &in_use, &mut sel)
             .map_err(|e| format!("the pod's extended resources through DRA: {e}"))?;
+        // the core's GPUs, when the claim can have exactly them (as for
+        // the pod's own claims)
+        let local: Vec<&Device> = by_node
+            .get(&Some(node))
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .copied()
+            .filter(|d| d.node.is_some())
+            .collect();
+        if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
+            let mut held = in_use.clone();
+            held.extend(
+                self.gpu_devices_on(node)
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
+                    .map(|(_, d)| d.id.clone()),
+            );
+            if let Ok(a) = self.allocate_on(&[&claim], node, &by_node, &held, &mut sel) {
+                allocs = a;
+            }
+        }
         drop(sel);
         let Some(a) = allocs.pop() else {
             return Err("the allocator gave no allocation for the extended resources".into());
