@@ -172,6 +172,7 @@ mod tests {
             consumes: vec![],
             multiple: false,
             capacity_info: BTreeMap::new(),
+            binding: Default::default(),
         }
     }
 
