@@ -15,6 +15,27 @@ use kube::api::{Patch, PatchParams};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The `FailedScheduling` warning for a pod whose bind-time step (volumes,
+/// binding conditions) failed; it goes back to pending.
+async fn failed_at_bind(
+    recorder: &crate::exec::events::Recorder,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    note: String,
+) {
+    let ev = recorder.prepare(
+        Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note,
+            action: "Scheduling".into(),
+        },
+        pod_ref(ns, name, uid),
+    );
+    let _ = ev.publish().await;
+}
+
 /// The executor's retry policy, the only one on top of the client's.
 ///
 /// kube's client already retries 429, 503 and 504 (up to 15 times with
@@ -236,16 +257,14 @@ impl Executor {
                         })
                         .inc();
                     metrics.attempt("error");
-                    let ev = recorder.prepare(
-                        Event {
-                            type_: EventType::Warning,
-                            reason: "FailedScheduling".into(),
-                            note: format!("binding volumes: {why}"),
-                            action: "Scheduling".into(),
-                        },
-                        pod_ref(&ns, &name, &uid),
-                    );
-                    let _ = ev.publish().await;
+                    failed_at_bind(
+                        &recorder,
+                        &ns,
+                        &name,
+                        &uid,
+                        format!("binding volumes: {why}"),
+                    )
+                    .await;
                     shared.with(|w| w.forget(&uid));
                     shared.changed.notify_one();
                     return;
@@ -281,16 +300,14 @@ impl Executor {
                 {
                     tracing::info!("pod {ns}/{name}: not bound: {e}");
                     metrics.attempt("error");
-                    let ev = recorder.prepare(
-                        Event {
-                            type_: EventType::Warning,
-                            reason: "FailedScheduling".into(),
-                            note: format!("binding conditions: {e}"),
-                            action: "Scheduling".into(),
-                        },
-                        pod_ref(&ns, &name, &uid),
-                    );
-                    let _ = ev.publish().await;
+                    failed_at_bind(
+                        &recorder,
+                        &ns,
+                        &name,
+                        &uid,
+                        format!("binding conditions: {e}"),
+                    )
+                    .await;
                     for w in &written {
                         super::claims::release(&client, w, &uid).await;
                     }
