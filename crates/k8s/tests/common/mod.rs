@@ -49,13 +49,27 @@ fn script() -> PathBuf {
     repo_root().join("e2e/cluster/cluster")
 }
 
+/// Starts the control plane in `dir`. The script picks free ports at
+/// random, but a test running beside this one may take a port between the
+/// pick and the listen: a start that failed on "address already in use" is
+/// tried again with fresh ports (and a fresh etcd data dir), up to 3 times.
 fn up_in(dir: &Path, extra: &[String]) -> BTreeMap<String, String> {
-    let out = Command::new(script())
-        .arg("up")
-        .arg(dir)
-        .args(extra)
-        .output()
-        .expect("running e2e/cluster/cluster (build the control plane first: e2e/run)");
+    let mut attempt = 1;
+    let out = loop {
+        let out = Command::new(script())
+            .arg("up")
+            .arg(dir)
+            .args(extra)
+            .output()
+            .expect("running e2e/cluster/cluster (build the control plane first: e2e/run)");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || attempt == 3 || !stderr.contains("address already in use") {
+            break out;
+        }
+        eprintln!("cluster up: a port was taken meanwhile (attempt {attempt}); again");
+        let _ = std::fs::remove_dir_all(dir.join("etcd-data"));
+        attempt += 1;
+    };
     assert!(
         out.status.success(),
         "cluster up failed:\n{}",
