@@ -535,59 +535,49 @@ impl World {
                 self.cache.dirty.namespaces = true;
                 self.generation += 1;
             }
-            ObjectKind::Pvc => {
-                self.volumes.claims.remove(key);
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::Pv => {
-                self.volumes.volumes.remove(key);
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::StorageClass => {
-                self.volumes.classes.remove(key);
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::CsiNode => {
-                self.volumes.csi_nodes.remove(key);
-                self.cache.dirty.nodes.insert(key.to_string());
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::CsiDriver => {
-                self.volumes.csi_drivers.remove(key);
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::CsiStorageCapacity => {
-                self.volumes.capacities.remove(key);
-                self.cache.dirty.volumes = true;
-                self.generation += 1;
-            }
-            ObjectKind::ResourceClaim => {
-                self.dra.delete_claim(key);
-                self.cache.dirty.dra = true;
-                self.generation += 1;
-            }
-            ObjectKind::ResourceSlice => {
-                // its GPUs are its node's GPUs in the core
-                if let Some(n) = self.dra.slice_node(key) {
-                    self.cache.dirty.nodes.insert(n);
+            // storage: what a pod's volumes are checked against
+            ObjectKind::Pvc
+            | ObjectKind::Pv
+            | ObjectKind::StorageClass
+            | ObjectKind::CsiNode
+            | ObjectKind::CsiDriver
+            | ObjectKind::CsiStorageCapacity => {
+                let v = &mut self.volumes;
+                match kind {
+                    ObjectKind::Pvc => drop(v.claims.remove(key)),
+                    ObjectKind::Pv => drop(v.volumes.remove(key)),
+                    ObjectKind::StorageClass => drop(v.classes.remove(key)),
+                    ObjectKind::CsiNode => {
+                        v.csi_nodes.remove(key);
+                        // its attach limits are its node's
+                        self.cache.dirty.nodes.insert(key.to_string());
+                    }
+                    ObjectKind::CsiDriver => drop(v.csi_drivers.remove(key)),
+                    _ => drop(v.capacities.remove(key)),
                 }
-                self.dra.delete_slice(key);
-                self.cache.dirty.dra = true;
+                self.cache.dirty.volumes = true;
                 self.generation += 1;
             }
-            ObjectKind::DeviceClass => {
-                self.dra.delete_class(key);
-                self.cache.dirty.dra = true;
-                self.generation += 1;
-            }
-            ObjectKind::DeviceTaintRule => {
-                self.dra.delete_taint_rule(key);
-                self.cache.dirty.nodes.extend(self.dra.slice_nodes());
+            // DRA: what a pod's claims are allocated from
+            ObjectKind::ResourceClaim
+            | ObjectKind::ResourceSlice
+            | ObjectKind::DeviceClass
+            | ObjectKind::DeviceTaintRule => {
+                match kind {
+                    ObjectKind::ResourceClaim => self.dra.delete_claim(key),
+                    ObjectKind::ResourceSlice => {
+                        // its GPUs are its node's GPUs in the core
+                        if let Some(n) = self.dra.slice_node(key) {
+                            self.cache.dirty.nodes.insert(n);
+                        }
+                        self.dra.delete_slice(key);
+                    }
+                    ObjectKind::DeviceClass => self.dra.delete_class(key),
+                    _ => {
+                        self.dra.delete_taint_rule(key);
+                        self.cache.dirty.nodes.extend(self.dra.slice_nodes());
+                    }
+                }
                 self.cache.dirty.dra = true;
                 self.generation += 1;
             }
