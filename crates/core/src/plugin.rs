@@ -11,7 +11,8 @@ use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 /// What a pod's cached verdicts and scores depend on: the fields the core
-/// reads (requests, GPU request, allowed GPU models, minimum GPU memory)
+/// reads (requests, GPU request, allowed GPU models, minimum GPU memory,
+/// DRA claim constraints on GPUs)
 /// plus every field each filter (and the packer) declares through
 /// `scheduling_key`. Pods with equal keys share one entry of the core's
 /// per-cycle cache (filter verdicts, score heap), like kube-scheduler's
@@ -259,7 +260,8 @@ pub trait ConstraintState {
 }
 
 /// Where `pod` would go on `node` and how good that is: the packer's
-/// answer, except for a pod asking MIG instances, which the core places
+/// answer (its GPUs replaced by [`ClusterState::default_gpu_choice`] when
+/// they break the pod's DRA claim constraints), except for a pod asking MIG instances, which the core places
 /// itself by instances ([`ClusterState::mig_choice`]; a packer only knows
 /// whole GPUs and shares). Its score prefers the GPU, then the node, with
 /// the fewest free instances of the profile left (best fit keeps whole
@@ -271,7 +273,14 @@ pub fn place(
     state: &ClusterState<'_>,
 ) -> Option<Placement> {
     let Some(ask) = &pod.mig else {
-        return packer.place(pod, node, state);
+        let mut pl = packer.place(pod, node, state)?;
+        // DRA claim constraints: a packer's choice that breaks them (GPUs
+        // of two NVLink domains for a claim asking one) is replaced by the
+        // core's choice within one group, keeping the packer's score
+        if !state.claim_gpus_admit(pod, node, &pl.gpus) {
+            pl.gpus = state.default_gpu_choice(pod, node)?;
+        }
+        return Some(pl);
     };
     let gpus = state.mig_choice(pod, node)?;
     let GpuAssignment::Mig { gpu, .. } = &gpus else {

@@ -30,6 +30,17 @@ pub enum NodeReason {
     InsufficientGpuShare,
     /// The pod would fit, but the node is reserved for another job.
     ReservedForOtherJob,
+    /// Not enough free GPUs that the pod's DRA claims may take together:
+    /// selectors that allow too few, or no `count` of one group (a
+    /// `matchAttribute` constraint).
+    ClaimGpus {
+        /// The claim (`namespace/name`).
+        claim: String,
+        /// GPUs the pod needs.
+        count: u32,
+        /// The attributes its GPUs must share (empty: only selectors).
+        attributes: Vec<String>,
+    },
 }
 
 impl fmt::Display for NodeReason {
@@ -41,6 +52,18 @@ impl fmt::Display for NodeReason {
                 f.write_str("Insufficient GPU share (no GPU with enough free compute/memory)")
             }
             NodeReason::ReservedForOtherJob => f.write_str("node(s) reserved for a waiting job"),
+            NodeReason::ClaimGpus {
+                claim,
+                count,
+                attributes,
+            } => f.write_str(
+                &gpusched_model::dra::ClaimGpus {
+                    claim: claim.clone(),
+                    attributes: attributes.clone(),
+                    nodes: Default::default(),
+                }
+                .shortage(*count, true),
+            ),
         }
     }
 }

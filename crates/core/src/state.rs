@@ -520,10 +520,46 @@ impl<'a> ClusterState<'a> {
             })
     }
 
-    /// Whether GPU `g` of `node` is allowed for `pod` (model, memory).
+    /// Whether GPU `g` of `node` is allowed for `pod` (model, memory, and
+    /// what its DRA claims may take: [`gpusched_model::dra::ClaimGpus`]).
     pub fn gpu_allowed(&self, pod: &Pod, node: NodeId, g: usize) -> bool {
-        let gpu = &self.node(node).gpus[g];
-        pod.allows_model(&gpu.model) && gpu.memory_mib >= pod.min_gpu_memory_mib
+        let n = self.node(node);
+        let gpu = &n.gpus[g];
+        pod.allows_model(&gpu.model)
+            && gpu.memory_mib >= pod.min_gpu_memory_mib
+            && claim_gpus(pod).is_none_or(|c| c.allows(&n.name, g))
+    }
+
+    /// `k` whole GPUs for a pod with DRA claim constraints
+    /// ([`gpusched_model::dra::ClaimGpus`]): the topology-best set of `k`
+    /// allowed free GPUs of one group (the group with the fewest such GPUs
+    /// that has `k`). `None` when no group has `k` free.
+    pub fn claim_whole_choice(&self, pod: &Pod, node: NodeId, k: usize) -> Option<Vec<u32>> {
+        let free = self.free_whole_gpus(pod, node);
+        let n = self.node(node);
+        let group = match claim_gpus(pod) {
+            Some(c) => c.pick_group(&n.name, &free, k)?,
+            None if free.len() >= k => free,
+            None => return None,
+        };
+        let set = gpusched_model::topology::choose(&n.topos(), &group, &[], k)?;
+        Some(set.into_iter().map(|g| g as u32).collect())
+    }
+
+    /// Whether `gpus` on `node` keep `pod`'s DRA claim constraints (every
+    /// GPU allowed, all of one group); true for a pod without them.
+    pub fn claim_gpus_admit(&self, pod: &Pod, node: NodeId, gpus: &GpuAssignment) -> bool {
+        let Some(c) = claim_gpus(pod) else {
+            return true;
+        };
+        let name = &self.node(node).name;
+        match gpus {
+            GpuAssignment::None => true,
+            GpuAssignment::Whole(v) => c.admits(name, v.iter().map(|&g| g as usize)),
+            GpuAssignment::Share { gpu, .. } | GpuAssignment::Mig { gpu, .. } => {
+                c.allows(name, *gpu as usize)
+            }
+        }
     }
 
     /// Whether CPU, memory and extended resources fit on the node.
@@ -569,6 +605,9 @@ impl<'a> ClusterState<'a> {
         match pod.gpu {
             _ if pod.mig.is_some() => self.mig_choice(pod, node),
             GpuRequest::None | GpuRequest::Whole(0) => Some(GpuAssignment::None),
+            GpuRequest::Whole(k) if claim_gpus(pod).is_some() => self
+                .claim_whole_choice(pod, node, k as usize)
+                .map(GpuAssignment::Whole),
             GpuRequest::Whole(k) => {
                 let free = self.free_whole_gpus(pod, node);
                 if free.len() < k as usize {
@@ -604,6 +643,11 @@ impl<'a> ClusterState<'a> {
         }
         (total, total - free)
     }
+}
+
+/// A pod's DRA claim constraints on GPUs, if it has any.
+pub fn claim_gpus(pod: &Pod) -> Option<&gpusched_model::dra::ClaimGpus> {
+    pod.constraints.as_deref()?.claim_gpus.as_ref()
 }
 
 #[cfg(test)]

@@ -11,6 +11,9 @@
 //! defines (a CEL selector reads them as
 //! `device.attributes["gpu.gpusched.io"].productName`).
 
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
 /// The DRA driver name of gpusched's node agent.
 pub const DRIVER: &str = "gpu.gpusched.io";
 
@@ -50,6 +53,104 @@ pub fn gpu_device_index(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// DRA, for the core: which of each node's GPUs a pending pod's
+/// ResourceClaims may take, and which must go together (a `matchAttribute`
+/// constraint). The Kubernetes adapter evaluates the claims' selectors
+/// (DeviceClass and request CEL) on every GPU device of every node the
+/// claims can be allocated on; the core gives the pod only GPUs allowed
+/// here, all of one group.
+///
+/// A GPU's group is the (interned) tuple of its values of
+/// [`ClaimGpus::attributes`]; with no attribute every allowed GPU is in
+/// group 0.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimGpus {
+    /// The claim the constraint comes from (`namespace/name`), for reasons.
+    pub claim: String,
+    /// The `matchAttribute` attributes (qualified) every GPU of the pod
+    /// must share; empty: none (only the selectors restrict).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<String>,
+    /// Per node name: per GPU position, the GPU's group, `None` where the
+    /// claims cannot take it. A node not listed: none of its GPUs.
+    pub nodes: BTreeMap<String, Vec<Option<u32>>>,
+}
+
+impl ClaimGpus {
+    /// The group of GPU `g` of node `node` (`None`: not allowed).
+    pub fn group(&self, node: &str, g: usize) -> Option<u32> {
+        self.nodes.get(node)?.get(g).copied().flatten()
+    }
+
+    /// Whether the claims may take GPU `g` of node `node`.
+    pub fn allows(&self, node: &str, g: usize) -> bool {
+        self.group(node, g).is_some()
+    }
+
+    /// Of `free` (GPU positions of `node`, ascending), the allowed ones of
+    /// the group to take `k` from: the group with the fewest such GPUs
+    /// that has at least `k` (best fit keeps larger groups whole), then
+    /// the lowest group. `None` when no group has `k`.
+    pub fn pick_group(&self, node: &str, free: &[usize], k: usize) -> Option<Vec<usize>> {
+        let mut by_group: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for &g in free {
+            if let Some(grp) = self.group(node, g) {
+                by_group.entry(grp).or_default().push(g);
+            }
+        }
+        by_group
+            .into_values()
+            .filter(|v| v.len() >= k)
+            .min_by_key(Vec::len)
+    }
+
+    /// Whether `gpus` (positions on `node`) are all allowed and of one
+    /// group.
+    pub fn admits(&self, node: &str, gpus: impl IntoIterator<Item = usize>) -> bool {
+        let mut first = None;
+        for g in gpus {
+            let Some(grp) = self.group(node, g) else {
+                return false;
+            };
+            if *first.get_or_insert(grp) != grp {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The most allowed GPUs of one group among `gpus` of `node`.
+    pub fn largest_group(&self, node: &str, gpus: impl IntoIterator<Item = usize>) -> usize {
+        let mut by_group: BTreeMap<u32, usize> = BTreeMap::new();
+        for g in gpus {
+            if let Some(grp) = self.group(node, g) {
+                *by_group.entry(grp).or_default() += 1;
+            }
+        }
+        by_group.into_values().max().unwrap_or(0)
+    }
+
+    /// What the pod lacks on a node, in kube-scheduler's style: `node(s)
+    /// had no 2 free GPUs with one gpu.gpusched.io/nvlinkDomain for
+    /// ResourceClaim ml/gpus` (`free`: say "free").
+    pub fn shortage(&self, k: u32, free: bool) -> String {
+        let free = if free { "free " } else { "" };
+        if self.attributes.is_empty() {
+            format!(
+                "node(s) had no {k} {free}GPUs the selectors of ResourceClaim {} match",
+                self.claim
+            )
+        } else {
+            format!(
+                "node(s) had no {k} {free}GPUs with one {} for ResourceClaim {}",
+                self.attributes.join(" and one "),
+                self.claim
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +170,32 @@ mod tests {
         ] {
             assert_eq!(gpu_device_index(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn claim_gpus_groups_pick_the_tightest_group_that_fits() {
+        // node a: GPUs 0,1 in domain 0; 2,3 in domain 1; GPU 4 not allowed
+        let c = ClaimGpus {
+            claim: "ml/gpus".into(),
+            attributes: vec!["gpu.gpusched.io/nvlinkDomain".into()],
+            nodes: [(
+                "a".to_string(),
+                vec![Some(0), Some(0), Some(1), Some(1), None],
+            )]
+            .into(),
+        };
+        assert!(c.allows("a", 0) && !c.allows("a", 4) && !c.allows("b", 0));
+        // one free in each domain: no two of one
+        assert_eq!(c.pick_group("a", &[1, 2, 4], 2), None);
+        assert_eq!(c.pick_group("a", &[1, 2, 3, 4], 2), Some(vec![2, 3]));
+        // both domains whole: the tightest fit, then the lowest group
+        assert_eq!(c.pick_group("a", &[0, 1, 2, 3], 2), Some(vec![0, 1]));
+        assert_eq!(c.pick_group("a", &[0, 1, 2, 3], 1), Some(vec![0, 1]));
+        assert!(c.admits("a", [2, 3]) && !c.admits("a", [1, 2]) && !c.admits("a", [3, 4]));
+        assert_eq!(c.largest_group("a", [0, 2, 3, 4]), 2);
+        assert_eq!(
+            c.shortage(2, true),
+            "node(s) had no 2 free GPUs with one gpu.gpusched.io/nvlinkDomain for ResourceClaim ml/gpus"
+        );
     }
 }

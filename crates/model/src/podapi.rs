@@ -280,6 +280,11 @@ pub struct PodConstraints {
     /// can be allocated; `None`: no claims, any node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_nodes: Option<Vec<String>>,
+    /// DRA: which GPUs of each node the pod's claims may take and which
+    /// must go together; `None`: any GPU (no selector or constraint that
+    /// tells the node's GPUs apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_gpus: Option<crate::dra::ClaimGpus>,
 }
 
 impl PodConstraints {
@@ -296,6 +301,7 @@ impl PodConstraints {
             && self.exclusive_claims.is_empty()
             && self.csi_volumes.is_empty()
             && self.claim_nodes.is_none()
+            && self.claim_gpus.is_none()
     }
 
     /// Every inter-pod affinity term, mutable (for resolving namespace

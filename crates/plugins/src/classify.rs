@@ -367,9 +367,9 @@ pub fn condition_reason(e: &Explanation, classes: &[PendingClass]) -> &'static s
 
 fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
     match r {
-        NodeReason::Insufficient(ResourceKind::Gpu) | NodeReason::InsufficientGpuShare => {
-            PendingClass::InsufficientGpus
-        }
+        NodeReason::Insufficient(ResourceKind::Gpu)
+        | NodeReason::InsufficientGpuShare
+        | NodeReason::ClaimGpus { .. } => PendingClass::InsufficientGpus,
         NodeReason::Insufficient(ResourceKind::GpuMemory) => PendingClass::GpuMemory,
         NodeReason::Insufficient(_) => PendingClass::InsufficientResources,
         NodeReason::ReservedForOtherJob => PendingClass::WaitingForNode,

@@ -94,6 +94,7 @@ impl Filter for GpuFit {
         key.add(&pod.mig);
         key.add(&pod.gpu_models);
         key.add(&pod.min_gpu_memory_mib);
+        key.add(&gpusched_core::state::claim_gpus(pod));
     }
     fn filter(&self, pod: &Pod, node: &Node) -> FilterResult {
         if let Some(ask) = &pod.mig {
@@ -138,6 +139,20 @@ impl Filter for GpuFit {
             return FilterResult::Reject("node(s) had GPUs with too little memory".into());
         }
         let healthy = mem_ok.iter().filter(|g| g.is_healthy()).count();
+        if healthy >= want
+            && let Some(c) = gpusched_core::state::claim_gpus(pod)
+        {
+            // DRA: the healthy GPUs its claims may take together
+            let ok = node.gpus.iter().enumerate().filter(|(_, g)| {
+                !g.is_mig()
+                    && g.is_healthy()
+                    && pod.allows_model(&g.model)
+                    && g.memory_mib >= pod.min_gpu_memory_mib
+            });
+            if c.largest_group(&node.name, ok.map(|(i, _)| i)) < want {
+                return FilterResult::Reject(c.shortage(want as u32, false).into());
+            }
+        }
         if healthy < want {
             if mem_ok.len() >= want {
                 let failed = mem_ok

@@ -48,6 +48,7 @@ impl<'s> Cycle<'s> {
         key.add(&pod.mig);
         key.add(&pod.gpu_models);
         key.add(&pod.min_gpu_memory_mib);
+        key.add(&crate::state::claim_gpus(pod));
         for f in self.filters {
             f.scheduling_key(pod, &mut key);
         }

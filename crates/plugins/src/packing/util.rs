@@ -100,10 +100,13 @@ pub fn for_each_share(
     }
 }
 
-/// Whether every GPU is allowed for `pod` (no model or memory constraint).
+/// Whether every GPU is allowed for `pod` (no model, memory or DRA claim
+/// constraint).
 #[inline]
 pub fn unconstrained(pod: &Pod) -> bool {
-    pod.gpu_models.is_empty() && pod.min_gpu_memory_mib == 0
+    pod.gpu_models.is_empty()
+        && pod.min_gpu_memory_mib == 0
+        && gpusched_core::state::claim_gpus(pod).is_none()
 }
 
 /// A share assignment on `gpu`.
@@ -165,6 +168,10 @@ impl WholeChooser {
         node: NodeId,
         k: u32,
     ) -> Option<Vec<u32>> {
+        if gpusched_core::state::claim_gpus(pod).is_some() {
+            // DRA claim constraints: allowed GPUs of one group (not cached)
+            return state.claim_whole_choice(pod, node, k as usize);
+        }
         let st = state.get(node);
         let n = state.node(node);
         let len = st.gpu_free_milli.len();

@@ -177,9 +177,13 @@ fn diagnose(
         let mut empty_alloc = node.allocatable.clone();
         empty_alloc.gpu_milli = u64::MAX;
         empty_alloc.gpu_mem_mib = u64::MAX;
-        let usable_allowed = (0..node.gpus.len())
-            .filter(|&g| cs.get(n).gpu_usable[g] && cs.gpu_allowed(pod, n, g))
-            .count() as u32;
+        let usable =
+            (0..node.gpus.len()).filter(|&g| cs.get(n).gpu_usable[g] && cs.gpu_allowed(pod, n, g));
+        let usable_allowed = match crate::state::claim_gpus(pod) {
+            // GPUs that can go together
+            Some(c) => c.largest_group(&node.name, usable) as u32,
+            None => usable.count() as u32,
+        };
         let gpu_possible = match pod.gpu {
             GpuRequest::None => true,
             GpuRequest::Whole(k) => usable_allowed >= k,
@@ -207,7 +211,14 @@ fn diagnose(
                     NodeReason::Insufficient(ResourceKind::Extended(m.resource.clone()))
                 }
                 (_, GpuRequest::Share { .. }) => NodeReason::InsufficientGpuShare,
-                _ => NodeReason::Insufficient(ResourceKind::Gpu),
+                _ => match crate::state::claim_gpus(pod) {
+                    Some(c) => NodeReason::ClaimGpus {
+                        claim: c.claim.clone(),
+                        count: pod.gpu.whole(),
+                        attributes: c.attributes.clone(),
+                    },
+                    None => NodeReason::Insufficient(ResourceKind::Gpu),
+                },
             });
         }
         if miss.is_empty() && reserved[n as usize].is_some() {
