@@ -1,0 +1,401 @@
+//! A pod's claims: which claims it names, the devices they hold, and
+//! allocating them on a node (the pod's own claims and its extended
+//! resources' special claim, KEP-5004).
+
+use super::*;
+
+impl DraState {
+    /// The claims of a pod: the keys, or why it waits.
+    fn pod_claim_keys(&self, ns: &str, claims: &[PodClaim]) -> Result<Vec<String>, String> {
+        let mut keys = Vec::new();
+        for pc in claims {
+            let Some(name) = &pc.claim else {
+                return Err(format!(
+                    "waiting for the ResourceClaim of spec.resourceClaims[{}] to be created from its template",
+                    pc.entry
+                ));
+            };
+            let k = format!("{ns}/{name}");
+            let special = pc.entry == crate::dra::extended::IN_MEMORY_NAME;
+            match self.claims.get(&k) {
+                // a special claim that is gone is made again
+                None | Some(Claim { deleting: true, .. }) if special => continue,
+                None => return Err(format!("waiting for ResourceClaim {k} to exist")),
+                Some(c) if c.deleting => {
+                    return Err(format!("ResourceClaim {k} is being deleted"));
+                }
+                Some(_) => {}
+            }
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Where a pending pod's claims can be allocated, among `nodes` (the
+    /// nodes the scheduler knows, sorted).
+    ///
+    /// `memo` keeps the answers of one build: pods whose unallocated
+    /// claims ask the same (requests and constraints; the names aside) get
+    /// the same nodes, so replicas of one job are looked at once.
+    pub fn pod_claims(
+        &self,
+        ns: &str,
+        claims: &[PodClaim],
+        nodes: &[&str],
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+        memo: &mut BTreeMap<String, PodClaims>,
+    ) -> PodClaims {
+        if claims.is_empty() {
+            return PodClaims::None;
+        }
+        let keys = match self.pod_claim_keys(ns, claims) {
+            Ok(k) => k,
+            Err(e) => return PodClaims::Waiting(e),
+        };
+        // allocated claims pin the node; the others are allocated there
+        let mut pinned: Option<&str> = None;
+        let mut open: Vec<&Claim> = Vec::new();
+        for k in &keys {
+            match self.allocation_of(k) {
+                Some(a) => {
+                    if let Some(n) = a.node.as_deref() {
+                        if pinned.is_some_and(|p| p != n) {
+                            return PodClaims::Unallocatable(format!(
+                                "its allocated ResourceClaims are on different nodes ({} and {n})",
+                                pinned.unwrap_or_default()
+                            ));
+                        }
+                        pinned = Some(n);
+                    }
+                }
+                None => open.push(&self.claims[k]),
+            }
+        }
+        for c in &open {
+            if let Err(e) = &c.requests {
+                return PodClaims::Unallocatable(e.clone());
+            }
+        }
+        // same ask, same answer (claim names put back in the message)
+        let memo_key = (pinned.is_none() && !open.is_empty()).then(|| {
+            format!(
+                "{:?}",
+                open.iter()
+                    .map(|c| (&c.requests, &c.constraints))
+                    .collect::<Vec<_>>()
+            )
+        });
+        let named = |r: &PodClaims, to_slot: bool| -> PodClaims {
+            match r {
+                PodClaims::Unallocatable(m) => {
+                    let mut m = m.clone();
+                    for (i, c) in open.iter().enumerate() {
+                        let (name, slot) = (
+                            format!("ResourceClaim {}", c.key()),
+                            format!("ResourceClaim #{i}#"),
+                        );
+                        m = if to_slot {
+                            m.replace(&name, &slot)
+                        } else {
+                            m.replace(&slot, &name)
+                        };
+                    }
+                    PodClaims::Unallocatable(m)
+                }
+                other => other.clone(),
+            }
+        };
+        if let Some(r) = memo_key.as_ref().and_then(|k| memo.get(k)) {
+            return named(r, false);
+        }
+        let r = self.open_claims(&open, pinned, nodes, by_node, in_use);
+        if let Some(k) = memo_key {
+            memo.insert(k, named(&r, true));
+        }
+        r
+    }
+
+    /// [`DraState::pod_claims`] for the unallocated claims `open`.
+    fn open_claims(
+        &self,
+        open: &[&Claim],
+        pinned: Option<&str>,
+        nodes: &[&str],
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+    ) -> PodClaims {
+        let candidates: Vec<&str> = match pinned {
+            Some(p) => nodes.iter().copied().filter(|n| *n == p).collect(),
+            None => nodes.to_vec(),
+        };
+        if open.is_empty() {
+            return if candidates.is_empty() {
+                PodClaims::Unallocatable(format!(
+                    "its ResourceClaims are allocated on node {}, which the scheduler does not know",
+                    pinned.unwrap_or_default()
+                ))
+            } else {
+                PodClaims::Nodes(candidates.into_iter().map(String::from).collect(), 0)
+            };
+        }
+        let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ok = Vec::new();
+        // why not, with the nodes it applies to
+        let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        let mut failed = 0;
+        let mut gpus: Option<u32> = None;
+        for n in candidates {
+            match self.allocate_on(open, n, by_node, in_use, &mut sel) {
+                Ok(allocs) => {
+                    let local = by_node.get(&Some(n)).map_or(&[][..], Vec::as_slice);
+                    let g = self.gpus_in(&allocs, local);
+                    gpus = Some(gpus.map_or(g, |x| x.min(g)));
+                    ok.push(n.to_string());
+                }
+                Err(e) => {
+                    failed += 1;
+                    let e = e
+                        .strip_prefix(&format!("node {n}: "))
+                        .map(str::to_string)
+                        .unwrap_or(e);
+                    why.entry(e).or_default().push(n);
+                }
+            }
+        }
+        if ok.is_empty() {
+            if why.is_empty() {
+                return PodClaims::Unallocatable(
+                    "its ResourceClaims cannot be allocated: no node is known".into(),
+                );
+            }
+            let mut why: Vec<(String, Vec<&str>)> = why.into_iter().collect();
+            why.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
+            let shown: Vec<String> = why
+                .iter()
+                .take(3)
+                .map(|(e, ns)| match ns.as_slice() {
+                    [one] => format!("node {one}: {e}"),
+                    _ => format!("{} nodes (e.g. {}): {e}", ns.len(), ns[0]),
+                })
+                .collect();
+            return PodClaims::Unallocatable(format!(
+                "its ResourceClaims cannot be allocated on any of {failed} node(s): {}",
+                shown.join("; ")
+            ));
+        }
+        PodClaims::Nodes(ok, gpus.unwrap_or(0))
+    }
+
+    /// How many of the devices of `allocs` are GPUs; `local`: the node's
+    /// own devices, sorted by id.
+    fn gpus_in(&self, allocs: &[Allocation], local: &[&Device]) -> u32 {
+        allocs
+            .iter()
+            .flat_map(|a| &a.devices)
+            .filter(|d| !d.admin)
+            .filter(|d| {
+                local.binary_search_by(|x| x.id.cmp(&d.id)).is_ok_and(|i| {
+                    // a tainted GPU is unhealthy in the core, which
+                    // never chooses one: a claim tolerating the taint
+                    // takes it beside the core's count
+                    self.gpu_drivers.is_gpu(local[i]) && local[i].untolerated(&[]).is_none()
+                })
+            })
+            .count() as u32
+    }
+
+    fn allocate_on(
+        &self,
+        open: &[&Claim],
+        node: &str,
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+        sel: &mut Selectors,
+    ) -> Result<Vec<Allocation>, String> {
+        let mut devices: Vec<&Device> = Vec::new();
+        devices.extend(by_node.get(&Some(node)).into_iter().flatten());
+        devices.extend(by_node.get(&None).into_iter().flatten());
+        devices.sort_by(|a, b| a.id.cmp(&b.id));
+        let shared = self.shared_on(node, &devices);
+        let inp = Inputs {
+            node,
+            devices: &devices,
+            in_use,
+            classes: &self.classes,
+            counter_sets: &self.counter_sets,
+            shared: &shared,
+        };
+        alloc::allocate(open, &inp, sel)
+    }
+
+    /// Allocates the pod's claims on `node` now (the core placed it there)
+    /// and remembers the allocations as tentative until the claims show
+    /// them: what to write to each claim before the Binding.
+    ///
+    /// `core_gpus`: the positions of the node's GPUs the core chose for the
+    /// pod ([`DraState::gpu_devices_on`]). When the allocator's own answer
+    /// takes as many GPUs as the core chose, the claims get the core's
+    /// GPUs if their selectors and constraints allow them (the allocator
+    /// is run again with every other GPU of the node held); otherwise, or
+    /// when they do not, the allocator's own answer stands (the next
+    /// snapshot counts the pod on the GPUs it really got).
+    pub fn allocate(
+        &mut self,
+        pod_uid: &str,
+        ns: &str,
+        claims: &[PodClaim],
+        node: &str,
+        core_gpus: &[u32],
+    ) -> Result<Vec<ClaimWrite>, String> {
+        let keys = self.pod_claim_keys(ns, claims)?;
+        let mut open: Vec<&Claim> = Vec::new();
+        let mut writes = Vec::new();
+        for k in &keys {
+            let c = &self.claims[k];
+            match self.allocation_of(k) {
+                Some(a) => {
+                    if a.node.as_deref().is_some_and(|n| n != node) {
+                        return Err(format!(
+                            "ResourceClaim {k} is allocated on node {}, not {node}",
+                            a.node.as_deref().unwrap_or_default()
+                        ));
+                    }
+                    writes.push(ClaimWrite {
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                        uid: c.uid.clone(),
+                        allocate: None,
+                        extended: None,
+                    });
+                }
+                None => open.push(c),
+            }
+        }
+        if !open.is_empty() {
+            let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
+            let in_use = self.in_use_on(node);
+            let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+            let mut allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
+            let gpus = self.gpu_devices_on(node);
+            let local = by_node.get(&Some(node)).map_or(&[][..], Vec::as_slice);
+            let local: Vec<&Device> = local.iter().copied().filter(|d| d.node.is_some()).collect();
+            if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
+                let mut held = in_use.clone();
+                held.extend(
+                    gpus.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
+                        .map(|(_, d)| d.id.clone()),
+                );
+                if let Ok(a) = self.allocate_on(&open, node, &by_node, &held, &mut sel) {
+                    allocs = a;
+                }
+            }
+            drop(sel);
+            let mut made = Vec::new();
+            for (c, a) in open.iter().zip(allocs) {
+                writes.push(ClaimWrite {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                    allocate: Some(a.clone()),
+                    extended: None,
+                });
+                made.push((c.key(), a));
+            }
+            for (k, a) in made {
+                self.add_tentative(
+                    k,
+                    Tentative {
+                        pod: pod_uid.to_string(),
+                        allocation: a,
+                    },
+                );
+            }
+        }
+        writes.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(writes)
+    }
+
+    /// Extended resource name → DeviceClass (KEP-5004).
+    pub fn class_mapping(&self) -> BTreeMap<String, String> {
+        crate::dra::extended::class_mapping(&self.classes)
+    }
+
+    /// KEP-5004: allocates pod `pod_uid`'s special claim (`reqs`, what
+    /// `node` does not serve itself) on `node`, holding the devices in
+    /// memory until the created claim shows them: the write that creates,
+    /// allocates and reserves it. `core_gpus` as for
+    /// [`DraState::allocate`].
+    pub fn allocate_extended(
+        &mut self,
+        pod_uid: &str,
+        ns: &str,
+        reqs: &[crate::dra::extended::ExtendedRequest],
+        node: &str,
+        core_gpus: &[u32],
+    ) -> Result<ClaimWrite, String> {
+        let claim = crate::dra::extended::claim(ns, reqs);
+        let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
+        let in_use = self.in_use_on(node);
+        let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut allocs = self
+            .allocate_on(&[&claim], node, &by_node, &in_use, &mut sel)
+            .map_err(|e| format!("the pod's extended resources through DRA: {e}"))?;
+        // the core's GPUs, when the claim can have exactly them (as for
+        // the pod's own claims)
+        let local: Vec<&Device> = by_node
+            .get(&Some(node))
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .copied()
+            .filter(|d| d.node.is_some())
+            .collect();
+        if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
+            let mut held = in_use.clone();
+            held.extend(
+                self.gpu_devices_on(node)
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
+                    .map(|(_, d)| d.id.clone()),
+            );
+            if let Ok(a) = self.allocate_on(&[&claim], node, &by_node, &held, &mut sel) {
+                allocs = a;
+            }
+        }
+        drop(sel);
+        let Some(a) = allocs.pop() else {
+            return Err("the allocator gave no allocation for the extended resources".into());
+        };
+        self.add_tentative(
+            crate::dra::extended::special_key(ns, pod_uid),
+            Tentative {
+                pod: pod_uid.to_string(),
+                allocation: a.clone(),
+            },
+        );
+        Ok(ClaimWrite {
+            namespace: ns.to_string(),
+            name: crate::dra::extended::IN_MEMORY_NAME.to_string(),
+            uid: String::new(),
+            allocate: Some(a),
+            extended: Some(reqs.to_vec()),
+        })
+    }
+
+    /// Whether pod `pod_uid`'s claims include its special claim, existing.
+    pub fn has_special_claim(&self, ns: &str, claims: &[PodClaim]) -> bool {
+        claims.iter().any(|pc| {
+            pc.entry == crate::dra::extended::IN_MEMORY_NAME
+                && pc
+                    .claim
+                    .as_ref()
+                    .and_then(|n| self.claims.get(&format!("{ns}/{n}")))
+                    .is_some_and(|c| !c.deleting)
+        })
+    }
+}
