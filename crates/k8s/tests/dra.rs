@@ -792,3 +792,150 @@ fn kep_5004_the_special_claim_gets_the_gpus_the_core_chose() {
         .collect();
     assert_eq!(devs, ["gpu-4", "gpu-6"]);
 }
+
+fn with_constraint(mut c: ResourceClaim, attribute: &str) -> ResourceClaim {
+    c.spec
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .constraints = Some(vec![
+        serde_json::from_value(json!({"matchAttribute": attribute})).unwrap(),
+    ]);
+    c
+}
+
+/// One cycle of the default scheduler on the world's snapshot: the pods it
+/// binds with their GPU positions, and each pending pod's explanation.
+type Binds = Vec<(String, Vec<u32>)>;
+
+fn cycle(w: &World) -> (Binds, Vec<(String, String)>) {
+    use gpusched_core::{Decision, GpuAssignment};
+    let b = w.build();
+    let mut cfg = gpusched_plugins::SchedulerConfig::default();
+    cfg.actions.min_runtime_ms = 0;
+    let out = gpusched_plugins::build(&cfg)
+        .unwrap()
+        .cycle(&b.snapshot, 1_000, 7);
+    let name = |p: u32| b.snapshot.pods[p as usize].pod.name.clone();
+    let binds = out
+        .decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bind {
+                pod,
+                gpus: GpuAssignment::Whole(g),
+                ..
+            } => Some((name(*pod), g.clone())),
+            _ => None,
+        })
+        .collect();
+    let why = out
+        .explanations
+        .iter()
+        .map(|e| (name(e.pod), e.message()))
+        .collect();
+    (binds, why)
+}
+
+/// Issue 25: a claim's selectors and `matchAttribute` constraint reach
+/// the core, which never places the pod on GPUs the claim cannot take (it
+/// used to place 2 GPUs in two NVLink domains, then the allocator refused
+/// at bind time, every cycle).
+#[test]
+fn claim_selectors_and_match_attribute_constrain_the_core_choice() {
+    use gpusched_model::GpuRequest;
+    let nvlink = format!("{}/{}", dra::DRIVER, dra::ATTR_NVLINK_DOMAIN);
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    // domains a-0 (GPUs 0-3) and a-1 (4-7); 0,1,2 and 4,5,6 held by pods
+    w.upsert_slice(&slice("a", 8, "H100"));
+    w.upsert_claim(&allocated("x", gpus(3), "a", &[0, 1, 2], &["x"]));
+    w.upsert_pod(&bound_pod("x", &["x"], "a"));
+    w.upsert_claim(&allocated("y", gpus(3), "a", &[4, 5, 6], &["y"]));
+    w.upsert_pod(&bound_pod("y", &["y"], "a"));
+    w.upsert_claim(&with_constraint(claim("c", gpus(2)), &nvlink));
+    w.upsert_pod(&pod("p", &["c"]));
+    let b = w.build();
+    let p = snap_pod(&b, "p");
+    assert_eq!(p.pod.gpu, GpuRequest::Whole(2));
+    let c = p.pod.constraints().claim_gpus.clone().expect("constrained");
+    assert_eq!(c.claim, "ml/c");
+    assert_eq!(c.attributes, std::slice::from_ref(&nvlink));
+    assert_eq!(c.nodes["a"], [0, 0, 0, 0, 1, 1, 1, 1].map(Some).to_vec());
+    // one GPU free in each domain: the core leaves it pending, saying why
+    let (binds, why) = cycle(&w);
+    assert!(binds.is_empty(), "{binds:?}");
+    let (_, msg) = why.iter().find(|(n, _)| n == "ml/p").unwrap();
+    assert!(
+        msg.contains(&format!(
+            "no 2 free GPUs with one {nvlink} for ResourceClaim ml/c"
+        )),
+        "{msg}"
+    );
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &w.build()),
+        None
+    );
+    // y ends and its claim is released: domain a-1 is whole
+    w.delete_pod("uid-y");
+    w.upsert_claim(&claim("y", gpus(3)));
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &w.build()),
+        None
+    );
+    let (binds, _) = cycle(&w);
+    let got = &binds.iter().find(|(n, _)| n == "ml/p").unwrap().1;
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|g| (4..8).contains(g)), "{got:?}");
+    // and the allocator gives exactly those GPUs
+    let r = w.allocate_claims_at("uid-p", "a", got).unwrap();
+    let devs: Vec<String> = r[0]
+        .allocate
+        .as_ref()
+        .unwrap()
+        .devices
+        .iter()
+        .map(|d| d.id.device.clone())
+        .collect();
+    assert_eq!(
+        devs,
+        got.iter()
+            .map(|g| dra::gpu_device_name(*g))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_claim_selector_keeps_the_core_to_the_gpus_it_matches() {
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&slice("a", 8, "H100"));
+    let high = json!([{"name": "gpu", "exactly": {
+        "deviceClassName": dra::DEVICE_CLASS, "count": 2,
+        "selectors": [{"cel": {"expression":
+            format!("device.attributes[\"{}\"].index >= 6", dra::DRIVER)}}]}}]);
+    w.upsert_claim(&claim("hi", high));
+    w.upsert_pod(&pod("p", &["hi"]));
+    let b = w.build();
+    let c = snap_pod(&b, "p")
+        .pod
+        .constraints()
+        .claim_gpus
+        .clone()
+        .unwrap();
+    assert!(c.attributes.is_empty());
+    assert_eq!(
+        c.nodes["a"],
+        [None, None, None, None, None, None, Some(0), Some(0)]
+    );
+    let (binds, _) = cycle(&w);
+    assert_eq!(binds, [("ml/p".to_string(), vec![6, 7])]);
+    // a claim that tells no GPU apart gives the core nothing to read
+    w.upsert_claim(&claim("any", gpus(2)));
+    w.upsert_pod(&pod("q", &["any"]));
+    assert_eq!(snap_pod(&w.build(), "q").pod.constraints().claim_gpus, None);
+}

@@ -83,6 +83,29 @@ fn consumption(a: &SubRequest, d: &Device) -> Result<Counters, String> {
     Ok(out)
 }
 
+/// Whether (sub)request `a` could take device `d` when it is free: its
+/// class's and its own selectors match and the device can serve the
+/// capacity it asks (what [`allocate`] checks before taints and holders).
+/// A missing class or a selector error is "no".
+pub fn could_take(
+    a: &SubRequest,
+    d: &Device,
+    classes: &BTreeMap<String, Class>,
+    sel: &mut Selectors,
+) -> bool {
+    let Some(class) = classes.get(&a.class) else {
+        return false;
+    };
+    if (d.multiple || !a.capacity.is_empty()) && consumption(a, d).is_err() {
+        return false;
+    }
+    class
+        .selectors
+        .iter()
+        .chain(&a.selectors)
+        .all(|e| sel.matches(e, d) == Ok(true))
+}
+
 /// Counters left per set and the compatibility groups of what holds them.
 #[derive(Clone, Debug, Default)]
 struct CounterState {

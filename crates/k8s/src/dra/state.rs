@@ -9,7 +9,9 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+mod eligible;
 mod pods;
+pub use eligible::ClaimGpusMemo;
 
 /// An allocation made in this run and not yet seen in the claim's status.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -119,6 +119,8 @@ pub(super) struct DraCtx<'a> {
     devices: BTreeMap<Option<&'a str>, Vec<&'a Device>>,
     in_use: BTreeSet<DeviceId>,
     memo: BTreeMap<String, PodClaims>,
+    /// [`crate::dra::state::ClaimGpusMemo`] of this build.
+    gpu_memo: crate::dra::state::ClaimGpusMemo,
 }
 
 impl<'a> DraCtx<'a> {
@@ -145,6 +147,7 @@ impl<'a> DraCtx<'a> {
             devices,
             in_use,
             memo: BTreeMap::new(),
+            gpu_memo: BTreeMap::new(),
         }
     }
 }

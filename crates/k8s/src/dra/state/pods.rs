@@ -6,7 +6,11 @@ use super::*;
 
 impl DraState {
     /// The claims of a pod: the keys, or why it waits.
-    fn pod_claim_keys(&self, ns: &str, claims: &[PodClaim]) -> Result<Vec<String>, String> {
+    pub(super) fn pod_claim_keys(
+        &self,
+        ns: &str,
+        claims: &[PodClaim],
+    ) -> Result<Vec<String>, String> {
         let mut keys = Vec::new();
         for pc in claims {
             let Some(name) = &pc.claim else {

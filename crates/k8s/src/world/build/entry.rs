@@ -71,6 +71,7 @@ impl World {
                 // somewhere; the core picks among those nodes
                 let mut claim_nodes = None;
                 let mut claim_gpus = 0;
+                let mut claim_gpu_set = None;
                 if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
                     let d = dra.get_or_insert_with(|| DraCtx::new(self));
                     let (class, message) = match self.dra.pod_claims(
@@ -85,6 +86,16 @@ impl World {
                         PodClaims::Waiting(m) => (Some(PendingClass::WaitingForClaim), m),
                         PodClaims::Unallocatable(m) => (Some(PendingClass::UnallocatableClaim), m),
                         PodClaims::Nodes(n, g) => {
+                            // which of those nodes' GPUs the claims may
+                            // take, and which must go together
+                            if g > 0 {
+                                claim_gpu_set = self.dra.claim_gpus(
+                                    &v.namespace,
+                                    &v.claims,
+                                    &n,
+                                    &mut d.gpu_memo,
+                                );
+                            }
                             claim_nodes = Some(n);
                             claim_gpus = g;
                             (None, String::new())
@@ -175,6 +186,9 @@ impl World {
                 self.select_namespaces(&mut pod);
                 if let Some(n) = claim_nodes {
                     pod.constraints_mut().claim_nodes = Some(n);
+                }
+                if let Some(c) = claim_gpu_set {
+                    pod.constraints_mut().claim_gpus = Some(c);
                 }
                 pod.group = group;
                 self.inherit_queue(v, &mut pod);
