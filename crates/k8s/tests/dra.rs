@@ -939,3 +939,91 @@ fn a_claim_selector_keeps_the_core_to_the_gpus_it_matches() {
     w.upsert_pod(&pod("q", &["any"]));
     assert_eq!(snap_pod(&w.build(), "q").pod.constraints().claim_gpus, None);
 }
+
+/// KEP-5004, a retry after a failed cleanup: the pod's status names its
+/// special claim, which still exists (allocated and reserved for it, or
+/// allocated for nobody, or not allocated). Its `nvidia.com/gpu` stays its
+/// demand — the claim is how it gets those GPUs, not a second ask — and
+/// it is placed (on the claim's node when allocated) and bound reusing it.
+#[test]
+fn kep_5004_a_retry_whose_special_claim_exists_is_placed_not_refused() {
+    use gpusched_model::GpuRequest;
+    let mut class = device_class();
+    class.spec.as_mut().unwrap().extended_resource_name = Some("nvidia.com/gpu".into());
+    let reqs = vec![gpusched_k8s::dra::extended::ExtendedRequest {
+        request: "container-0-request-1".into(),
+        container: "main".into(),
+        resource: "nvidia.com/gpu".into(),
+        class: dra::DEVICE_CLASS.into(),
+        count: 2,
+    }];
+    for state in ["reserved", "allocated", "unallocated"] {
+        let mut w = World::default();
+        w.upsert_node(&node("dra"));
+        w.upsert_node(&node("dra2"));
+        w.upsert_slice(&slice("dra", 8, "H100"));
+        w.upsert_slice(&slice("dra2", 8, "H100"));
+        w.upsert_device_class(&class);
+        let mut made = gpusched_k8s::dra::extended::claim_object("ml", "p", "uid-p", &reqs);
+        made.metadata.name = Some("p-extended-resources-x7k2p".into());
+        made.metadata.uid = Some("uid-made".into());
+        if state != "unallocated" {
+            let mut a = allocated("x", gpus(2), "dra", &[3, 4], &[]);
+            if state == "reserved" {
+                a = allocated("x", gpus(2), "dra", &[3, 4], &["p"]);
+            }
+            let mut st = a.status.unwrap();
+            for r in st
+                .allocation
+                .as_mut()
+                .unwrap()
+                .devices
+                .as_mut()
+                .unwrap()
+                .results
+                .as_mut()
+                .unwrap()
+            {
+                r.request = "container-0-request-1".into();
+            }
+            made.status = Some(st);
+        }
+        w.upsert_claim(&made);
+        let mut p = gpu_pod("p", 2);
+        p.status.as_mut().unwrap().extended_resource_claim_status = Some(
+            gpusched_k8s::dra::extended::pod_status("p-extended-resources-x7k2p", &reqs),
+        );
+        w.upsert_pod(&p);
+        let b = w.build();
+        assert!(
+            b.problems
+                .iter()
+                .all(|p| !format!("{p:?}").contains("both")),
+            "{state}: {:?}",
+            b.problems
+        );
+        let sp = snap_pod(&b, "p");
+        assert_eq!(sp.pod.gpu, GpuRequest::Whole(2), "{state}");
+        let (binds, why) = cycle(&w);
+        let got = binds.iter().find(|(n, _)| n == "ml/p");
+        assert!(got.is_some(), "{state}: {why:?} {:?}", b.problems);
+        if state != "unallocated" {
+            // pinned to the claim's node, and the retry only reserves it
+            assert_eq!(
+                sp.pod.constraints().claim_nodes,
+                Some(vec!["dra".to_string()]),
+                "{state}"
+            );
+            let again = w.allocate_claims("uid-p", "dra").unwrap();
+            assert_eq!(again.len(), 1, "{state}");
+            assert_eq!(again[0].name, "p-extended-resources-x7k2p");
+            assert_eq!(again[0].allocate, None, "{state}");
+            assert_eq!(again[0].extended, None, "{state}");
+        } else {
+            let again = w.allocate_claims("uid-p", "dra2").unwrap();
+            assert_eq!(again[0].name, "p-extended-resources-x7k2p");
+            assert!(again[0].allocate.is_some(), "{state}");
+            assert_eq!(again[0].extended, None, "{state}");
+        }
+    }
+}

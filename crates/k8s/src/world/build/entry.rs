@@ -112,7 +112,14 @@ impl World {
                         );
                     }
                 }
-                if claim_gpus > 0 {
+                // KEP-5004: a special claim that still exists (a retry
+                // after a failed cleanup) is how the pod gets the GPUs it
+                // asks as a resource, not a second ask
+                let special_only = v
+                    .claims
+                    .iter()
+                    .all(|c| c.entry == crate::dra::extended::IN_MEMORY_NAME);
+                if claim_gpus > 0 && (pod.gpu.is_none() || !special_only) {
                     if !pod.gpu.is_none() {
                         return unseen(
                             Some(PendingClass::InvalidSpec),
