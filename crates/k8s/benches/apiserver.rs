@@ -50,6 +50,9 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
   --qps LIST            0 = unthrottled (kube-scheduler: 5000/10000), else qps with burst 2*qps (default 0,50)
   --mix LIST            single (1-GPU pods), gang (60% in PodGroups of 8-32) (default single)
   --mode stream|backlog contender running while pods are created (default), or started after
+  --queues N            gpusched Queues q-0..q-N-1 (weight 1, may borrow) with the pods spread over
+                        them round-robin (default 0: every pod in queue default; kube-scheduler and rr
+                        get the same pods, the label means nothing to them)
   --create-concurrency N  pod creations in flight (default 64)
   --bind-concurrency N  gpusched and rr bindings in flight (default 64)
   --gpusched-bin PATH   run gpusched as a process (RSS measured) instead of in-process;
@@ -66,6 +69,7 @@ struct Args {
     qps: Vec<f64>,
     mixes: Vec<String>,
     backlog: bool,
+    queues: usize,
     create_concurrency: usize,
     bind_concurrency: usize,
     gpusched_bin: Option<PathBuf>,
@@ -89,6 +93,7 @@ fn parse_args() -> Args {
         qps: vec![0.0, 50.0],
         mixes: vec!["single".into()],
         backlog: false,
+        queues: 0,
         create_concurrency: 64,
         bind_concurrency: 64,
         gpusched_bin: None,
@@ -109,6 +114,7 @@ fn parse_args() -> Args {
             "--qps" => a.qps = list(&v).iter().map(|q| q.parse().expect("--qps")).collect(),
             "--mix" => a.mixes = list(&v),
             "--mode" => a.backlog = v == "backlog",
+            "--queues" => a.queues = v.parse().expect("--queues"),
             "--create-concurrency" => a.create_concurrency = v.parse().expect("n"),
             "--bind-concurrency" => a.bind_concurrency = v.parse().expect("n"),
             "--gpusched-bin" => a.gpusched_bin = Some(resolve_bin(&v)),
@@ -415,10 +421,39 @@ fn workload(pods: usize, gang: bool) -> (Vec<PodSpec>, Vec<(String, usize)>) {
     (out, groups)
 }
 
-fn pod_json(name: &str, group: Option<&str>, scheduler: &str) -> Value {
+/// The queue of a pod (`--queues N`): by its gang's name, else its own, so a
+/// gang's members share one queue; a stable hash, the same for every row.
+fn queue_of(name: &str, group: Option<&str>, queues: usize) -> Option<String> {
+    if queues == 0 {
+        return None;
+    }
+    let key = group.unwrap_or(name);
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    Some(format!("q-{}", h % queues as u64))
+}
+
+/// Creates the Queues q-0..q-`n`-1, equal weights, borrowing allowed.
+async fn make_queues(client: &Client, n: usize) {
+    let api: Api<Queue> = Api::all(client.clone());
+    for i in 0..n {
+        let q: Queue = serde_json::from_value(json!({
+            "apiVersion": "gpusched.io/v1alpha1", "kind": "Queue",
+            "metadata": {"name": format!("q-{i}")},
+            "spec": {"weight": 1, "borrow": true}}))
+        .unwrap();
+        api.create(&PostParams::default(), &q).await.unwrap();
+    }
+}
+
+fn pod_json(name: &str, group: Option<&str>, queue: Option<&str>, scheduler: &str) -> Value {
     let mut labels = json!({"app": "bench"});
     if let Some(g) = group {
         labels["gpusched.io/pod-group"] = json!(g);
+    }
+    if let Some(q) = queue {
+        labels["gpusched.io/queue"] = json!(q);
     }
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -470,17 +505,19 @@ async fn create_pods(
     groups: &[(String, usize)],
     scheduler: &str,
     conc: usize,
+    queues: usize,
 ) -> (HashMap<String, Instant>, Instant, f64) {
     if scheduler == "gpusched" {
         let api: Api<PodGroup> = Api::namespaced(client.clone(), NS);
         futures::stream::iter(groups)
             .for_each_concurrent(conc, |(name, size)| {
                 let api = api.clone();
+                let queue = queue_of(name, Some(name), queues);
                 async move {
                     let g: PodGroup = serde_json::from_value(json!({
                         "apiVersion": "gpusched.io/v1alpha1", "kind": "PodGroup",
                         "metadata": {"name": name, "namespace": NS},
-                        "spec": {"minMember": size}}))
+                        "spec": {"minMember": size, "queue": queue}}))
                     .unwrap();
                     api.create(&PostParams::default(), &g).await.unwrap();
                 }
@@ -500,7 +537,9 @@ async fn create_pods(
             } else {
                 None
             };
-            let obj: Pod = serde_json::from_value(pod_json(name, group, scheduler)).unwrap();
+            let queue = queue_of(name, group, queues);
+            let obj: Pod =
+                serde_json::from_value(pod_json(name, group, queue.as_deref(), scheduler)).unwrap();
             async move {
                 let mut tries = 0;
                 loop {
@@ -902,6 +941,7 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
     let t_row = Instant::now();
     let c = Cluster::up(a.keep).await;
     install_crds(&c.client).await;
+    make_queues(&c.client, a.queues).await;
     let (nodes, nodes_created, nodes_ready) = make_nodes(&c.client, nodes_n).await;
     eprintln!(
         "[{who} qps={qps} {mix}] cluster up, {nodes_n} nodes created in {nodes_created:.1}s, Ready after {nodes_ready:.1}s"
@@ -930,6 +970,7 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         &groups,
         scheduler_name,
         a.create_concurrency,
+        a.queues,
     )
     .await;
     eprintln!(
@@ -1056,7 +1097,11 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         } else {
             "unthrottled".into()
         },
-        mix: mix.to_string(),
+        mix: if a.queues > 0 {
+            format!("{mix}, {} queues", a.queues)
+        } else {
+            mix.to_string()
+        },
         nodes: nodes_n,
         pods: pods_n,
         bound: bound_n,
