@@ -510,6 +510,9 @@ pub fn opts() -> Options {
                 })
             }
             "--provisioning-retry-seconds" | "--provisioning-max-retry-seconds" => {} // defaults
+            "--dra-gpu-driver" => o
+                .dra_gpu_drivers
+                .extend(value.split(',').map(str::to_string)),
             "--scheduler-name" => o
                 .scheduler_names
                 .extend(value.split(',').map(str::to_string)),
