@@ -38,6 +38,40 @@ pub const ATTR_NVLINK_DOMAIN: &str = "nvlinkDomain";
 pub const ATTR_PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 /// Device capacity: the GPU's memory (quantity, bytes, e.g. `80Gi`).
 pub const CAPACITY_MEMORY: &str = "memory";
+/// Device capacity of a GPU published for sharing (`allowMultipleAllocations`,
+/// the agent's `--shares`): 1000 milli-GPUs; a request's
+/// `capacity.requests["gpu.gpusched.io/milli"]` is its share (1–1000,
+/// default 1000 = the whole GPU).
+pub const CAPACITY_MILLI: &str = "milli";
+/// Device attribute: the kind of device, `mig` for a MIG instance (string;
+/// whole GPUs have none).
+pub const ATTR_TYPE: &str = "type";
+/// Device attribute of a MIG instance: its profile, e.g. `1g.10gb` (string).
+pub const ATTR_MIG_PROFILE: &str = "profile";
+/// Device attribute of a MIG instance: the UUID of its GPU (string).
+pub const ATTR_PARENT_UUID: &str = "parentUUID";
+/// Device attribute of a MIG instance: the index of its GPU (int).
+pub const ATTR_PARENT_INDEX: &str = "parentIndex";
+
+/// The device name of MIG instance `k` (the backend's order) of GPU `index`.
+pub fn mig_device_name(index: u32, k: usize) -> String {
+    format!("gpu-{index}-mig-{k}")
+}
+
+/// The (GPU index, instance position) of a MIG device name.
+pub fn mig_device_index(name: &str) -> Option<(u32, usize)> {
+    let (gpu, k) = name.strip_prefix("gpu-")?.split_once("-mig-")?;
+    let canonical = |d: &str| !d.is_empty() && (d.len() == 1 || !d.starts_with('0'));
+    if !canonical(gpu) || !canonical(k) {
+        return None;
+    }
+    Some((gpu.parse().ok()?, k.parse().ok()?))
+}
+
+/// The shared counter set of GPU `index` (its MIG instances consume it).
+pub fn counter_set_name(index: u32) -> String {
+    format!("gpu-{index}-counters")
+}
 
 /// The device name of the whole GPU with this index.
 pub fn gpu_device_name(index: u32) -> String {
@@ -169,6 +203,17 @@ mod tests {
             "gpu-99999999999",
         ] {
             assert_eq!(gpu_device_index(bad), None, "{bad}");
+        }
+        assert_eq!(gpu_device_index(&mig_device_name(1, 2)), None);
+        assert_eq!(mig_device_index(&mig_device_name(3, 6)), Some((3, 6)));
+        for bad in [
+            "gpu-1",
+            "gpu-01-mig-1",
+            "gpu-1-mig-",
+            "gpu-1-mig-x",
+            "mig-1-1",
+        ] {
+            assert_eq!(mig_device_index(bad), None, "{bad}");
         }
     }
 

@@ -103,7 +103,9 @@ pub struct AgentArgs {
     /// Kubernetes side (decisions, node publishing; in-cluster credentials).
     #[arg(long, env = "GPUSCHED_AGENT_NODE_NAME")]
     pub node_name: Option<String>,
-    /// Advertise GPU shares as `gpusched.io/gpu-milli` (needs --node-name).
+    /// Advertise GPU shares as `gpusched.io/gpu-milli` (needs --node-name);
+    /// with `--mode dra`, publish each whole GPU for sharing (capacity
+    /// `gpu.gpusched.io/milli`, docs/dra.md).
     #[arg(long, env = "GPUSCHED_AGENT_SHARES", num_args = 0..=1, default_missing_value = "true")]
     pub shares: Option<bool>,
     /// Refuse `Allocate` when no scheduler decision matches (with --node-name).
@@ -145,9 +147,6 @@ impl AgentArgs {
                 "--mode dra needs --node-name: the node's ResourceSlice pool is named after it"
             );
         };
-        if s.shares {
-            anyhow::bail!("--shares is a device-plugin resource; --mode dra does not offer it yet");
-        }
         let mut d = crate::dra::DraSettings::new(node);
         if let Some(v) = &self.dra_registry_dir {
             d.registry_dir = v.clone();
@@ -522,6 +521,7 @@ pub async fn serve_dra(
         &dra.cdi_dir,
         &dra.checkpoint(),
         agent.settings.pass_device_specs,
+        agent.settings.shares,
         claims,
     )?);
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -13,7 +13,9 @@ use super::slice;
 use crate::agent::Agent;
 use crate::coord::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{
+    CounterSet, Device, ResourceClaim, ResourceSlice, ResourceSliceSpec,
+};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -55,12 +57,17 @@ impl ClaimSource for KubeClaims {
     }
 }
 
-/// Where the node's slice lives (a fake in tests).
+/// Where the node's slices live (a fake in tests), by object name.
 pub trait SliceStore: Send + Sync + 'static {
     /// The published slice's spec, `None` when there is none.
-    fn get(&self) -> BoxFuture<'_, Result<Option<ResourceSliceSpec>, String>>;
+    fn get<'a>(&'a self, name: &'a str)
+    -> BoxFuture<'a, Result<Option<ResourceSliceSpec>, String>>;
     /// Creates or replaces the slice.
-    fn apply(&self, spec: ResourceSliceSpec) -> BoxFuture<'_, Result<(), String>>;
+    fn apply<'a>(
+        &'a self,
+        name: &'a str,
+        spec: ResourceSliceSpec,
+    ) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// This node's slice on the API server, owned by its Node (so it goes with
@@ -96,11 +103,13 @@ impl KubeSlices {
 }
 
 impl SliceStore for KubeSlices {
-    fn get(&self) -> BoxFuture<'_, Result<Option<ResourceSliceSpec>, String>> {
+    fn get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ResourceSliceSpec>, String>> {
         Box::pin(async move {
-            let name = slice::slice_name(&self.node);
             let Some(s) = Api::<ResourceSlice>::all(self.client.clone())
-                .get_opt(&name)
+                .get_opt(name)
                 .await
                 .map_err(|e| format!("get ResourceSlice {name}: {e}"))?
             else {
@@ -122,9 +131,12 @@ impl SliceStore for KubeSlices {
         })
     }
 
-    fn apply(&self, spec: ResourceSliceSpec) -> BoxFuture<'_, Result<(), String>> {
+    fn apply<'a>(
+        &'a self,
+        name: &'a str,
+        spec: ResourceSliceSpec,
+    ) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
-            let name = slice::slice_name(&self.node);
             let mut meta = json!({"name": name});
             if let Some(uid) = self.node_uid().await {
                 meta["ownerReferences"] = json!([{
@@ -140,7 +152,7 @@ impl SliceStore for KubeSlices {
             });
             Api::<ResourceSlice>::all(self.client.clone())
                 .patch(
-                    &name,
+                    name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
                     &Patch::Apply(&obj),
                 )
@@ -187,31 +199,47 @@ impl Publisher {
         self.generation
     }
 
-    /// Publishes `devices` unless the slice already shows them; returns
-    /// whether it wrote.
+    /// Publishes `devices` (and the `counters` slice, when there are
+    /// counter sets) unless the slices already show them; returns whether
+    /// it wrote. All slices of the pool are written with one new generation.
     pub async fn sync(
         &mut self,
         devices: Vec<Device>,
+        counters: Vec<CounterSet>,
         store: &dyn SliceStore,
     ) -> Result<bool, String> {
-        let want = normalized(&devices);
-        let cur = store.get().await?;
-        if let Some(cur) = &cur {
-            let same = cur.driver == gpusched_model::dra::DRIVER
-                && cur.pool.name == self.node
-                && cur.node_name.as_deref() == Some(self.node.as_str())
-                && cur.pool.resource_slice_count == 1
-                && normalized(cur.devices.as_deref().unwrap_or(&[])) == want;
-            if same && cur.pool.generation >= self.generation {
-                self.generation = cur.pool.generation;
-                return Ok(false);
+        let want = slice::pool_specs(&self.node, devices, counters, 0);
+        let mut same = true;
+        let mut newest = self.generation;
+        for (name, spec) in &want {
+            let cur = store.get(name).await?;
+            match &cur {
+                Some(cur) => {
+                    newest = newest.max(cur.pool.generation);
+                    same &= cur.driver == gpusched_model::dra::DRIVER
+                        && cur.pool.name == self.node
+                        && cur.node_name.as_deref() == Some(self.node.as_str())
+                        && cur.pool.resource_slice_count == spec.pool.resource_slice_count
+                        && normalized(cur.devices.as_deref().unwrap_or(&[]))
+                            == normalized(spec.devices.as_deref().unwrap_or(&[]))
+                        && cur.shared_counters == spec.shared_counters
+                        && cur.pool.generation >= self.generation;
+                }
+                None => same = false,
             }
-            self.generation = self.generation.max(cur.pool.generation);
         }
+        if same {
+            self.generation = newest;
+            return Ok(false);
+        }
+        self.generation = newest;
         let next = self.generation + 1;
-        store
-            .apply(slice::slice_spec(&self.node, devices, next))
-            .await?;
+        // Counters before devices: a device is never seen consuming a set
+        // that is not published.
+        for (name, mut spec) in want.into_iter().rev() {
+            spec.pool.generation = next;
+            store.apply(&name, spec).await?;
+        }
         self.generation = next;
         Ok(true)
     }
@@ -231,8 +259,12 @@ pub async fn publish_loop(
     let mut health = agent.health_gen.subscribe();
     let mut failures = 0u32;
     loop {
-        let devices = slice::devices(&agent.inventory, &agent.gpu_conditions());
-        let wait = match p.sync(devices, store.as_ref()).await {
+        let opts = slice::SliceOptions {
+            shares: agent.settings.shares,
+        };
+        let devices = slice::devices(&agent.inventory, &agent.gpu_conditions(), opts);
+        let counters = slice::counter_sets(&agent.inventory);
+        let wait = match p.sync(devices, counters, store.as_ref()).await {
             Ok(wrote) => {
                 if wrote {
                     tracing::info!(node = %node, generation = p.generation(), "published the ResourceSlice");

@@ -6,13 +6,17 @@
 //! A claim is prepared when the API server's copy (read by namespace and
 //! name) has the UID the kubelet asked for, is allocated, is reserved for
 //! at least one consumer, and every device of this driver in its
-//! allocation is in this node's pool and names a GPU of this node. Both
+//! allocation is in this node's pool and names a device of this node: a
+//! whole GPU (`gpu-<index>`), a share of one (a result with a `shareID`
+//! and the `milli` it consumed, when the agent publishes shares), or an
+//! existing MIG instance (`gpu-<index>-mig-<k>`). Both
 //! calls are idempotent: preparing a prepared claim returns what it
 //! returned the first time (without reading the API server), and
 //! unpreparing an unknown claim succeeds.
 
 use super::cdi;
-use crate::backend::{GpuInfo, Inventory};
+use super::slice::GPU_MILLI;
+use crate::backend::{GpuInfo, Inventory, MigInfo};
 use crate::coord::BoxFuture;
 use gpusched_model::dra;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -61,10 +65,16 @@ pub struct PreparedDevice {
     pub pool: String,
     /// The device's name in the pool.
     pub device: String,
-    /// The GPU's UUID.
+    /// The GPU's UUID (a MIG instance's: its `MIG-…` UUID).
     pub uuid: String,
     /// The CDI device names handed to the kubelet.
     pub cdi_device_ids: Vec<String>,
+    /// A share of the GPU: the allocation's share ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// A share of the GPU: the milli-GPUs it consumed (1–1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub milli: Option<u32>,
 }
 
 /// One prepared claim.
@@ -173,23 +183,80 @@ impl Checkpoint {
     }
 
     /// The claim holding the GPU `uuid`, if any.
-    pub fn holder(&self, uuid: &str) -> Option<&ClaimRef> {
-        self.claims
-            .values()
-            .find(|p| p.devices.iter().any(|d| d.uuid == uuid))
-            .map(|p| &p.claim)
+    pub fn holder<'a>(&'a self, uuid: &'a str) -> Option<&'a ClaimRef> {
+        self.holders(uuid).next().map(|(c, _)| c)
+    }
+
+    /// Every prepared device on `uuid`, with its claim.
+    pub fn holders<'a>(
+        &'a self,
+        uuid: &'a str,
+    ) -> impl Iterator<Item = (&'a ClaimRef, &'a PreparedDevice)> + 'a {
+        self.claims.values().flat_map(move |p| {
+            p.devices
+                .iter()
+                .filter(move |d| d.uuid == uuid)
+                .map(move |d| (&p.claim, d))
+        })
     }
 }
 
-/// What the allocation of `claim` gives node `node`: each GPU (inventory
-/// position) with the requests that got it. Errors name the claim and say
-/// what is wrong.
-pub fn allocated_gpus(
+/// One device of this node a claim's allocation names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocated {
+    /// The claim's requests that got it (`req` or `req/sub`).
+    pub requests: Vec<String>,
+    /// The device's name in the slice.
+    pub device: String,
+    /// The GPU's position in the inventory (a MIG instance's GPU).
+    pub gpu: usize,
+    /// The MIG instance's position in its GPU's list.
+    pub mig: Option<usize>,
+    /// A share: its ID and milli-GPUs.
+    pub share: Option<(String, u32)>,
+}
+
+/// The GPU or MIG instance with UUID `uuid` on this node.
+pub fn find_uuid<'a>(inv: &'a Inventory, uuid: &str) -> Option<(&'a GpuInfo, Option<&'a MigInfo>)> {
+    inv.gpus.iter().find_map(|g| {
+        if g.uuid == uuid {
+            Some((g, None))
+        } else {
+            g.mig.iter().find(|m| m.uuid == uuid).map(|m| (g, Some(m)))
+        }
+    })
+}
+
+/// The milli-GPUs a share result consumed (`consumedCapacity` `milli`, in
+/// the driver's domain or fully qualified).
+fn share_milli(
+    r: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult,
+) -> Result<u32, String> {
+    let consumed = r.consumed_capacity.as_ref();
+    let q = consumed
+        .and_then(|c| {
+            c.get(dra::CAPACITY_MILLI)
+                .or_else(|| c.get(&format!("{}/{}", dra::DRIVER, dra::CAPACITY_MILLI)))
+        })
+        .ok_or_else(|| "no consumedCapacity milli".to_string())?;
+    let v = gpusched_model::quantity::parse_integer(&q.0)
+        .map_err(|e| format!("consumedCapacity milli {:?}: {e}", q.0))?;
+    u32::try_from(v)
+        .ok()
+        .filter(|v| (1..=GPU_MILLI).contains(v))
+        .ok_or_else(|| format!("consumedCapacity milli {:?} is not 1 to {GPU_MILLI}", q.0))
+}
+
+/// What the allocation of `claim` gives node `node`: each device with the
+/// requests that got it. `shares`: whether this node publishes GPUs for
+/// sharing. Errors name the claim and say what is wrong.
+pub fn allocated_devices(
     claim: &ResourceClaim,
     want: &ClaimRef,
     node: &str,
     inv: &Inventory,
-) -> Result<Vec<(usize, Vec<String>)>, String> {
+    shares: bool,
+) -> Result<Vec<Allocated>, String> {
     let uid = claim.metadata.uid.as_deref().unwrap_or("");
     if uid != want.uid {
         return Err(format!(
@@ -213,7 +280,7 @@ pub fn allocated_gpus(
             "{want} is allocated for other nodes (its node selector does not name node {node})"
         ));
     }
-    let mut out: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut out: Vec<Allocated> = Vec::new();
     let results = alloc.devices.as_ref().and_then(|d| d.results.as_ref());
     for r in results.into_iter().flatten() {
         if r.driver != dra::DRIVER {
@@ -231,31 +298,72 @@ pub fn allocated_gpus(
                 r.request, r.device
             ));
         }
-        let Some(index) = dra::gpu_device_index(&r.device) else {
+        let (gpu, mig) = if let Some(index) = dra::gpu_device_index(&r.device) {
+            let Some(pos) = inv
+                .gpus
+                .iter()
+                .position(|g| g.index == index && !g.mig_enabled)
+            else {
+                return Err(format!(
+                    "{want}: device {} of request {:?}: node {node} has no whole GPU with index {index}",
+                    r.device, r.request
+                ));
+            };
+            (pos, None)
+        } else if let Some((index, k)) = dra::mig_device_index(&r.device) {
+            let found = inv
+                .gpus
+                .iter()
+                .position(|g| g.index == index && g.mig_enabled)
+                .filter(|&p| k < inv.gpus[p].mig.len());
+            let Some(pos) = found else {
+                return Err(format!(
+                    "{want}: device {} of request {:?}: node {node} has no MIG instance {k} on GPU {index} (the agent never creates instances)",
+                    r.device, r.request
+                ));
+            };
+            (pos, Some(k))
+        } else {
             return Err(format!(
-                "{want}: device {:?} of request {:?} is not a device of {} (gpu-<index>)",
+                "{want}: device {:?} of request {:?} is not a device of {} (gpu-<index> or gpu-<index>-mig-<k>)",
                 r.device,
                 r.request,
                 dra::DRIVER
             ));
         };
-        let Some(pos) = inv
-            .gpus
-            .iter()
-            .position(|g| g.index == index && !g.mig_enabled)
-        else {
-            return Err(format!(
-                "{want}: device {} of request {:?}: node {node} has no whole GPU with index {index}",
-                r.device, r.request
-            ));
+        let share = match r.share_id.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(id) => {
+                if !shares || mig.is_some() {
+                    return Err(format!(
+                        "{want}: device {} of request {:?} is allocated as a share (shareID {id}), but this node does not publish it for sharing (agent flag --shares)",
+                        r.device, r.request
+                    ));
+                }
+                let milli = share_milli(r).map_err(|e| {
+                    format!(
+                        "{want}: device {} of request {:?} (shareID {id}): {e}",
+                        r.device, r.request
+                    )
+                })?;
+                Some((id.to_string(), milli))
+            }
         };
-        match out.iter_mut().find(|(p, _)| *p == pos) {
-            Some((_, reqs)) => {
-                if !reqs.contains(&r.request) {
-                    reqs.push(r.request.clone());
+        match out.iter_mut().find(|a| {
+            a.device == r.device && a.share.as_ref().map(|s| &s.0) == share.as_ref().map(|s| &s.0)
+        }) {
+            Some(a) => {
+                if !a.requests.contains(&r.request) {
+                    a.requests.push(r.request.clone());
                 }
             }
-            None => out.push((pos, vec![r.request.clone()])),
+            None => out.push(Allocated {
+                requests: vec![r.request.clone()],
+                device: r.device.clone(),
+                gpu,
+                mig,
+                share,
+            }),
         }
     }
     if out.is_empty() {
@@ -291,6 +399,7 @@ pub struct Preparer {
     cdi_dir: PathBuf,
     checkpoint_path: PathBuf,
     device_nodes: bool,
+    shares: bool,
     claims: Arc<dyn ClaimSource>,
     state: tokio::sync::Mutex<Checkpoint>,
 }
@@ -304,6 +413,7 @@ impl Preparer {
         cdi_dir: &Path,
         checkpoint_path: &Path,
         device_nodes: bool,
+        shares: bool,
         claims: Arc<dyn ClaimSource>,
     ) -> Result<Preparer, CheckpointError> {
         let state = Checkpoint::load(checkpoint_path)?;
@@ -313,22 +423,19 @@ impl Preparer {
             cdi_dir: cdi_dir.to_path_buf(),
             checkpoint_path: checkpoint_path.to_path_buf(),
             device_nodes,
+            shares,
             claims,
             state: tokio::sync::Mutex::new(Checkpoint::default()),
         };
         for c in state.claims.values() {
             let path = cdi::spec_path(&p.cdi_dir, &c.claim.uid);
-            let gpus: Vec<&GpuInfo> = c
-                .devices
-                .iter()
-                .filter_map(|d| p.inventory.gpus.iter().find(|g| g.uuid == d.uuid))
-                .collect();
-            if gpus.len() != c.devices.len() {
+            let devs = p.cdi_devices(&c.devices);
+            if devs.len() != c.devices.len() {
                 tracing::warn!(claim = %c.claim, "a GPU of this prepared claim is no longer on the node");
             }
             cdi::write(
                 &path,
-                &cdi::spec(&claim_label(&c.claim), &gpus, device_nodes),
+                &cdi::spec(&claim_label(&c.claim), &devs, device_nodes),
             )
             .map_err(|source| CheckpointError::Cdi { path, source })?;
         }
@@ -343,6 +450,28 @@ impl Preparer {
             ..p
         };
         Ok(p)
+    }
+
+    /// What the CDI spec injects for prepared devices (those still on the
+    /// node).
+    fn cdi_devices(&self, devices: &[PreparedDevice]) -> Vec<cdi::CdiDevice> {
+        devices
+            .iter()
+            .filter_map(|d| {
+                let (g, m) = find_uuid(&self.inventory, &d.uuid)?;
+                let name = match &d.share_id {
+                    Some(id) => cdi::share_name(&d.uuid, id),
+                    None => d.uuid.clone(),
+                };
+                Some(cdi::CdiDevice {
+                    name,
+                    visible: d.uuid.clone(),
+                    minor: g.minor,
+                    caps: m.map(|m| m.caps.clone()).unwrap_or_default(),
+                    milli: d.milli,
+                })
+            })
+            .collect()
     }
 
     /// The prepared claims now.
@@ -362,30 +491,60 @@ impl Preparer {
             .await
             .map_err(|e| format!("{want}: cannot read it from the API server: {e}"))?
             .ok_or_else(|| format!("{want} does not exist"))?;
-        let gpus = allocated_gpus(&claim, want, &self.node, &self.inventory)?;
-        for (pos, _) in &gpus {
-            let uuid = &self.inventory.gpus[*pos].uuid;
-            if let Some(other) = state.holder(uuid) {
-                return Err(format!(
-                    "{want}: GPU {} ({uuid}) is prepared for {other}; a GPU is given to one claim at a time",
-                    dra::gpu_device_name(self.inventory.gpus[*pos].index)
-                ));
-            }
-        }
-        let infos: Vec<&GpuInfo> = gpus.iter().map(|(p, _)| &self.inventory.gpus[*p]).collect();
-        let devices: Vec<PreparedDevice> = gpus
+        let alloc = allocated_devices(&claim, want, &self.node, &self.inventory, self.shares)?;
+        let devices: Vec<PreparedDevice> = alloc
             .iter()
-            .map(|(p, reqs)| {
-                let g = &self.inventory.gpus[*p];
+            .map(|a| {
+                let g = &self.inventory.gpus[a.gpu];
+                let uuid = match a.mig {
+                    Some(k) => g.mig[k].uuid.clone(),
+                    None => g.uuid.clone(),
+                };
+                let cdi_name = match &a.share {
+                    Some((id, _)) => cdi::share_name(&uuid, id),
+                    None => uuid.clone(),
+                };
                 PreparedDevice {
-                    request_names: reqs.clone(),
+                    request_names: a.requests.clone(),
                     pool: self.node.clone(),
-                    device: dra::gpu_device_name(g.index),
-                    uuid: g.uuid.clone(),
-                    cdi_device_ids: vec![cdi::device_id(&g.uuid)],
+                    device: a.device.clone(),
+                    cdi_device_ids: vec![cdi::device_id(&cdi_name)],
+                    uuid,
+                    share_id: a.share.as_ref().map(|s| s.0.clone()),
+                    milli: a.share.as_ref().map(|s| s.1),
                 }
             })
             .collect();
+        // Never twice: a GPU (or MIG instance) is one claim's, or shared
+        // by claims whose shares add up to at most the whole GPU.
+        for d in &devices {
+            let mut taken = 0u32;
+            for (other, od) in state.holders(&d.uuid) {
+                match (od.milli, d.milli) {
+                    (Some(m), Some(_)) => taken = taken.saturating_add(m),
+                    _ => {
+                        return Err(format!(
+                            "{want}: {} ({}) is prepared for {other}; a GPU is given to one claim at a time unless both are shares",
+                            d.device, d.uuid
+                        ));
+                    }
+                }
+            }
+            let mine: u32 = devices
+                .iter()
+                .filter(|x| x.uuid == d.uuid)
+                .map(|x| x.milli.unwrap_or(GPU_MILLI))
+                .sum();
+            if taken.saturating_add(mine) > GPU_MILLI {
+                return Err(format!(
+                    "{want}: shares of {} ({}) would add up to {} milli with the claims prepared already ({taken}); a GPU has {GPU_MILLI}",
+                    d.device,
+                    d.uuid,
+                    taken.saturating_add(mine)
+                ));
+            }
+        }
+        let infos = self.cdi_devices(&devices);
         let path = cdi::spec_path(&self.cdi_dir, &want.uid);
         cdi::write(
             &path,
