@@ -20,6 +20,9 @@ pub const DRIVER: &str = "gpu.gpusched.io";
 /// The DeviceClass the chart ships for whole GPUs of this driver.
 pub const DEVICE_CLASS: &str = "gpu.gpusched.io";
 
+/// The DeviceClass the chart ships for the MIG instances of this driver.
+pub const MIG_DEVICE_CLASS: &str = "mig.gpusched.io";
+
 /// Device attribute: the GPU's UUID (string).
 pub const ATTR_UUID: &str = "uuid";
 /// Device attribute: the GPU's index on its node (int).

@@ -430,3 +430,113 @@ async fn two_shares_of_one_gpu_run_on_a_real_kubelet() {
     let p = running(&c, &n, "s300b").await;
     assert_cdi_is_allocation(&n, &p, &claims.get("s300b").await.unwrap(), &slice);
 }
+
+/// 2 A100s; GPU 0 in MIG mode with a 3g.40gb and two 1g.10gb instances.
+fn mig_node_yaml() -> String {
+    format!(
+        "nodes:\n  - name: {NODE}\n    cpu: \"64\"\n    memory: 512Gi\n    gpus:\n      count: 2\n      model: A100-SXM4-80GB\n      memory: 80Gi\n      interconnect: nvswitch\n      devices:\n        - index: 0\n          mig:\n            - {{profile: 3g.40gb}}\n            - {{profile: 1g.10gb}}\n            - {{profile: 1g.10gb}}\n"
+    )
+}
+
+/// A claim of `count` devices of `class`, with a CEL selector if given.
+fn class_claim(name: &str, class: &str, count: u32, cel: Option<&str>) -> Value {
+    let mut r = json!({"deviceClassName": class, "count": count});
+    if let Some(e) = cel {
+        r["selectors"] = json!([{"cel": {"expression": e}}]);
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": r}]}}})
+}
+
+/// MIG instances on the real kubelet: the API server accepts the pool's
+/// two slices (the devices, and the GPU's shared counter set) and keeps
+/// them as published (no rewrite); claims of the chart's `mig.gpusched.io`
+/// class get instances by profile and their containers exactly those
+/// instances' MIG UUIDs; a claim of the whole-GPU class gets the one GPU
+/// not in MIG mode; a claim for a fourth instance waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane and a real kubelet (root): e2e/run"]
+async fn mig_instances_run_on_a_real_kubelet() {
+    let c = Cluster::up().await;
+    let _kcm = k8s::controllers::kube_controller_manager_with(&c, "resourceclaim-controller");
+    let n = RealNode::up_node(&c, &mig_node_yaml(), &[]).await;
+    // gpu-1 whole and GPU 0's three instances
+    let slice = published_slice(&c, &n).await;
+    let slices: Api<ResourceSlice> = Api::all(c.client.clone());
+    let counters_name = format!("{NODE}-{DRIVER}-counters");
+    let counters = slices
+        .get(&counters_name)
+        .await
+        .unwrap_or_else(|e| panic!("{counters_name}: {e}\n{}", n.logs()));
+    let sets = counters.spec.shared_counters.clone().unwrap();
+    assert_eq!(sets.len(), 1);
+    assert_eq!(sets[0].name, "gpu-0-counters");
+    assert_eq!(sets[0].counters["memory"].value.0, "80Gi");
+    assert_eq!(
+        (
+            slice.spec.pool.resource_slice_count,
+            counters.spec.pool.resource_slice_count
+        ),
+        (2, 2)
+    );
+    // what the agent publishes is what the API server keeps
+    let gens = (slice.spec.pool.generation, counters.spec.pool.generation);
+    assert_eq!(gens.0, gens.1);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = slices.get(&format!("{NODE}-{DRIVER}")).await.unwrap();
+    assert_eq!(
+        again.spec.pool.generation,
+        gens.0,
+        "the slices are rewritten without a change\n{}",
+        n.logs()
+    );
+
+    let claims: Api<ResourceClaim> = Api::namespaced(c.client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), NS);
+    let _s = c.scheduler(k8s::opts()).await;
+    let profile = |p: &str| format!("device.attributes[\"{DRIVER}\"].profile == \"{p}\"");
+    create(
+        &claims,
+        class_claim("big", dra::MIG_DEVICE_CLASS, 1, Some(&profile("3g.40gb"))),
+    )
+    .await;
+    create(
+        &claims,
+        class_claim("small", dra::MIG_DEVICE_CLASS, 2, Some(&profile("1g.10gb"))),
+    )
+    .await;
+    create(&claims, class_claim("whole", dra::DEVICE_CLASS, 1, None)).await;
+    for name in ["big", "small", "whole"] {
+        let p: Pod = serde_json::from_value(scheduled_pod(name, &[("gpus", Ok(name))])).unwrap();
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    for (name, count) in [("big", 1), ("small", 2)] {
+        let p = running(&c, &n, name).await;
+        let claim = claims.get(name).await.unwrap();
+        let got = assert_cdi_is_allocation(&n, &p, &claim, &slice);
+        assert_eq!(got.len(), count);
+        assert!(
+            got.iter()
+                .all(|g| g.starts_with("k8s.gpu.gpusched.io/gpu=MIG-")),
+            "{got:?}"
+        );
+        assert!(
+            results(&claim)
+                .iter()
+                .all(|(_, d)| d.starts_with("gpu-0-mig-")),
+            "{:?}",
+            results(&claim)
+        );
+    }
+    let p = running(&c, &n, "whole").await;
+    let got = assert_cdi_is_allocation(&n, &p, &claims.get("whole").await.unwrap(), &slice);
+    assert_eq!(got, vec![format!("k8s.gpu.gpusched.io/gpu={}", n.uuid(1))]);
+    assert_no_device_twice(&c).await;
+    // every instance is taken: one more waits
+    create(&claims, class_claim("more", dra::MIG_DEVICE_CLASS, 1, None)).await;
+    let p: Pod = serde_json::from_value(scheduled_pod("more", &[("gpus", Ok("more"))])).unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let why = pending(&pods, "more", Duration::from_secs(2), &[]).await;
+    eprintln!("fourth instance pending: {why:?}");
+}

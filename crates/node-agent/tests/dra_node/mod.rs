@@ -61,11 +61,17 @@ pub struct RealNode {
 
 impl RealNode {
     pub async fn up(c: &Cluster) -> RealNode {
-        RealNode::up_with(c, &[]).await
+        RealNode::up_node(c, &node_yaml(), &[]).await
     }
 
     /// A node whose agent runs with `extra_args` too.
     pub async fn up_with(c: &Cluster, extra_args: &[&str]) -> RealNode {
+        RealNode::up_node(c, &node_yaml(), extra_args).await
+    }
+
+    /// A node of the fake backend's `yaml` (node name [`NODE`]) whose agent
+    /// runs with `extra_args` too.
+    pub async fn up_node(c: &Cluster, yaml: &str, extra_args: &[&str]) -> RealNode {
         // (short path: unix socket paths are limited to 108 bytes)
         let dir = tempfile::Builder::new()
             .prefix("gpusched-dra-")
@@ -81,7 +87,7 @@ impl RealNode {
             NODE,
         ]);
         let node_file = dir.path().join("node.yaml");
-        std::fs::write(&node_file, node_yaml()).unwrap();
+        std::fs::write(&node_file, yaml).unwrap();
         std::fs::write(dir.path().join("control"), "").unwrap();
         // What the chart installs for the agent in DRA mode (helm template
         // --set agent.mode=dra): its ServiceAccount and RBAC, the admission
@@ -99,6 +105,7 @@ impl RealNode {
                     "gpusched-agent-own-slice",
                 ),
                 ("DeviceClass", dra::DEVICE_CLASS),
+                ("DeviceClass", dra::MIG_DEVICE_CLASS),
             ],
         )
         .await;
