@@ -260,8 +260,8 @@ async fn mig_instances_are_partitions_of_their_gpus_counter_set() {
         .unwrap();
     let use_ = &big.consumes_counters.as_ref().unwrap()[0];
     assert_eq!(use_.counter_set, "gpu-1-counters");
-    assert_eq!(use_.counters["computeSlices"].value.0, "3");
-    assert_eq!(use_.counters["memorySlices"].value.0, "4");
+    assert_eq!(use_.counters["compute-slices"].value.0, "3");
+    assert_eq!(use_.counters["memory-slices"].value.0, "4");
     let attrs = big.attributes.as_ref().unwrap();
     assert_eq!(attrs["profile"].string.as_deref(), Some("3g.40gb"));
     assert_eq!(

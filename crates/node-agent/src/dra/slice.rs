@@ -153,9 +153,9 @@ pub fn gpu_memory_slices(model: &str) -> u32 {
 }
 
 /// Counter names of a GPU's shared counter set.
-pub const COUNTER_COMPUTE_SLICES: &str = "computeSlices";
+pub const COUNTER_COMPUTE_SLICES: &str = "compute-slices";
 /// See [`COUNTER_COMPUTE_SLICES`].
-pub const COUNTER_MEMORY_SLICES: &str = "memorySlices";
+pub const COUNTER_MEMORY_SLICES: &str = "memory-slices";
 /// See [`COUNTER_COMPUTE_SLICES`].
 pub const COUNTER_MEMORY: &str = "memory";
 
@@ -602,13 +602,13 @@ mod tests {
         );
         let c = &m.consumes_counters.as_ref().unwrap()[0];
         assert_eq!(c.counter_set, "gpu-0-counters");
-        assert_eq!(c.counters["computeSlices"].value.0, "3");
-        assert_eq!(c.counters["memorySlices"].value.0, "4");
+        assert_eq!(c.counters["compute-slices"].value.0, "3");
+        assert_eq!(c.counters["memory-slices"].value.0, "4");
         let small = &d[2].consumes_counters.as_ref().unwrap()[0];
-        assert_eq!(small.counters["computeSlices"].value.0, "1");
-        assert_eq!(small.counters["memorySlices"].value.0, "1");
+        assert_eq!(small.counters["compute-slices"].value.0, "1");
+        assert_eq!(small.counters["memory-slices"].value.0, "1");
         let full = &d[3].consumes_counters.as_ref().unwrap()[0];
-        assert_eq!(full.counters["memorySlices"].value.0, "8");
+        assert_eq!(full.counters["memory-slices"].value.0, "8");
         // the GPU's health is its instances'
         assert_eq!(m.taints.as_ref().unwrap()[0].effect, "NoSchedule");
         assert!(d[3].taints.is_none());
@@ -616,8 +616,8 @@ mod tests {
         let sets = counter_sets(&inv);
         assert_eq!(sets.len(), 2);
         assert_eq!(sets[0].name, "gpu-0-counters");
-        assert_eq!(sets[0].counters["computeSlices"].value.0, "7");
-        assert_eq!(sets[0].counters["memorySlices"].value.0, "8");
+        assert_eq!(sets[0].counters["compute-slices"].value.0, "7");
+        assert_eq!(sets[0].counters["memory-slices"].value.0, "8");
         assert_eq!(sets[0].counters["memory"].value.0, "80Gi");
         // the pool: devices in one slice, counters in another
         let specs = pool_specs("n", d, sets, 4);
