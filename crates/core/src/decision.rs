@@ -3,6 +3,7 @@
 use crate::reason::{EvictionAttempt, EvictionReason, PendingReason, QueueProblem};
 use crate::snapshot::{GpuAssignment, NodeId, PodId};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Phase of a pod group after a cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,11 +82,16 @@ pub struct Explanation {
     /// Whether it may fit later.
     pub verdict: Verdict,
     /// Why it is pending (see the type's documentation for the order).
-    pub reasons: Vec<PendingReason>,
+    /// Shared: the pods of one job, and pods with the same signature and
+    /// note, hold the same list (a deep queue explains tens of thousands
+    /// of pods per cycle).
+    #[serde(with = "shared_list")]
+    pub reasons: Arc<[PendingReason]>,
     /// The preempt and reclaim passes tried (or skipped) for its job and
-    /// why they freed nothing (not part of [`Explanation::message`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub evictions: Vec<EvictionAttempt>,
+    /// why they freed nothing (not part of [`Explanation::message`]);
+    /// shared by the pods of the job.
+    #[serde(default, skip_serializing_if = "slice_is_empty", with = "shared_list")]
+    pub evictions: Arc<[EvictionAttempt]>,
     /// Where its job stood in its queue's order this cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<QueuePosition>,
@@ -100,6 +106,27 @@ pub struct QueuePosition {
     pub position: u32,
     /// Jobs of the queue this cycle.
     pub jobs: u32,
+}
+
+fn slice_is_empty<T>(v: &Arc<[T]>) -> bool {
+    v.is_empty()
+}
+
+/// A shared list (`Arc<[T]>`) in serde as a plain list (without serde's
+/// `rc` feature, which would rebuild every crate that uses serde).
+mod shared_list {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Arc<[T]>, s: S) -> Result<S::Ok, S::Error> {
+        v.as_ref().serialize(s)
+    }
+
+    pub fn deserialize<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Arc<[T]>, D::Error> {
+        Vec::<T>::deserialize(d).map(Arc::from)
+    }
 }
 
 impl Explanation {

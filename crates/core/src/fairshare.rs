@@ -213,8 +213,10 @@ impl QueueTree {
 
     /// Adds `r` to the usage of `q` and its ancestors.
     pub fn add_usage(&mut self, q: QueueIdx, r: &ResourceVec) {
-        for a in self.path(q) {
+        let mut at = Some(q);
+        while let Some(a) = at {
             self.acct[a].usage.add(r);
+            at = self.parent[a];
         }
     }
 
@@ -227,16 +229,26 @@ impl QueueTree {
 
     /// Adds `r` to the pending demand of `q` and its ancestors.
     pub fn add_pending(&mut self, q: QueueIdx, r: &ResourceVec) {
-        for a in self.path(q) {
+        let mut at = Some(q);
+        while let Some(a) = at {
             self.acct[a].pending.add(r);
+            at = self.parent[a];
         }
     }
 
     /// Usage and pending demand from the snapshot's pods.
     pub fn account(&mut self, snap: &Snapshot) {
-        for p in &snap.pods {
+        let queues: Vec<Option<QueueIdx>> =
+            snap.pods.iter().map(|p| self.idx(&p.pod.queue)).collect();
+        self.account_with(snap, &queues);
+    }
+
+    /// [`QueueTree::account`] with each pod's queue already looked up
+    /// (`pod_queue[i]` for `snap.pods[i]`, from [`QueueTree::idx`]).
+    pub fn account_with(&mut self, snap: &Snapshot, pod_queue: &[Option<QueueIdx>]) {
+        for (p, q) in snap.pods.iter().zip(pod_queue) {
             // pods of an unknown queue are explained (QueueMissing), not counted
-            let Some(q) = self.idx(&p.pod.queue) else {
+            let Some(q) = *q else {
                 continue;
             };
             let d = p.pod.demand();

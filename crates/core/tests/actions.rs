@@ -551,7 +551,7 @@ fn reasons_of(snap: &Snapshot, out: &CycleOutput, name: &str) -> Vec<PendingReas
     out.explanations
         .iter()
         .find(|e| e.pod == id)
-        .map(|e| e.reasons.clone())
+        .map(|e| e.reasons.to_vec())
         .unwrap_or_default()
 }
 

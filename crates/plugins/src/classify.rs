@@ -247,7 +247,7 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
     if e.reasons.is_empty() {
         set.insert(PendingClass::FitsNow);
     }
-    for r in &e.reasons {
+    for r in e.reasons.iter() {
         match r {
             PendingReason::Nodes(s) => {
                 for (nr, _) in &s.counts {
@@ -446,8 +446,8 @@ mod tests {
         Explanation {
             pod: 0,
             verdict: Verdict::Unschedulable,
-            reasons,
-            evictions: vec![],
+            reasons: reasons.into(),
+            evictions: Vec::new().into(),
             queue_position: None,
         }
     }

@@ -2,12 +2,15 @@
 //! equivalent failed earlier in the same cycle with nothing committed
 //! since (`SchedulerOptions::skip_equivalent_jobs`). That must be exact:
 //! every cycle decides and explains the same with it on and off, and the
-//! runs' results are equal byte for byte.
+//! runs' results are equal byte for byte. And a deep queue's explanations
+//! share their lists: one per job, not one per pod.
 
 mod common;
 
-use gpusched_core::{CycleOutput, Decision, Explanation, Scheduler};
+use gpusched_core::{CycleOutput, Decision, Explanation, Scheduler, Snapshot};
 use gpusched_sim::{Hooks, Scenario};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// What a cycle decided and explained (its counters, which differ by
 /// design, aside), and the counters summed.
@@ -82,10 +85,10 @@ settings:
   until: 6h
 "#;
 
-#[test]
-fn skipping_equivalent_jobs_changes_no_decision_and_no_explanation() {
+/// The deep-queue scenario on 24 nodes of 8 GPUs.
+fn deep() -> Scenario {
     let cluster = "nodes:\n  - name: n\n    count: 24\n    cpu: \"128\"\n    memory: 1Ti\n    rack: r\n    nodes_per_rack: 6\n    gpus: {count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch}\n";
-    let sc = gpusched_sim::scenario(
+    gpusched_sim::scenario(
         Some(gpusched_sim::Source {
             name: "cluster.yaml",
             text: cluster,
@@ -96,8 +99,12 @@ fn skipping_equivalent_jobs_changes_no_decision_and_no_explanation() {
         }),
         5,
     )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let (skipped, on, off) = both_ways(&sc);
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn skipping_equivalent_jobs_changes_no_decision_and_no_explanation() {
+    let (skipped, on, off) = both_ways(&deep());
     assert!(
         skipped > 1_000,
         "the backlog's equivalents were skipped: {skipped}"
@@ -111,4 +118,63 @@ fn fixture_runs_are_the_same_both_ways() {
         both_ways(&common::scenario(c, w, 5));
     }
     both_ways(&gpusched_sim::default_scenario(5));
+}
+
+/// Per cycle: explanations, distinct reason lists among them, and pairs of
+/// members of one gang (next to each other) with equal lists that are not
+/// the same list.
+#[derive(Default)]
+struct Sharing {
+    explained: usize,
+    lists: usize,
+    gang_pairs: usize,
+    unshared: usize,
+}
+
+impl Hooks for Sharing {
+    fn cycle_seen(&mut self, _now_ms: u64, snap: &Snapshot, out: &CycleOutput) {
+        let mut lists = BTreeSet::new();
+        let mut by_group: BTreeMap<&str, Vec<&Explanation>> = BTreeMap::new();
+        for e in &out.explanations {
+            lists.insert(Arc::as_ptr(&e.reasons) as *const () as usize);
+            if let Some(g) = snap.pods[e.pod as usize].pod.group.as_deref() {
+                by_group.entry(g).or_default().push(e);
+            }
+        }
+        self.explained += out.explanations.len();
+        self.lists += lists.len();
+        for members in by_group.values() {
+            for w in members.windows(2) {
+                self.gang_pairs += 1;
+                if w[0].reasons == w[1].reasons && !Arc::ptr_eq(&w[0].reasons, &w[1].reasons)
+                    || w[0].evictions == w[1].evictions
+                        && !Arc::ptr_eq(&w[0].evictions, &w[1].evictions)
+                {
+                    self.unshared += 1;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_deep_queue_explains_with_one_list_per_job() {
+    let mut seen = Sharing::default();
+    let r = gpusched_sim::run(&deep(), &mut common::scheduler(), 5, &mut seen);
+    common::assert_clean(&r);
+    assert!(
+        seen.gang_pairs > 10_000,
+        "gangs waited: {}",
+        seen.gang_pairs
+    );
+    assert_eq!(
+        seen.unshared, 0,
+        "equal lists of one gang's pods are shared"
+    );
+    assert!(
+        seen.lists * 2 < seen.explained,
+        "{} reason lists for {} explanations",
+        seen.lists,
+        seen.explained
+    );
 }

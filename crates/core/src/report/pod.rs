@@ -154,7 +154,7 @@ fn hints(view: &CycleView<'_>, pod: &gpusched_model::Pod, e: &Explanation) -> Ve
     if e.verdict == Verdict::Unresolvable {
         out.push(Hint::NeverFits);
     }
-    for r in &e.reasons {
+    for r in e.reasons.iter() {
         match r {
             PendingReason::Nodes(s) => {
                 for (nr, _) in &s.counts {
@@ -292,8 +292,8 @@ pub fn pod_report(view: &CycleView<'_>, name: &str) -> Option<PodReport> {
                     PodStatus::Pending {
                         verdict: Some(e.verdict),
                         message: e.message(),
-                        reasons: e.reasons.clone(),
-                        evictions: e.evictions.clone(),
+                        reasons: e.reasons.to_vec(),
+                        evictions: e.evictions.to_vec(),
                         queue_position: e.queue_position,
                         nominated,
                     }

@@ -8,7 +8,7 @@
 use super::SchedulerOptions;
 use super::candidates::SigCache;
 use super::equiv::Equivalence;
-use super::jobs::{Job, JobId, build_jobs};
+use super::jobs::{Job, JobId, build_jobs, per_queue_order};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree, schedulable_capacity};
 use crate::plugin::{
@@ -67,13 +67,17 @@ pub(super) struct Cycle<'s> {
     pub leaving: Vec<PodId>,
     /// Bound or nominated this cycle.
     pub placed: Vec<bool>,
+    /// The jobs of each queue in the order they are tried
+    /// ([`per_queue_order`], sorted once per cycle; the allocate action
+    /// takes it while it runs).
+    pub order: Vec<Vec<JobId>>,
     /// Jobs the allocate action could not place (for preempt and reclaim).
     pub unplaced: Vec<JobId>,
     pub out: CycleOutput,
     /// The queue, quota, gang or reservation reason of a pending pod.
     pub notes: PerPod<PendingReason>,
-    /// What the preempt and reclaim passes did for a pending pod's job
-    /// and why it freed nothing (for the explanation).
+    /// What the preempt and reclaim passes did for each job (by
+    /// [`JobId`]) and why it freed nothing (for its pods' explanations).
     pub evict_notes: Vec<Vec<EvictionAttempt>>,
     pub evictions: u32,
     /// Running members per group index.
@@ -107,7 +111,21 @@ impl<'s> Cycle<'s> {
     ) -> (Self, Vec<Job>) {
         let (cs, errors) = ClusterState::from_snapshot(snap);
         let (mut tree, problems) = QueueTree::build(&snap.queues);
-        tree.account(snap);
+        // each pod's queue and group, looked up once per cycle (pods of one
+        // queue or gang tend to be neighbours: the last lookup is kept)
+        let pod_queue = lookup_per_pod(snap, |p| Some(p.pod.queue.as_str()), |q| tree.idx(q));
+        let group_idx: BTreeMap<&str, usize> = snap
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.name.as_str(), i))
+            .collect();
+        let pod_group = lookup_per_pod(
+            snap,
+            |p| p.pod.group.as_deref(),
+            |g| group_idx.get(g).copied(),
+        );
+        tree.account_with(snap, &pod_queue);
         tree.compute_deserved(&schedulable_capacity(snap));
         packer.prepare(&PackEnv {
             snapshot: snap,
@@ -126,33 +144,13 @@ impl<'s> Cycle<'s> {
             }
         }
         let mut group_running = vec![Vec::new(); snap.groups.len()];
-        let group_idx: BTreeMap<&str, usize> = snap
-            .groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.name.as_str(), i))
-            .collect();
         for (i, p) in snap.pods.iter().enumerate() {
             if matches!(p.phase, PodPhase::Running { .. })
-                && let Some(g) = p.pod.group.as_deref().and_then(|g| group_idx.get(g))
+                && let Some(g) = pod_group[i]
             {
-                group_running[*g].push(i as PodId);
+                group_running[g].push(i as PodId);
             }
         }
-        // (pods of one queue tend to be neighbours: the last lookup is kept)
-        let mut last: Option<(&str, Option<QueueIdx>)> = None;
-        let pod_queue: Vec<Option<QueueIdx>> = snap
-            .pods
-            .iter()
-            .map(|p| match last {
-                Some((name, q)) if name == p.pod.queue => q,
-                _ => {
-                    let q = tree.idx(&p.pod.queue);
-                    last = Some((&p.pod.queue, q));
-                    q
-                }
-            })
-            .collect();
         let since = |p: &PodState| match p.phase {
             PodPhase::Running { since_ms, .. } => since_ms,
             _ => 0,
@@ -224,10 +222,11 @@ impl<'s> Cycle<'s> {
                 .filter(|&p| matches!(snap.pods[p as usize].phase, PodPhase::Terminating { .. }))
                 .collect(),
             placed: vec![false; n_pods],
+            order: Vec::new(),
             unplaced: Vec::new(),
             out: CycleOutput::default(),
             notes: PerPod::new(n_pods),
-            evict_notes: vec![Vec::new(); n_pods],
+            evict_notes: Vec::new(),
             evictions: 0,
             group_running,
             unit_since,
@@ -247,13 +246,15 @@ impl<'s> Cycle<'s> {
         let jobs = build_jobs(
             snap,
             (&c.tree, &c.pod_queue),
-            &group_idx,
+            &pod_group,
             &c.group_running,
             now_ms,
             &mut c.out,
             &mut c.notes,
         );
         c.out.stats.pending = snap.pods.iter().filter(|p| p.is_pending()).count() as u32;
+        c.order = per_queue_order(&jobs, c.tree.queues.len());
+        c.evict_notes = vec![Vec::new(); jobs.len()];
 
         // Nominations from the last cycle hold their nodes for their job.
         for (j, job) in jobs.iter().enumerate() {
@@ -422,4 +423,28 @@ fn op_node(op: &Op) -> NodeId {
     match op {
         Op::Place { node, .. } | Op::Remove { node, .. } => *node,
     }
+}
+
+/// `find(key(pod))` for every pod of the snapshot (`None` where `key` gives
+/// none), reusing the last lookup while neighbours share the key.
+fn lookup_per_pod<'a, T: Copy>(
+    snap: &'a Snapshot,
+    key: impl Fn(&'a PodState) -> Option<&'a str>,
+    find: impl Fn(&str) -> Option<T>,
+) -> Vec<Option<T>> {
+    let mut last: Option<(&str, Option<T>)> = None;
+    snap.pods
+        .iter()
+        .map(|p| {
+            let k = key(p)?;
+            match last {
+                Some((name, v)) if name == k => v,
+                _ => {
+                    let v = find(k);
+                    last = Some((k, v));
+                    v
+                }
+            }
+        })
+        .collect()
 }

@@ -130,7 +130,7 @@ impl<'s> Cycle<'s> {
 
     /// If an equivalent job's eviction pass freed nothing with nothing
     /// committed since, notes the same outcome for `job`'s pods.
-    pub(super) fn evict_failed_before(&mut self, shape: &Shape, job: &Job) -> bool {
+    pub(super) fn evict_failed_before(&mut self, shape: &Shape, j: JobId, job: &Job) -> bool {
         let Some(f) = self.equiv.evict.get(shape) else {
             return false;
         };
@@ -144,8 +144,8 @@ impl<'s> Cycle<'s> {
                 None => return false,
             }
         }
-        for &p in &job.pods {
-            self.evict_notes[p as usize].push(attempt.clone());
+        if let Some(notes) = self.evict_notes.get_mut(j) {
+            notes.push(attempt);
         }
         self.out.stats.jobs_skipped += 1;
         true
@@ -153,20 +153,19 @@ impl<'s> Cycle<'s> {
 
     /// After an eviction pass for `job` (of `shape`): records its outcome
     /// if it committed nothing (`before`: the decision count and the number
-    /// of attempts noted for its first pod before the pass).
-    pub(super) fn evict_done(&mut self, shape: Shape, job: &Job, before: (usize, usize)) {
+    /// of attempts noted for the job before the pass).
+    pub(super) fn evict_done(&mut self, shape: Shape, j: JobId, job: &Job, before: (usize, usize)) {
         let at = self.out.decisions.len();
-        if at != before.0 {
+        if at != before.0 || job.pods.is_empty() {
             return;
         }
-        let Some(&first) = job.pods.first() else {
+        let Some(notes) = self.evict_notes.get(j) else {
             return;
         };
-        let noted = self.evict_notes[first as usize].len();
-        if noted != before.1 + 1 {
+        if notes.len() != before.1 + 1 {
             return;
         }
-        let Some(attempt) = self.evict_notes[first as usize].last().cloned() else {
+        let Some(attempt) = notes.last().cloned() else {
             return;
         };
         let named = match &attempt.outcome {

@@ -8,7 +8,6 @@ use crate::reason::PendingReason;
 use crate::snapshot::{NodeId, PodId, PodPhase, Snapshot};
 use gpusched_model::{ResourceVec, TopologyConstraint};
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
 
 /// Index of a job in the cycle's job list.
 pub(super) type JobId = usize;
@@ -27,17 +26,18 @@ pub(super) struct Job {
     pub topology: Option<TopologyConstraint>,
     /// Nodes nominated for this job in the snapshot.
     pub nominated: Vec<NodeId>,
+    /// What the `need` pods that must start together ask for (summed once
+    /// when the job is built).
+    pub demand: ResourceVec,
 }
 
-impl Job {
-    /// What the `need` pods that must start together ask for.
-    pub fn demand(&self, snap: &Snapshot) -> ResourceVec {
-        let mut r = ResourceVec::default();
-        for &p in &self.pods[..self.need.min(self.pods.len())] {
-            r.add(&snap.pods[p as usize].pod.demand());
-        }
-        r
+/// What the first `need` of `pods` ask for.
+fn demand(snap: &Snapshot, pods: &[PodId], need: usize) -> ResourceVec {
+    let mut r = ResourceVec::default();
+    for &p in &pods[..need.min(pods.len())] {
+        r.add(&snap.pods[p as usize].pod.demand());
     }
+    r
 }
 
 /// The jobs of each queue in the order they are tried: jobs with a
@@ -74,14 +74,15 @@ pub(super) fn per_queue_order(jobs: &[Job], n_queues: usize) -> Vec<Vec<JobId>> 
 pub(super) fn build_jobs(
     snap: &Snapshot,
     (tree, pod_queue): (&QueueTree, &[Option<QueueIdx>]),
-    group_idx: &BTreeMap<&str, usize>,
+    pod_group: &[Option<usize>],
     group_running: &[Vec<PodId>],
     now_ms: u64,
     out: &mut CycleOutput,
     notes: &mut PerPod<PendingReason>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
-    let mut group_pending: BTreeMap<usize, Vec<PodId>> = BTreeMap::new();
+    // per group index (visited in index order below)
+    let mut group_pending: Vec<Vec<PodId>> = vec![Vec::new(); snap.groups.len()];
     for (i, p) in snap.pods.iter().enumerate() {
         let PodPhase::Pending { nominated } = p.phase else {
             continue;
@@ -97,8 +98,16 @@ pub(super) fn build_jobs(
             continue;
         };
         match p.pod.group.as_deref() {
-            Some(g) => match group_idx.get(g) {
-                Some(&gi) => group_pending.entry(gi).or_default().push(id),
+            Some(g) => match pod_group.get(i).copied().flatten() {
+                Some(gi) => match group_pending.get_mut(gi) {
+                    Some(v) => v.push(id),
+                    None => notes.insert(
+                        id,
+                        PendingReason::GroupMissing {
+                            group: g.to_string(),
+                        },
+                    ),
+                },
                 None => {
                     notes.insert(
                         id,
@@ -118,10 +127,14 @@ pub(super) fn build_jobs(
                 need: 1,
                 topology: None,
                 nominated: nominated.into_iter().collect(),
+                demand: demand(snap, &[id], 1),
             }),
         }
     }
-    for (gi, mut pods) in group_pending {
+    for (gi, mut pods) in group_pending.into_iter().enumerate() {
+        if pods.is_empty() {
+            continue;
+        }
         let g = &snap.groups[gi];
         pods.sort_by(|a, b| {
             snap.pods[*a as usize]
@@ -192,13 +205,15 @@ pub(super) fn build_jobs(
                 _ => None,
             })
             .collect();
+        let need = min.saturating_sub(running);
         jobs.push(Job {
             queue: q,
             priority: g.priority,
             arrival,
             name: g.name.clone(),
             group: Some(gi),
-            need: min.saturating_sub(running),
+            need,
+            demand: demand(snap, &pods, need),
             pods,
             topology: g.topology,
             nominated,

@@ -9,7 +9,7 @@ use crate::decision::{Decision, GroupPhase};
 use crate::fairshare::QueueIdx;
 use crate::reason::PendingReason;
 use crate::scheduler::cycle::Cycle;
-use crate::scheduler::jobs::{Job, JobId, per_queue_order};
+use crate::scheduler::jobs::{Job, JobId};
 use crate::snapshot::NodeId;
 use crate::statement::Statement;
 use gpusched_model::TopologyConstraint;
@@ -20,7 +20,7 @@ pub(super) struct Allocate;
 impl Action for Allocate {
     fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
         let opts = c.opts;
-        let per_queue = per_queue_order(jobs, c.tree.queues.len());
+        let per_queue = std::mem::take(&mut c.order);
         let mut cursor = vec![0usize; per_queue.len()];
         let mut blocked = vec![false; per_queue.len()];
         // whether a job of the queue already waits for capacity this cycle
@@ -50,8 +50,8 @@ impl Action for Allocate {
             let j = per_queue[q][cursor[q]];
             cursor[q] += 1;
             let job = &jobs[j];
-            let demand = job.demand(c.snap);
-            if let Some(why) = c.tree.quota_violation(q, &demand) {
+            let demand = &job.demand;
+            if let Some(why) = c.tree.quota_violation(q, demand) {
                 for &p in &job.pods {
                     c.notes.insert(p, PendingReason::Quota(why.clone()));
                 }
@@ -93,6 +93,7 @@ impl Action for Allocate {
                 reservations += 1;
             }
         }
+        c.order = per_queue;
     }
 }
 
@@ -144,7 +145,7 @@ impl<'s> Cycle<'s> {
             }
             // extras (elastic members beyond minMember): best effort
             // (each within the queue's quota, counting what this job takes)
-            let mut taken = job.demand(self.snap);
+            let mut taken = job.demand.clone();
             for &p in &job.pods[job.need..] {
                 let mut with = taken.clone();
                 with.add(&self.pod(p).demand());

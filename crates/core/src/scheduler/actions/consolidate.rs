@@ -57,9 +57,7 @@ impl Action for Consolidate {
                 || job.pods.iter().any(|&p| c.placed[p as usize])
                 || job.pods.iter().any(|&p| !c.pod(p).may_evict)
                 || job.topology.is_some_and(|t| t.required) && count > 1
-                || c.tree
-                    .quota_violation(job.queue, &job.demand(c.snap))
-                    .is_some()
+                || c.tree.quota_violation(job.queue, &job.demand).is_some()
             {
                 continue;
             }

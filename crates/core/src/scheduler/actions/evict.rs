@@ -45,7 +45,7 @@ impl Action for Evict {
             if c.evictions >= c.opts.max_evictions_per_cycle {
                 let max = c.opts.max_evictions_per_cycle;
                 for &k in &unplaced[i..] {
-                    c.note_eviction(pass, &jobs[k], || {
+                    c.note_eviction(pass, k, || {
                         EvictionOutcome::Skipped(EvictionSkip::EvictionLimit { max })
                     });
                 }
@@ -62,13 +62,13 @@ impl Action for Evict {
                 .iter()
                 .any(|&p| !c.snap.pods[p as usize].pod.may_evict)
             {
-                c.note_eviction(pass, job, || {
+                c.note_eviction(pass, j, || {
                     EvictionOutcome::Skipped(EvictionSkip::PreemptionPolicyNever)
                 });
                 continue;
             }
-            if let Some(q) = c.tree.quota_violation(job.queue, &job.demand(c.snap)) {
-                c.note_eviction(pass, job, || {
+            if let Some(q) = c.tree.quota_violation(job.queue, &job.demand) {
+                c.note_eviction(pass, j, || {
                     EvictionOutcome::Skipped(EvictionSkip::Quota(q.clone()))
                 });
                 continue;
@@ -76,12 +76,11 @@ impl Action for Evict {
             let count = job.need.max(1).min(job.pods.len());
             let shape = c.shape(j, job, count, Some(pass));
             match shape {
-                Some(ref s) if c.evict_failed_before(s, job) => {}
+                Some(ref s) if c.evict_failed_before(s, j, job) => {}
                 Some(s) => {
-                    let first = job.pods.first().map(|&p| &c.evict_notes[p as usize]);
-                    let before = (c.out.decisions.len(), first.map_or(0, Vec::len));
+                    let before = (c.out.decisions.len(), c.evict_notes[j].len());
                     c.try_evict_for(pass, j, job);
-                    c.evict_done(s, job, before);
+                    c.evict_done(s, j, job, before);
                 }
                 None => c.try_evict_for(pass, j, job),
             }
@@ -158,7 +157,7 @@ impl<'s> Cycle<'s> {
         };
         if job.topology.is_some_and(|t| t.required) && job.need > 1 {
             // victims for domain-bound gangs: not attempted (documented)
-            self.note_eviction(pass, job, || {
+            self.note_eviction(pass, j, || {
                 EvictionOutcome::Skipped(EvictionSkip::RequiredTopology)
             });
             return;
@@ -167,11 +166,11 @@ impl<'s> Cycle<'s> {
         let mut surplus: BTreeMap<QueueIdx, u64> = BTreeMap::new();
         if pass == EvictionKind::Reclaim {
             let a = &self.tree.acct[job.queue];
-            let after = a.usage.gpu_milli + job.demand(self.snap).gpu_milli;
+            let after = a.usage.gpu_milli + job.demand.gpu_milli;
             let deserved = a.deserved.gpu_milli.max(a.guarantee.gpu_milli);
             if after > deserved {
                 let queue = self.tree.queues[job.queue].name.clone();
-                self.note_eviction(pass, job, || {
+                self.note_eviction(pass, j, || {
                     EvictionOutcome::Skipped(EvictionSkip::NotBelowDeservedShare {
                         queue: queue.clone(),
                         would_use: after,
@@ -367,7 +366,7 @@ impl<'s> Cycle<'s> {
                     .filter(|(_, c)| *c > 0)
                     .map(|(r, c)| (*r, c))
                     .collect();
-                self.note_eviction(pass, job, || EvictionOutcome::NoNode {
+                self.note_eviction(pass, j, || EvictionOutcome::NoNode {
                     pod: name.clone(),
                     considered,
                     counts: counts.clone(),
@@ -444,11 +443,11 @@ impl<'s> Cycle<'s> {
     fn note_eviction(
         &mut self,
         pass: EvictionKind,
-        job: &Job,
-        outcome: impl Fn() -> EvictionOutcome,
+        j: JobId,
+        outcome: impl FnOnce() -> EvictionOutcome,
     ) {
-        for &p in &job.pods {
-            self.evict_notes[p as usize].push(EvictionAttempt {
+        if let Some(notes) = self.evict_notes.get_mut(j) {
+            notes.push(EvictionAttempt {
                 kind: pass,
                 outcome: outcome(),
             });

@@ -5,16 +5,20 @@
 use super::Action;
 use crate::decision::{Decision, Explanation, QueuePosition, Verdict};
 use crate::plugin::Packer;
-use crate::reason::{NearestNode, NodeReason, NodeSummary, PendingReason};
+use crate::reason::{EvictionAttempt, NearestNode, NodeReason, NodeSummary, PendingReason};
 use crate::scheduler::candidates::SigCache;
 use crate::scheduler::cycle::Cycle;
-use crate::scheduler::jobs::{Job, JobId, per_queue_order};
+use crate::scheduler::jobs::{Job, JobId};
 use crate::snapshot::{NodeId, PodId};
 use crate::state::ClusterState;
 use gpusched_model::{GpuRequest, Pod, ResourceKind};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub(super) struct Explain;
+
+/// A reason list with the signature and note it was built from.
+type SharedList = (usize, Option<PendingReason>, Arc<[PendingReason]>);
 
 impl Action for Explain {
     fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
@@ -23,27 +27,28 @@ impl Action for Explain {
 }
 
 impl<'s> Cycle<'s> {
-    /// Messages for every pod left pending.
+    /// Messages for every pod left pending. The pods of a job share its
+    /// eviction notes, and consecutive pods with the same signature and
+    /// note share one reason list (a deep queue's pods are mostly alike:
+    /// one list per job, not one per pod).
     fn explain(&mut self, jobs: &[Job]) {
         let mut diag_cache: BTreeMap<usize, (Verdict, Option<NodeSummary>)> = BTreeMap::new();
-        // whether each pod is in a job
-        let mut in_job = vec![false; self.snap.pods.len()];
-        for j in jobs {
-            for &p in &j.pods {
-                in_job[p as usize] = true;
+        // each pod's job
+        let mut job_of: Vec<Option<JobId>> = vec![None; self.snap.pods.len()];
+        for (j, job) in jobs.iter().enumerate() {
+            for &p in &job.pods {
+                job_of[p as usize] = Some(j);
             }
         }
         // each job's place in its queue's order
-        let mut position: Vec<Option<QueuePosition>> = vec![None; self.snap.pods.len()];
-        for list in per_queue_order(jobs, self.tree.queues.len()) {
+        let mut position: Vec<Option<QueuePosition>> = vec![None; jobs.len()];
+        for list in &self.order {
             let n = list.len() as u32;
             for (i, &j) in list.iter().enumerate() {
-                for &p in &jobs[j].pods {
-                    position[p as usize] = Some(QueuePosition {
-                        position: i as u32 + 1,
-                        jobs: n,
-                    });
-                }
+                position[j] = Some(QueuePosition {
+                    position: i as u32 + 1,
+                    jobs: n,
+                });
             }
         }
         let mut nominated_set = vec![false; self.snap.pods.len()];
@@ -52,6 +57,17 @@ impl<'s> Cycle<'s> {
                 nominated_set[*pod as usize] = true;
             }
         }
+        // each job's eviction notes, shared by its pods
+        let evictions: Vec<Arc<[EvictionAttempt]>> = std::mem::take(&mut self.evict_notes)
+            .into_iter()
+            .map(Arc::from)
+            .collect();
+        let none: Arc<[EvictionAttempt]> = Arc::from(Vec::new());
+        // per job, the last reason list built for one of its pods, with
+        // the signature and note it was built from
+        let mut lists: Vec<Option<SharedList>> = vec![None; jobs.len()];
+        // per job, the last list of a nominated pod (one reason)
+        let mut nominated_lists: Vec<Option<Arc<[PendingReason]>>> = vec![None; jobs.len()];
         for (i, ps) in self.snap.pods.iter().enumerate() {
             let p = i as PodId;
             if !ps.is_pending() {
@@ -62,61 +78,92 @@ impl<'s> Cycle<'s> {
                 continue;
             }
             let note = self.notes.get(&p).cloned();
-            let evictions = std::mem::take(&mut self.evict_notes[i]);
-            let queue_position = position[i];
+            let job = job_of[i];
+            let evictions = job.and_then(|j| evictions.get(j)).unwrap_or(&none).clone();
+            let queue_position = job.and_then(|j| position[j]);
             if nominated {
+                let why = note.unwrap_or(PendingReason::Nominated);
+                let slot = job.and_then(|j| nominated_lists.get_mut(j));
+                let reasons = match slot {
+                    Some(Some(r)) if r.first() == Some(&why) => r.clone(),
+                    slot => {
+                        let r: Arc<[PendingReason]> = Arc::from(vec![why]);
+                        if let Some(slot) = slot {
+                            *slot = Some(r.clone());
+                        }
+                        r
+                    }
+                };
                 self.out.explanations.push(Explanation {
                     pod: p,
                     verdict: Verdict::Unschedulable,
-                    reasons: vec![note.unwrap_or(PendingReason::Nominated)],
+                    reasons,
                     evictions,
                     queue_position,
                 });
                 continue;
             }
-            let constrained = in_job[i] && self.pre_filter(p).filter;
-            let (verdict, diag) = if constrained {
+            let constrained = job.is_some() && self.pre_filter(p).filter;
+            // (verdict, the node summary when it is not shared, the
+            // signature whose cached diagnosis it shares)
+            let (verdict, own, shared_sig) = if constrained {
                 // its own: what runs where refuses nodes for this pod
                 let s = self.sig_of(p);
                 let pod = self.pod(p);
                 let refuse = |n: NodeId| self.constraint_refusal(p, n);
-                diagnose(
+                let (v, d) = diagnose(
                     &self.cs,
                     &self.sigs[s],
                     &self.reserved,
                     self.packer,
                     pod,
                     &refuse,
-                )
-            } else if in_job[i] {
+                );
+                (v, d, None)
+            } else if job.is_some() {
                 let s = self.sig_of(p);
-                diag_cache
-                    .entry(s)
-                    .or_insert_with(|| {
-                        let pod = &self.snap.pods[self.sigs[s].rep as usize].pod;
-                        diagnose(
-                            &self.cs,
-                            &self.sigs[s],
-                            &self.reserved,
-                            self.packer,
-                            pod,
-                            &|_| None,
-                        )
-                    })
-                    .clone()
+                let (v, _) = diag_cache.entry(s).or_insert_with(|| {
+                    let pod = &self.snap.pods[self.sigs[s].rep as usize].pod;
+                    diagnose(
+                        &self.cs,
+                        &self.sigs[s],
+                        &self.reserved,
+                        self.packer,
+                        pod,
+                        &|_| None,
+                    )
+                });
+                (*v, None, Some(s))
             } else {
-                (Verdict::Unschedulable, None)
+                (Verdict::Unschedulable, None, None)
             };
             // a quota the job alone exceeds is never met by waiting
             let verdict = match &note {
                 Some(PendingReason::Quota(v)) if v.never() => Verdict::Unresolvable,
                 _ => verdict,
             };
-            let reasons = diag
-                .map(PendingReason::Nodes)
-                .into_iter()
-                .chain(note)
-                .collect();
+            let slot = match (job, shared_sig) {
+                (Some(j), Some(_)) => lists.get_mut(j),
+                _ => None,
+            };
+            let reasons = match slot {
+                Some(Some((s, n, r))) if shared_sig == Some(*s) && *n == note => r.clone(),
+                slot => {
+                    let diag = match shared_sig {
+                        Some(s) => diag_cache.get(&s).and_then(|(_, d)| d.clone()),
+                        None => own,
+                    };
+                    let r: Arc<[PendingReason]> = diag
+                        .map(PendingReason::Nodes)
+                        .into_iter()
+                        .chain(note.clone())
+                        .collect();
+                    if let (Some(slot), Some(s)) = (slot, shared_sig) {
+                        *slot = Some((s, note, r.clone()));
+                    }
+                    r
+                }
+            };
             self.out.explanations.push(Explanation {
                 pod: p,
                 verdict,
