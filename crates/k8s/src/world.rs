@@ -327,6 +327,10 @@ impl World {
             self.cache.dirty.pods.insert(uid.clone());
             self.nominated.insert(uid, node);
         }
+        // devices of slices with a node selector follow the labels
+        if self.dra.set_node_labels(&v.node.name, Some(&v.node.labels)) {
+            self.cache.dirty.dra = true;
+        }
         self.nodes.insert(v.node.name.clone(), v);
         self.generation += 1;
     }
@@ -340,6 +344,9 @@ impl World {
     pub fn delete_node(&mut self, name: &str) {
         if self.nodes.remove(name).is_some() {
             self.cache.dirty.nodes.insert(name.to_string());
+        }
+        if self.dra.set_node_labels(name, None) {
+            self.cache.dirty.dra = true;
         }
         self.generation += 1;
     }

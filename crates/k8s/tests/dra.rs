@@ -1027,3 +1027,111 @@ fn kep_5004_a_retry_whose_special_claim_exists_is_placed_not_refused() {
         }
     }
 }
+
+/// Issue 25: a slice with `spec.nodeSelector` offers its devices on every
+/// node the selector matches (by label or name, as the labels are now),
+/// to the allocator only; `perDeviceNodeSelection` places each device on
+/// its own; a slice that says nowhere is not used, with a warning.
+#[test]
+fn slices_with_node_selectors_offer_their_devices_on_the_nodes_they_select() {
+    let mut w = World::default();
+    for (n, rack) in [("a", "r1"), ("b", "r1"), ("c", "r2")] {
+        let mut node = node(n);
+        node.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("rack".into(), rack.into());
+        w.upsert_node(&node);
+    }
+    let fabric: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "fabric-r1"},
+        "spec": {"driver": "fabric.example.com",
+                 "pool": {"name": "r1", "generation": 1, "resourceSliceCount": 1},
+                 "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "rack", "operator": "In", "values": ["r1"]}]}]},
+                 "devices": [{"name": "ch-0"}, {"name": "ch-1"}]}
+    }))
+    .unwrap();
+    w.upsert_slice(&fabric);
+    w.upsert_device_class(
+        &serde_json::from_value(json!({
+            "metadata": {"name": "fabric"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == \"fabric.example.com\""}}]}
+        }))
+        .unwrap(),
+    );
+    let channels =
+        |n: u32| json!([{"name": "ch", "exactly": {"deviceClassName": "fabric", "count": n}}]);
+    w.upsert_claim(&claim("x", channels(1)));
+    w.upsert_pod(&pod("p", &["x"]));
+    assert_eq!(
+        claim_nodes(&w, "p"),
+        Some(vec!["a".to_string(), "b".to_string()])
+    );
+    // not the core's GPUs
+    assert!(w.build().snapshot.nodes.iter().all(|n| n.gpus.is_empty()));
+    // allocated on b: the allocation is for b, and the device is held
+    // for every node the selector matches
+    let r = w.allocate_claims("uid-p", "b").unwrap();
+    let a = r[0].allocate.as_ref().unwrap();
+    assert_eq!(a.node.as_deref(), Some("b"));
+    assert_eq!(a.devices[0].id.device, "ch-0");
+    w.upsert_claim(&claim("y", channels(2)));
+    w.upsert_pod(&pod("q", &["y"]));
+    let (class, msg) = claims_problem(&w, "q").expect("one channel left");
+    assert_eq!(class, PendingClass::UnallocatableClaim);
+    assert!(
+        msg.contains("1 of 2 device(s) available") || msg.contains("in use"),
+        "{msg}"
+    );
+    assert!(w.allocate_claims("uid-q", "a").is_err());
+    // c joins rack r1: the devices are offered there too
+    w.forget("uid-p");
+    let mut c = node("c");
+    c.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("rack".into(), "r1".into());
+    w.upsert_node(&c);
+    assert_eq!(
+        claim_nodes(&w, "p"),
+        Some(vec!["a".to_string(), "b".to_string(), "c".to_string()])
+    );
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &w.build()),
+        None
+    );
+    // per device: ch-a on a by name, ch-any everywhere; a device that says
+    // nowhere is left out with a warning
+    let per: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "per-device"},
+        "spec": {"driver": "fabric.example.com", "perDeviceNodeSelection": true,
+                 "pool": {"name": "per", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [
+                     {"name": "ch-a", "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                         {"key": "metadata.name", "operator": "In", "values": ["a"]}]}]}},
+                     {"name": "ch-any", "allNodes": true},
+                     {"name": "ch-lost"}]}
+    }))
+    .unwrap();
+    w.upsert_slice(&per);
+    let on = |w: &World, n: &str| -> Vec<String> {
+        w.dra()
+            .devices_on(n)
+            .iter()
+            .filter(|d| d.id.pool == "per")
+            .map(|d| d.id.device.clone())
+            .collect()
+    };
+    assert_eq!(on(&w, "a"), ["ch-a", "ch-any"]);
+    assert_eq!(on(&w, "b"), ["ch-any"]);
+    assert!(
+        w.dra()
+            .warnings()
+            .any(|m| m.contains("per-device") && m.contains("ch-lost")),
+        "{:?}",
+        w.dra().warnings().collect::<Vec<_>>()
+    );
+}

@@ -312,7 +312,12 @@ pub fn allocate(
         steps: 0,
     };
     if s.solve(0) {
-        let on_node = inp.devices.iter().any(|d| d.node.is_some());
+        // devices of one node, or of the nodes a selector picks: the
+        // allocation is for this node
+        let on_node = inp
+            .devices
+            .iter()
+            .any(|d| d.node.is_some() || d.selector.is_some());
         return Ok(s
             .picked
             .iter()

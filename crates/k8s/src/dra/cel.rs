@@ -266,6 +266,7 @@ mod tests {
                 device: "gpu-3".into(),
             },
             node: Some("n1".into()),
+            selector: None,
             cel: device_value("gpu.gpusched.io", &attributes, &capacity),
             attributes,
             capacity,

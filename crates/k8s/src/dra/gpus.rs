@@ -164,6 +164,7 @@ mod tests {
                 device: name.into(),
             },
             node: Some("n1".into()),
+            selector: None,
             cel: crate::dra::cel::device_value(driver, &attributes, &capacity),
             attributes,
             capacity,

@@ -119,8 +119,13 @@ impl DeviceToleration {
 pub struct Device {
     /// Driver, pool, name.
     pub id: DeviceId,
-    /// The node it is on (`None`: any node, `allNodes`).
+    /// The node it is on (`None`: any node, `allNodes`, or the nodes of
+    /// [`Device::selector`]).
     pub node: Option<String>,
+    /// A slice's `nodeSelector` (or the device's own, with
+    /// `perDeviceNodeSelection`): the device is available on every node
+    /// one of these terms matches (`node` is `None`).
+    pub selector: Option<Vec<gpusched_model::NodeSelectorTerm>>,
     /// Attributes by qualified name (`domain/name`; a name without a
     /// domain is in the driver's).
     pub attributes: BTreeMap<String, AttrValue>,

@@ -88,6 +88,8 @@ pub struct DraState {
     tentative_on: BTreeMap<Option<String>, BTreeSet<String>>,
     /// Which devices are GPUs.
     gpu_drivers: super::gpus::GpuDrivers,
+    /// The nodes' labels, for devices with a node selector.
+    node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl DraState {
@@ -117,6 +119,51 @@ impl DraState {
         v.dedup_by(|a, b| a.id == b.id);
         super::gpus::order(&mut v);
         v
+    }
+
+    /// Records a node's labels (`None`: the node is gone), which devices
+    /// with a node selector are matched against. Returns whether that
+    /// changed what such a device is available on (some device has a
+    /// selector and the labels changed).
+    pub fn set_node_labels(
+        &mut self,
+        node: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let changed = match labels {
+            Some(l) => self.node_labels.get(node) != Some(l),
+            None => self.node_labels.contains_key(node),
+        };
+        match labels {
+            Some(l) => {
+                self.node_labels.insert(node.to_string(), l.clone());
+            }
+            None => {
+                self.node_labels.remove(node);
+            }
+        }
+        changed
+            && self
+                .slices_on
+                .get(&None)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| self.slices.get(s))
+                .flatten()
+                .any(|d| d.selector.is_some())
+    }
+
+    /// Whether device `d` is available on `node`: on it, on all nodes, or
+    /// selected by its node selector (by the node's name and labels).
+    pub fn available_on(&self, d: &Device, node: &str) -> bool {
+        match (&d.node, &d.selector) {
+            (Some(n), _) => n == node,
+            (None, None) => true,
+            (None, Some(terms)) => self
+                .node_labels
+                .get(node)
+                .is_some_and(|l| terms.iter().any(|t| t.matches(node, l))),
+        }
     }
 
     /// The node a slice's devices are on (`None`: unknown slice, or all nodes).
@@ -320,7 +367,14 @@ impl DraState {
             .flatten()
             .filter_map(|k| self.tentative.get(k))
             .map(|t| &t.allocation);
-        for a in allocated.into_iter().chain(tentative) {
+        // a shared device a node selector offers here may be used by
+        // allocations for the other nodes it selects: all are looked at
+        let everywhere: Vec<&Allocation> = if multiple.values().any(|d| d.selector.is_some()) {
+            self.all_allocations().collect()
+        } else {
+            allocated.into_iter().chain(tentative).collect()
+        };
+        for a in everywhere {
             for r in a.devices.iter().filter(|r| !r.admin) {
                 let Some(d) = multiple.get(&r.id) else {
                     continue;
@@ -399,6 +453,7 @@ impl DraState {
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .flatten()
+            .filter(|d| self.available_on(d, node))
             .collect();
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out.dedup_by(|a, b| a.id == b.id);
@@ -433,7 +488,39 @@ impl DraState {
                     .map(|d| d.id.clone()),
             );
         }
+        // devices a node selector offers here may be held by an
+        // allocation for another node it selects
+        let selected = self.selected_on(node);
+        if !selected.is_empty() {
+            out.extend(
+                self.all_allocations()
+                    .flat_map(|a| &a.devices)
+                    .filter(|d| !d.admin && selected.contains(&d.id))
+                    .map(|d| d.id.clone()),
+            );
+        }
         out
+    }
+
+    /// The devices with a node selector that are available on `node`.
+    fn selected_on(&self, node: &str) -> BTreeSet<&DeviceId> {
+        self.slices_on
+            .get(&None)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| self.slices.get(s))
+            .flatten()
+            .filter(|d| d.selector.is_some() && self.available_on(d, node))
+            .map(|d| &d.id)
+            .collect()
+    }
+
+    /// Every allocation: the claims' and this run's tentative ones.
+    fn all_allocations(&self) -> impl Iterator<Item = &Allocation> {
+        self.claims
+            .values()
+            .filter_map(|c| c.allocation.as_ref())
+            .chain(self.tentative.values().map(|t| &t.allocation))
     }
 
     /// A DeviceClass was added or changed.

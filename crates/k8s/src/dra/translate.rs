@@ -122,26 +122,96 @@ fn policy(
     })
 }
 
-/// The devices of a slice. `serial` numbers each device version.
-/// Devices with a node selector (not on one node, not on all) are left
-/// out, with a warning.
+/// Where a slice's (or, with `perDeviceNodeSelection`, a device's)
+/// devices are: `(node, node selector terms)` from `nodeName`, `allNodes`
+/// or `nodeSelector`; an error naming the field when none is set or the
+/// selector cannot be read.
+fn placement(
+    node_name: &Option<String>,
+    all_nodes: Option<bool>,
+    selector: Option<&k8s_openapi::api::core::v1::NodeSelector>,
+    slice: &str,
+    at: &str,
+) -> Result<
+    (
+        Option<String>,
+        Option<Vec<gpusched_model::NodeSelectorTerm>>,
+    ),
+    String,
+> {
+    if let Some(n) = node_name.as_ref().filter(|n| !n.is_empty()) {
+        return Ok((Some(n.clone()), None));
+    }
+    if all_nodes == Some(true) {
+        return Ok((None, None));
+    }
+    let Some(sel) = selector else {
+        return Err(format!(
+            "ResourceSlice {slice}: {at} has none of nodeName, nodeSelector, allNodes; its devices are not used"
+        ));
+    };
+    let obj = format!("ResourceSlice {slice}");
+    let mut terms = Vec::new();
+    for (i, t) in sel.node_selector_terms.iter().enumerate() {
+        let term = crate::podapi::node_term(
+            t,
+            &obj,
+            &format!("{at}.nodeSelector.nodeSelectorTerms[{i}]"),
+        )
+        .map_err(|e| format!("{e}; its devices are not used"))?;
+        terms.push(term);
+    }
+    Ok((None, Some(terms)))
+}
+
+/// The devices of a slice. `serial` numbers each device version. Devices
+/// of a slice with a `nodeSelector` (or a device's own, with
+/// `perDeviceNodeSelection`) carry the selector: they are available on
+/// every node it matches.
 pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) {
     let name = s.metadata.name.clone().unwrap_or_default();
     let spec = &s.spec;
     let mut warnings = Vec::new();
-    let node = match (&spec.node_name, spec.all_nodes) {
-        (Some(n), _) if !n.is_empty() => Some(n.clone()),
-        (_, Some(true)) => None,
-        _ => {
-            warnings.push(format!(
-                "ResourceSlice {name}: spec.nodeSelector and per-device node selection are not supported yet; its devices are not used"
-            ));
+    let per_device = spec.per_device_node_selection == Some(true);
+    let slice_place = if per_device {
+        Ok((None, None))
+    } else {
+        placement(
+            &spec.node_name,
+            spec.all_nodes,
+            spec.node_selector.as_ref(),
+            &name,
+            "spec",
+        )
+    };
+    let (slice_node, slice_selector) = match slice_place {
+        Ok(p) => p,
+        Err(e) => {
+            warnings.push(e);
             return (Vec::new(), warnings);
         }
     };
     let driver = &spec.driver;
     let mut out = Vec::new();
     for d in spec.devices.iter().flatten() {
+        // perDeviceNodeSelection: each device says where it is
+        let (node, selector) = if per_device {
+            match placement(
+                &d.node_name,
+                d.all_nodes,
+                d.node_selector.as_ref(),
+                &name,
+                &format!("spec.devices[{}]", d.name),
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    warnings.push(format!("{e}; device {} is not used", d.name));
+                    continue;
+                }
+            }
+        } else {
+            (slice_node.clone(), slice_selector.clone())
+        };
         let attributes: BTreeMap<String, AttrValue> = d
             .attributes
             .iter()
@@ -224,7 +294,8 @@ pub fn slice(s: &ResourceSlice, serial: &mut u64) -> (Vec<Device>, Vec<String>) 
                 pool: spec.pool.name.clone(),
                 device: d.name.clone(),
             },
-            node: node.clone(),
+            node,
+            selector,
             cel: super::cel::device_value_with(driver, &attributes, &capacity, multiple),
             attributes,
             capacity,

@@ -20,6 +20,7 @@ fn gpu(node: &str, i: u32, nvlink: &str, model: &str) -> Device {
             device: format!("gpu-{i}"),
         },
         node: Some(node.into()),
+        selector: None,
         cel: device_value(DRV, &attributes, &capacity),
         attributes,
         capacity,

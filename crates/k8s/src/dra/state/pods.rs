@@ -221,7 +221,13 @@ impl DraState {
     ) -> Result<Vec<Allocation>, String> {
         let mut devices: Vec<&Device> = Vec::new();
         devices.extend(by_node.get(&Some(node)).into_iter().flatten());
-        devices.extend(by_node.get(&None).into_iter().flatten());
+        devices.extend(
+            by_node
+                .get(&None)
+                .into_iter()
+                .flatten()
+                .filter(|d| self.available_on(d, node)),
+        );
         devices.sort_by(|a, b| a.id.cmp(&b.id));
         let shared = self.shared_on(node, &devices);
         let inp = Inputs {
