@@ -25,8 +25,8 @@ use gpusched_model::dra::ClaimGpus;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What one build keeps of [`DraState::claim_gpus`]: the answer by ask
-/// (requests, constraints and candidate nodes), with the position of the
-/// claim its reasons name.
+/// (requests and constraints; and the candidate nodes when an allocated
+/// claim pins them), with the position of the claim its reasons name.
 pub type ClaimGpusMemo = BTreeMap<String, Option<(usize, ClaimGpus)>>;
 
 impl DraState {
@@ -50,12 +50,17 @@ impl DraState {
         if open.is_empty() {
             return None;
         }
-        let memo_key = format!(
-            "{:?}{nodes:?}",
+        // the nodes follow from the ask unless an allocated claim pins them
+        let pinned = open.len() != keys.len();
+        let mut memo_key = format!(
+            "{:?}",
             open.iter()
                 .map(|c| (&c.requests, &c.constraints))
                 .collect::<Vec<_>>()
         );
+        if pinned {
+            memo_key.push_str(&format!("{nodes:?}"));
+        }
         let answer = match memo.get(&memo_key) {
             Some(a) => a.clone(),
             None => {
