@@ -139,19 +139,13 @@ async fn bind_volumes(
                 claim_uid,
             } => {
                 let api: Api<PersistentVolume> = Api::all(client.clone());
-                let patch = serde_json::json!({
-                    "metadata": {
-                        "resourceVersion": resource_version,
-                        "annotations": {ANN_BOUND_BY_CONTROLLER: "yes"},
-                    },
-                    "spec": {"claimRef": {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolumeClaim",
-                        "namespace": namespace,
-                        "name": claim,
-                        "uid": claim_uid,
-                    }},
-                });
+                let patch = super::patch::claim_ref(
+                    resource_version,
+                    ANN_BOUND_BY_CONTROLLER,
+                    namespace,
+                    claim,
+                    claim_uid,
+                );
                 api.patch(volume, &pp, &Patch::Merge(&patch))
                     .await
                     .map_err(|e| {
@@ -164,9 +158,7 @@ async fn bind_volumes(
                 node,
             } => {
                 let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-                let patch = serde_json::json!({
-                    "metadata": {"annotations": {ANN_SELECTED_NODE: node}},
-                });
+                let patch = super::patch::annotation(ANN_SELECTED_NODE, node);
                 api.patch(claim, &pp, &Patch::Merge(&patch))
                     .await
                     .map_err(|e| {

@@ -6,12 +6,11 @@
 
 use crate::world::Problem;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Patch;
 use kube::{Api, Client};
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
@@ -226,12 +225,9 @@ impl PreparedEvent {
         let api: Api<K8sEvent> = Api::namespaced(self.recorder.client.clone(), &ns);
         let r = match &self.write {
             EventWrite::Count { name, count } => {
-                let patch = json!({"series": EventSeries {
-                    count: *count,
-                    last_observed_time: MicroTime(self.now),
-                }});
+                let patch = super::patch::series(*count, self.now);
                 match api
-                    .patch(name, &super::patch_params(), &Patch::Merge(patch))
+                    .patch(name, &super::patch_params(), &Patch::Merge(&patch))
                     .await
                 {
                     Err(kube::Error::Api(s)) if s.code == 404 => {

@@ -8,7 +8,6 @@ use gpusched_core::{EvictionKind, EvictionReason};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, Preconditions};
-use serde_json::json;
 
 /// The metrics label, the event reason and the word its note starts with,
 /// per kind of eviction. A moved pod is deleted like a preempted one (its
@@ -82,9 +81,9 @@ impl Executor {
         self.shared.with(|w| w.nominate(&pr.uid, node));
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pr.namespace);
         let name = pr.name.clone();
-        let patch = json!({"status": {"nominatedNodeName": node}});
+        let patch = super::patch::nominated_node(node);
         self.write(async move {
-            api.patch_status(&name, &super::patch_params(), &Patch::Merge(patch))
+            api.patch_status(&name, &super::patch_params(), &Patch::Merge(&patch))
                 .await
                 .map(|_| ())
         });
