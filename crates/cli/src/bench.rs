@@ -195,7 +195,7 @@ fn time_status_refresh(snap: &Snapshot, out: &CycleOutput) -> f64 {
     };
     let metrics = gpusched_k8s::metrics::Metrics::new();
     let t = Instant::now();
-    let classes = gpusched_plugins::classify::classify_cycle(out, &built.snapshot);
+    let classes = gpusched_core::report::classify::classify_cycle(out, &built.snapshot);
     metrics.observe_cycle(&built, out, &classes);
     t.elapsed().as_secs_f64()
 }

@@ -178,9 +178,10 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
                 let mut r = report::queue_report(&view, &queue)
                     .with_context(|| format!("queue {queue} is not in the simulation"))?;
                 // the reasons a live scheduler's Queue status shows
-                let classes = gpusched_plugins::classify::classify_cycle(&out, &snap);
-                r.pending_by_reason =
-                    gpusched_plugins::classify::queue_pending_by_reason(&classes, &snap, &queue);
+                let classes = gpusched_core::report::classify::classify_cycle(&out, &snap);
+                r.pending_by_reason = gpusched_core::report::classify::queue_pending_by_reason(
+                    &classes, &snap, &queue,
+                );
                 r
             } else {
                 fetch_json(&source, &format!("/debug/queues/{queue}"))?
@@ -200,11 +201,11 @@ pub fn pending(a: PendingArgs) -> anyhow::Result<()> {
             output: &out,
             now_ms: now,
         };
-        let classes = gpusched_plugins::classify::classify_cycle(&out, &snap);
+        let classes = gpusched_core::report::classify::classify_cycle(&out, &snap);
         let reason_of = |p| {
             classes
                 .get(&p)
-                .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| cs.first())
+                .and_then(|cs: &Vec<gpusched_core::report::classify::PendingClass>| cs.first())
                 .map(|c| c.reason_name().to_string())
         };
         report::pending_list(&view, a.queue.as_deref(), &reason_of).with_context(|| {

@@ -24,8 +24,8 @@ pub use decision::{
     CycleOutput, CycleStats, Decision, Explanation, GroupPhase, QueuePosition, Verdict,
 };
 pub use plugin::{
-    ConstraintState, Filter, FilterResult, Needs, PackEnv, Packer, Placement, PodConstraint,
-    SchedulingKey, Score, place,
+    ConstraintState, Filter, FilterName, FilterResult, Needs, PackEnv, Packer, Placement,
+    PodConstraint, SchedulingKey, Score, place,
 };
 pub use reason::{
     CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,

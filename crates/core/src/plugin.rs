@@ -7,6 +7,7 @@
 use crate::snapshot::{GpuAssignment, NodeId, PodId, Snapshot};
 use crate::state::ClusterState;
 use gpusched_model::{Node, Pod};
+use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
@@ -60,6 +61,35 @@ pub enum FilterResult {
     /// either, but another node may suit. The reason is a short phrase in
     /// kube-scheduler style, e.g. `node(s) had untolerated taint(s)`.
     Reject(Cow<'static, str>),
+}
+
+/// The filters that can be registered (`gpusched_plugins::config` builds
+/// them; the pending-pod classification, [`crate::report::classify`], tells
+/// their refusals apart by name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilterName {
+    /// Refuse nodes marked unschedulable.
+    NodeUnschedulable,
+    /// The pod's node selector and required node affinity.
+    NodeAffinity,
+    /// Taints the pod does not tolerate.
+    TaintToleration,
+    /// GPU count, share, memory and model fit.
+    GpuFit,
+}
+
+impl FilterName {
+    /// The name (what the filter's [`Filter::name`] returns, and its YAML
+    /// form).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FilterName::NodeUnschedulable => "node-unschedulable",
+            FilterName::NodeAffinity => "node-affinity",
+            FilterName::TaintToleration => "taint-toleration",
+            FilterName::GpuFit => "gpu-fit",
+        }
+    }
 }
 
 /// Filter extension point: static node suitability.

@@ -247,7 +247,7 @@ pub async fn run_with_client(
         // why pods wait, for status and metrics: on the cycles that publish
         // them, not every cycle
         let classes = (last_status.elapsed() >= STATUS_INTERVAL)
-            .then(|| gpusched_plugins::classify::classify_cycle(&out, &built.snapshot));
+            .then(|| gpusched_core::report::classify::classify_cycle(&out, &built.snapshot));
         exec.apply(&out, &built, classes.as_ref());
         if let Some(classes) = &classes {
             last_status = Instant::now();

@@ -337,12 +337,16 @@ impl Server {
                 }
             },
             Route::Pending(queue) => {
-                let classes =
-                    gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
+                let classes = gpusched_core::report::classify::classify_cycle(
+                    &latest.out,
+                    &latest.built.snapshot,
+                );
                 let reason_of = |p| {
                     classes
                         .get(&p)
-                        .and_then(|cs: &Vec<gpusched_plugins::classify::PendingClass>| cs.first())
+                        .and_then(|cs: &Vec<gpusched_core::report::classify::PendingClass>| {
+                            cs.first()
+                        })
                         .map(|c| c.reason_name().to_string())
                 };
                 match report::pending_list(&view, queue.as_deref(), &reason_of) {
@@ -432,8 +436,8 @@ impl Server {
         // included
         // classified on request, not in every cycle
         let classes =
-            gpusched_plugins::classify::classify_cycle(&latest.out, &latest.built.snapshot);
-        let mut by = gpusched_plugins::classify::queue_pending_by_reason(
+            gpusched_core::report::classify::classify_cycle(&latest.out, &latest.built.snapshot);
+        let mut by = gpusched_core::report::classify::queue_pending_by_reason(
             &classes,
             &latest.built.snapshot,
             name,

@@ -1,9 +1,9 @@
 //! The scheduler's Prometheus metrics (names in `docs/kubernetes.md`).
 
 use crate::world::{Built, Problem};
+use gpusched_core::report::classify::PendingClass;
 use gpusched_core::{ClusterState, CycleOutput};
 use gpusched_model::GPU_MILLI;
-use gpusched_plugins::classify::PendingClass;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -252,7 +252,7 @@ impl Metrics {
 
     /// Sets the cluster gauges from a cycle: pending pods by reason, GPUs by
     /// state, fragmentation, nodes by free GPUs.
-    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`].
+    /// `classes`: the cycle's [`gpusched_core::report::classify::classify_cycle`].
     pub fn observe_cycle(
         &self,
         built: &Built,
@@ -430,7 +430,7 @@ mod tests {
         let mut s = gpusched_plugins::config::build(&Default::default()).unwrap();
         let out = s.cycle(&built.snapshot, 0, 1);
         let m = Metrics::new();
-        let classes = gpusched_plugins::classify::classify_cycle(&out, &built.snapshot);
+        let classes = gpusched_core::report::classify::classify_cycle(&out, &built.snapshot);
         m.observe_cycle(&built, &out, &classes);
         let text = m.render();
         for line in [

@@ -3,9 +3,9 @@
 //! are; allocations at bind time never give a device twice; a shared
 //! claim is allocated once.
 
+use gpusched_core::report::classify::PendingClass;
 use gpusched_k8s::world::{Problem, World};
 use gpusched_model::dra;
-use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use serde_json::{Value, json};

@@ -29,6 +29,10 @@ use crate::podapi::{
 use gpusched_core::{Filter, PodConstraint, Scheduler, SchedulerOptions};
 use serde::{Deserialize, Serialize};
 
+/// The filters' names live in the core (the pending-pod classification,
+/// `gpusched_core::report::classify`, tells their refusals apart by them).
+pub use gpusched_core::FilterName;
+
 /// The whole scheduler configuration.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -126,33 +130,6 @@ fn all_constraints() -> Vec<ConstraintName> {
         ConstraintName::NodeAffinityPreference,
         ConstraintName::TaintPreference,
     ]
-}
-
-/// The filters that can be registered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FilterName {
-    /// Refuse nodes marked unschedulable.
-    NodeUnschedulable,
-    /// The pod's node selector and required node affinity.
-    NodeAffinity,
-    /// Taints the pod does not tolerate.
-    TaintToleration,
-    /// GPU count, share, memory and model fit.
-    GpuFit,
-}
-
-impl FilterName {
-    /// The name (what the filter's [`Filter::name`] returns, and its YAML
-    /// form).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            FilterName::NodeUnschedulable => "node-unschedulable",
-            FilterName::NodeAffinity => "node-affinity",
-            FilterName::TaintToleration => "taint-toleration",
-            FilterName::GpuFit => "gpu-fit",
-        }
-    }
 }
 
 fn all_filters() -> Vec<FilterName> {

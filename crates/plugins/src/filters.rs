@@ -1,7 +1,7 @@
 //! Filter plugins (the [`Filter`] extension point). Each checks one static
 //! property of a node; capacity is the core's job.
 
-use crate::config::FilterName;
+use gpusched_core::FilterName;
 use gpusched_core::{Filter, FilterResult, SchedulingKey};
 use gpusched_model::{GpuHealth, GpuRequest, Node, Pod};
 

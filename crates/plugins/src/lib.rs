@@ -2,7 +2,6 @@
 //! ([`config::build`]): filters, packing policies (including the FGD paper's
 //! baselines and our default), on the core's extension points.
 
-pub mod classify;
 pub mod config;
 pub mod filters;
 pub mod packing;

@@ -279,7 +279,7 @@ pub struct FailedJob {
 }
 
 /// GPUs idle while GPU pods were pending: how much, and why the pods could
-/// not use them (the reason names of `gpusched_plugins::classify`, the
+/// not use them (the reason names of `gpusched_core::report::classify`, the
 /// scheduler's Queue status; classified at most once a virtual minute).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

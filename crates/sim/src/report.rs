@@ -757,7 +757,7 @@ footer{color:var(--dim);font-size:12px;margin-top:22px}
 "#;
 
 /// What a reason means for idle GPUs: why the waiting pods could not use
-/// them (the reason names of `gpusched_plugins::classify`).
+/// them (the reason names of `gpusched_core::report::classify`).
 fn idle_meaning(reason: &str) -> &'static str {
     match reason {
         "GangShort" => {

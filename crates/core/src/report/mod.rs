@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub mod classify;
 mod index;
 mod pending;
 mod pod;
@@ -377,8 +378,8 @@ pub struct QueueReport {
     /// ([`PendingReason::label`]; `FitsNow` when none, `NotExplained` when
     /// the cycle did not explain them). The scheduler's debug endpoint and
     /// `gpusched explain queue --from-sim` replace these with the reason
-    /// names of `gpusched_plugins::classify` (what the Queue's status shows),
-    /// which the core cannot call.
+    /// names of [`classify`] (what the Queue's status shows), by
+    /// [`classify::queue_pending_by_reason`].
     pub pending_by_reason: BTreeMap<String, u32>,
     /// Problems of the queue tree about this queue.
     pub problems: Vec<QueueProblem>,

@@ -21,8 +21,8 @@ use crate::metrics::{KindLabel, Metrics};
 use crate::watch::Shared;
 use crate::world::{Assumed, Built};
 use events::{Event, EventType, ProblemLog, Recorder};
+use gpusched_core::report::classify::PendingClass;
 use gpusched_core::{CycleOutput, Decision, GroupPhase};
-use gpusched_plugins::classify::PendingClass;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::PatchParams;
@@ -219,7 +219,7 @@ impl Executor {
     }
 
     /// Carries out one cycle's output. `built` is the snapshot it was made from.
-    /// `classes`: the cycle's [`gpusched_plugins::classify::classify_cycle`]
+    /// `classes`: the cycle's [`gpusched_core::report::classify::classify_cycle`]
     /// on cycles that publish status (the PodGroup and Queue reasons are
     /// counted from it); on other cycles `None`, and only pods whose
     /// condition is rewritten are classified (classification walks the
@@ -439,12 +439,12 @@ impl Executor {
                     own = snap
                         .pods
                         .get(e.pod as usize)
-                        .map(|ps| gpusched_plugins::classify::classify(e, &ps.pod, snap))
+                        .map(|ps| gpusched_core::report::classify::classify(e, &ps.pod, snap))
                         .unwrap_or_default();
                     &own
                 }
             };
-            let mut reason = gpusched_plugins::classify::condition_reason(e, cls);
+            let mut reason = gpusched_core::report::classify::condition_reason(e, cls);
             if note.is_some() && reason == "Unschedulable" {
                 reason = crate::provreq::CONDITION_REASON;
             }

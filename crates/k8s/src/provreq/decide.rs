@@ -72,7 +72,7 @@ pub fn gangs(
             continue;
         }
         let cls = classes.get(&e.pod).map(Vec::as_slice).unwrap_or(&[]);
-        let reason = gpusched_plugins::classify::condition_reason(e, cls);
+        let reason = gpusched_core::report::classify::condition_reason(e, cls);
         let entry = reasons
             .entry(group.clone())
             .or_insert_with(|| (pr.namespace.clone(), BTreeSet::new(), Vec::new()));

@@ -465,7 +465,7 @@ fn the_gangs_of_a_cycle_say_which_need_capacity() {
     };
     let mut s = gpusched_plugins::config::build(&Default::default()).unwrap();
     let out = s.cycle(&built.snapshot, 0, 1);
-    let classes = gpusched_plugins::classify::classify_cycle(&out, &built.snapshot);
+    let classes = gpusched_core::report::classify::classify_cycle(&out, &built.snapshot);
     let g = gangs(&built, &out, &classes);
     assert_eq!(g["ml/big"].blocked, Blocked::Capacity, "{g:?}");
     assert_eq!(g["ml/big"].namespace, "ml");

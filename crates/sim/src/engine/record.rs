@@ -38,14 +38,14 @@ impl<'a> Sim<'a> {
             })
             .collect();
         let mut by: BTreeMap<String, u32> = BTreeMap::new();
-        for (id, classes) in gpusched_plugins::classify::classify_cycle(out, snap) {
+        for (id, classes) in gpusched_core::report::classify::classify_cycle(out, snap) {
             if bound.contains(&id) || snap.pods[id as usize].pod.gpu.milli() == 0 {
                 continue;
             }
             let c = classes
                 .first()
                 .copied()
-                .unwrap_or(gpusched_plugins::classify::PendingClass::FitsNow);
+                .unwrap_or(gpusched_core::report::classify::PendingClass::FitsNow);
             *by.entry(c.reason_name().to_string()).or_default() += 1;
         }
         self.idle_reasons = by.into_iter().collect();

@@ -5,11 +5,11 @@
 
 use super::{Facts, Finding, Report, Status, Summary, gpus_text};
 use crate::world::{Built, Problem};
+pub use gpusched_core::report::classify::{PendingClass, classify};
 use gpusched_core::{PodPhase, Scheduler, Verdict};
 use gpusched_model::protocol::{
     ANNOTATION_NODE_ALLOCATIONS, ANNOTATION_NODE_GPUS, NodeAllocations, NodeGpu,
 };
-pub use gpusched_plugins::classify::{PendingClass, classify};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 

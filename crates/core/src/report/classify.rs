@@ -1,11 +1,11 @@
 //! One classification of why a pending pod waits, from the core's typed
 //! reasons: it feeds the pod's `PodScheduled` condition (and so what
 //! cluster autoscalers do), the pending-by-reason metrics, `explain` and
-//! `doctor`. It lives here rather than in the core because telling the
-//! filters' refusals apart needs their names ([`FilterName`]).
+//! `doctor`, in the scheduler and the simulator alike. The filters'
+//! refusals are told apart by their names ([`FilterName`]).
 
-use crate::config::FilterName;
-use gpusched_core::{CycleOutput, Explanation, NodeReason, PendingReason, PodId, Snapshot};
+use crate::plugin::FilterName;
+use crate::{CycleOutput, Explanation, NodeReason, PendingReason, PodId, Snapshot};
 use gpusched_model::{GpuHealth, GpuRequest, ResourceKind};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -291,7 +291,7 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
     }
     // the core's verdict says waiting never helps: not "placed when pods
     // finish" (explain and doctor agree: one classification)
-    if e.verdict == gpusched_core::Verdict::Unresolvable
+    if e.verdict == crate::Verdict::Unresolvable
         && (set.remove(&PendingClass::InsufficientGpus)
             | set.remove(&PendingClass::InsufficientResources)
             | set.remove(&PendingClass::Quota))
@@ -438,9 +438,25 @@ fn gpu_fit_class(pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusched_core::Verdict;
-    use gpusched_core::reason::{NodeSummary, QuotaRule, QuotaViolation};
+    use crate::Verdict;
+    use crate::reason::{NodeSummary, QuotaRule, QuotaViolation};
     use gpusched_testkit as tk;
+
+    /// `gpusched_testkit::snapshot`, for this crate's own `Snapshot` (the
+    /// testkit's is the core's as a dependency, another type here).
+    fn snapshot(
+        nodes: Vec<gpusched_model::Node>,
+        queues: Vec<gpusched_model::Queue>,
+        groups: Vec<gpusched_model::PodGroup>,
+        pods: Vec<gpusched_model::Pod>,
+    ) -> Snapshot {
+        Snapshot {
+            nodes,
+            queues,
+            groups,
+            pods: pods.into_iter().map(crate::PodState::pending).collect(),
+        }
+    }
 
     fn explanation(reasons: Vec<PendingReason>) -> Explanation {
         Explanation {
@@ -475,7 +491,7 @@ mod tests {
     /// when nodes are what is missing.
     #[test]
     fn only_a_lack_of_nodes_reads_unschedulable() {
-        let snap = tk::snapshot(
+        let snap = snapshot(
             vec![tk::node("a").gpus(8).build(), tk::node("b").gpus(8).build()],
             vec![tk::queue("research")],
             vec![],
