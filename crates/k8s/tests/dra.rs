@@ -1135,3 +1135,40 @@ fn slices_with_node_selectors_offer_their_devices_on_the_nodes_they_select() {
         w.dra().warnings().collect::<Vec<_>>()
     );
 }
+
+/// `firstAvailable` [2 GPUs, else 1] on a node where another pod's claim
+/// holds 3 of 4 GPUs: the pod asks the core for the 1 it can have now (as
+/// kube-scheduler would allocate it), not the first alternative's 2 that
+/// only preempting could give; with nothing free it asks the first
+/// alternative (the core's question whether to preempt), and with room it
+/// asks 2 again.
+#[test]
+fn first_available_asks_the_core_for_what_a_node_can_give_now() {
+    use gpusched_model::GpuRequest;
+    let two_else_one = json!([{"name": "gpu", "firstAvailable": [
+        {"name": "two", "deviceClassName": dra::DEVICE_CLASS, "count": 2},
+        {"name": "one", "deviceClassName": dra::DEVICE_CLASS, "count": 1}]}]);
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&slice("a", 4, "H100"));
+    w.upsert_claim(&claim("fa", two_else_one));
+    w.upsert_pod(&pod("fa", &["fa"]));
+    // all 4 free: the first alternative
+    assert_eq!(snap_pod(&w.build(), "fa").pod.gpu, GpuRequest::Whole(2));
+    // 3 held by a bound pod: the second alternative fits now
+    w.upsert_claim(&allocated("busy", gpus(3), "a", &[0, 1, 2], &["busy"]));
+    w.upsert_pod(&bound_pod("busy", &["busy"], "a"));
+    assert_eq!(claims_problem(&w, "fa"), None);
+    assert_eq!(claim_nodes(&w, "fa"), Some(vec!["a".to_string()]));
+    assert_eq!(snap_pod(&w.build(), "fa").pod.gpu, GpuRequest::Whole(1));
+    // the core's one free GPU is what the claim gets at bind time
+    let writes = w.allocate_claims_at("uid-fa", "a", &[3]).unwrap();
+    let a = writes[0].allocate.as_ref().unwrap();
+    let devs: Vec<&str> = a.devices.iter().map(|d| d.id.device.as_str()).collect();
+    assert_eq!(devs, [dra::gpu_device_name(3)]);
+    w.forget("uid-fa");
+    // all 4 held: nothing fits now, so the first alternative (preemption)
+    w.upsert_claim(&allocated("busy", gpus(4), "a", &[0, 1, 2, 3], &["busy"]));
+    assert_eq!(snap_pod(&w.build(), "fa").pod.gpu, GpuRequest::Whole(2));
+}

@@ -190,6 +190,34 @@ impl DraState {
                 shown.join("; ")
             ));
         }
+        // `firstAvailable`: which alternative a request gets depends on
+        // what is free on the node, so the count above (the GPUs of pods
+        // counted as free, so the core may preempt them) takes the first
+        // alternative where a later one fits now. While some node can
+        // allocate the claims from what is really free, the pod asks the
+        // most GPUs one node gives it now (the allocator answers the
+        // core's choice there); else the count above, for preemption.
+        let prioritized = open.iter().any(|c| {
+            c.requests
+                .as_ref()
+                .is_ok_and(|rs| rs.iter().any(|r| r.alternatives.len() > 1))
+        });
+        if prioritized {
+            let held = self.in_use();
+            let now = ok
+                .iter()
+                .filter_map(|n| {
+                    let allocs = self.allocate_on(open, n, by_node, &held, &mut sel).ok()?;
+                    let local = by_node
+                        .get(&Some(n.as_str()))
+                        .map_or(&[][..], Vec::as_slice);
+                    Some(self.gpus_in(&allocs, local))
+                })
+                .max();
+            if now.is_some() {
+                gpus = now;
+            }
+        }
         PodClaims::Nodes(ok, gpus.unwrap_or(0))
     }
 
