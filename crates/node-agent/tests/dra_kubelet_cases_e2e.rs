@@ -133,17 +133,16 @@ async fn scheduler_dra_cases_run_on_a_real_kubelet_with_exactly_the_allocated_gp
     assert_eq!((single_gpus.len(), multi_gpus.len()), (1, 2));
     assert_no_device_twice(&c).await;
 
-    // firstAvailable: 8 GPUs (more than the node has), else 1: the second
-    // choice wins and the result names its subrequest. (With 1 of 4 GPUs
-    // free, [2, else 1] is not placed: the core's demand for a pending pod
-    // counts GPUs of running pods as free, so the first choice sets it;
-    // docs/dra.md, "Not yet".)
+    // firstAvailable [2 GPUs, else 1] with 1 of 4 free (single and multi
+    // hold 3): the second choice wins, as under kube-scheduler, and the
+    // result names its subrequest (the pending pod's demand is what a node
+    // gives it now, not the first choice's 2; docs/dra.md)
     create(
         &claims,
         json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": "either", "namespace": NS},
             "spec": {"devices": {"requests": [{"name": "gpus", "firstAvailable": [
-                {"name": "all", "deviceClassName": DRIVER, "count": 8},
+                {"name": "two", "deviceClassName": DRIVER, "count": 2},
                 {"name": "one", "deviceClassName": DRIVER, "count": 1}]}]}}}),
     )
     .await;
