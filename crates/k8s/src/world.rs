@@ -459,17 +459,8 @@ impl World {
 
     /// A pod is gone.
     pub fn delete_pod(&mut self, uid: &str) {
-        self.cache.dirty.pods.insert(uid.to_string());
-        if self
-            .pods
-            .get(uid)
-            .is_some_and(|v| !v.claims.is_empty() || !v.extended.is_empty())
-        {
-            self.cache.dirty.dra = true;
-        }
-        self.release_volumes(uid);
+        self.release_holds(uid);
         self.pod_claims.remove(uid);
-        self.dra.forget_pod(uid);
         self.scheduling_groups.remove(uid);
         self.succeeded.remove(uid);
         self.decisions.remove(uid);

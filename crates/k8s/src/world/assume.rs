@@ -97,6 +97,19 @@ impl World {
 
     /// Drops an assumption (the binding failed): the pod is pending again.
     pub fn forget(&mut self, uid: &str) {
+        self.release_holds(uid);
+        self.assumed_at.remove(uid);
+        if self.assumed.remove(uid).is_some() {
+            self.generation += 1;
+        }
+    }
+
+    /// What the scheduler holds for pod `uid` in memory — its volume
+    /// reservations and tentative claim allocations — is let go, and the
+    /// pod (and, when it has claims, every pod reading DRA) is recomputed
+    /// by the next snapshot: the common part of [`World::forget`] and
+    /// [`World::delete_pod`].
+    pub(super) fn release_holds(&mut self, uid: &str) {
         self.cache.dirty.pods.insert(uid.to_string());
         if self
             .pods
@@ -107,9 +120,5 @@ impl World {
         }
         self.release_volumes(uid);
         self.dra.forget_pod(uid);
-        self.assumed_at.remove(uid);
-        if self.assumed.remove(uid).is_some() {
-            self.generation += 1;
-        }
     }
 }
