@@ -58,6 +58,9 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
   --gpusched-bin PATH   run gpusched as a process (RSS measured) instead of in-process;
                         GPUSCHED_BENCH_ARGS (whitespace-separated) adds flags, e.g. --debounce-ms 100
   --timeout S           give up on a row after S seconds (default 900)
+  --probe N             gpusched only: after the drain, create N more 1-GPU pods one at a time
+                        and report the duration of the cycles each one causes (from gpusched's
+                        cycle histogram: sum and count before and after each pod)
   --keep                leave each cluster directory for inspection";
 
 #[derive(Clone, Debug)]
@@ -74,6 +77,7 @@ struct Args {
     bind_concurrency: usize,
     gpusched_bin: Option<PathBuf>,
     timeout: Duration,
+    probe: usize,
     keep: bool,
 }
 
@@ -98,6 +102,7 @@ fn parse_args() -> Args {
         bind_concurrency: 64,
         gpusched_bin: None,
         timeout: Duration::from_secs(900),
+        probe: 0,
         keep: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -119,6 +124,7 @@ fn parse_args() -> Args {
             "--bind-concurrency" => a.bind_concurrency = v.parse().expect("n"),
             "--gpusched-bin" => a.gpusched_bin = Some(resolve_bin(&v)),
             "--timeout" => a.timeout = Duration::from_secs(v.parse().expect("s")),
+            "--probe" => a.probe = v.parse().expect("--probe"),
             "--keep" => {
                 a.keep = true;
                 took = false;
@@ -719,6 +725,61 @@ fn metric(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The cycle histogram's (sum, count) now.
+async fn cycle_totals(port: u16) -> Option<(f64, f64)> {
+    let m = http_get(port, "/metrics").await?;
+    Some((
+        metric(&m, "gpusched_cycle_duration_seconds_sum"),
+        metric(&m, "gpusched_cycle_duration_seconds_count"),
+    ))
+}
+
+/// `--probe N`: one pod at a time on the drained cluster; per pod, the
+/// cycles it caused (the histogram's count before and after, once it is
+/// still for a second) and their mean duration. Returns the summary.
+async fn probe_cycles(client: &Client, port: u16, n: usize, scheduler: &str) -> String {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut per_cycle_ms = Vec::new();
+    let mut cycles = 0.0;
+    for i in 0..n {
+        let Some((s0, n0)) = cycle_totals(port).await else {
+            return "probe: metrics unreadable".into();
+        };
+        let obj: Pod =
+            serde_json::from_value(pod_json(&format!("probe-{i}"), None, None, scheduler)).unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap();
+        // wait for the first cycle after the pod, then until a second
+        // passes without another
+        let t0 = Instant::now();
+        let (mut s1, mut n1) = (s0, n0);
+        let mut still_since = Instant::now();
+        while t0.elapsed() < Duration::from_secs(30) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let Some((s, c)) = cycle_totals(port).await else {
+                continue;
+            };
+            if c != n1 {
+                (s1, n1) = (s, c);
+                still_since = Instant::now();
+            } else if n1 > n0 && still_since.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+        }
+        let dn = n1 - n0;
+        if dn > 0.0 {
+            cycles += dn;
+            per_cycle_ms.push(1000.0 * (s1 - s0) / dn);
+        }
+    }
+    per_cycle_ms.sort_by(|x, y| x.total_cmp(y));
+    format!(
+        "probe: {n} pods one at a time on the drained cluster caused {cycles:.0} cycles; mean cycle per pod p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        pct(&per_cycle_ms, 0.5),
+        pct(&per_cycle_ms, 0.99),
+        per_cycle_ms.last().copied().unwrap_or(f64::NAN)
+    )
+}
+
 async fn start_contender(
     a: &Args,
     c: &Cluster,
@@ -1053,6 +1114,14 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
             bound_n as f64 / window,
             1000.0 * bind_sum / bind_n.max(1.0),
         );
+    }
+    // after the row's binds and metrics are read: probe pods that bind do not count
+    let probe = match metrics_port {
+        Some(port) if a.probe > 0 => probe_cycles(&creator, port, a.probe, scheduler_name).await,
+        _ => String::new(),
+    };
+    if !probe.is_empty() {
+        extra = format!("{extra}; {probe}");
     }
     extra = format!(
         "{extra}{}control-plane CPU s from end of creation to last bind: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",
