@@ -237,6 +237,20 @@ pub(crate) async fn served(client: &Client, ar: &ApiResource) -> bool {
     }
 }
 
+/// Objects per page of a watch's (re)list.
+const LIST_PAGE_SIZE: u32 = 500;
+
+/// How every watch of the world lists: the most recent state, in pages of
+/// [`LIST_PAGE_SIZE`]. A list at `resourceVersion=0` (the "any" semantic)
+/// is answered from the API server's cache in ONE response whatever the
+/// limit: at 50,000 pods that is a ~100 MB body decoded at once, which set
+/// the scheduler's peak memory (BENCHMARKS.md §5). A paginated list keeps
+/// one page in memory at a time; since Kubernetes 1.31 the API server
+/// serves consistent lists from its watch cache, so this costs it little.
+fn list_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 async fn run_watch<K>(
     api: Api<K>,
     health: Arc<WatchHealth>,
@@ -247,7 +261,7 @@ async fn run_watch<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let kind = health.kind;
-    let cfg = watcher::Config::default().any_semantic();
+    let cfg = list_config();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
     let mut log = FailureLog::default();
@@ -356,7 +370,7 @@ where
         }
     }
     let kind = health.kind;
-    let cfg = watcher::Config::default().any_semantic();
+    let cfg = list_config();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
     let mut log = FailureLog::default();
