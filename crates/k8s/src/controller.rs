@@ -178,10 +178,13 @@ pub async fn run_with_client(
     );
     let mut last_gen = u64::MAX;
     let mut last_cycle = Instant::now() - opts.period;
-    // how long the last cycle took: the wait after a change is at least
-    // this, so cycles take at most about half the loop's time while many
-    // changes arrive (a drain), and idle latency stays at `debounce`
+    // how long the last cycle took, and when its work ended: the loop rests
+    // at least REST_PER_CYCLE_COST times that before the next cycle, so
+    // deciding takes at most a third of the loop's time whatever arrives
+    // (a drain: more changes per cycle), while idle latency stays at
+    // `debounce` when cycles are cheap
     let mut last_cost = Duration::ZERO;
+    let mut last_end = Instant::now();
     let mut last_status = Instant::now() - STATUS_INTERVAL;
     let mut cycles: u64 = 0;
     // the implicit queue "default" becomes a real object (status, `kubectl
@@ -190,10 +193,16 @@ pub async fn run_with_client(
     let mut default_queue_tries = 0;
     tokio::pin!(shutdown);
     loop {
-        let wait = opts.period.saturating_sub(last_cycle.elapsed());
+        let rested = last_end + last_cost * REST_PER_CYCLE_COST;
+        let wait = (last_cycle + opts.period)
+            .max(rested)
+            .saturating_duration_since(Instant::now());
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = shared.changed.notified() => tokio::time::sleep(opts.debounce.max(last_cost)).await,
+            _ = shared.changed.notified() => {
+                let until = (Instant::now() + opts.debounce).max(rested);
+                tokio::time::sleep_until(until.into()).await
+            }
             // a standby that gains the lease cycles at once
             r = leader_changes.changed(), if lease_open => lease_open = r.is_ok(),
             _ = tokio::time::sleep(wait) => {}
@@ -262,6 +271,7 @@ pub async fn run_with_client(
         if opts.http_addr.is_some() {
             health.publish(built, out, cycle_ms);
         }
+        last_end = Instant::now();
     }
     tracing::info!("shutting down: waiting for bindings in flight");
     exec.drain(SHUTDOWN_DRAIN).await;
@@ -303,6 +313,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The loop's rest after a cycle, in multiples of that cycle's duration:
+/// with 2, cycles take at most a third of the loop's time (the rest is
+/// left to bindings, status writes and the watches).
+const REST_PER_CYCLE_COST: u32 = 2;
 /// How often PodGroup and Queue status is compared with what the watches
 /// show (and written where they differ).
 const STATUS_INTERVAL: Duration = Duration::from_secs(1);
