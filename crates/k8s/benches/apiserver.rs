@@ -59,8 +59,8 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
                         GPUSCHED_BENCH_ARGS (whitespace-separated) adds flags, e.g. --debounce-ms 100
   --timeout S           give up on a row after S seconds (default 900)
   --probe N             gpusched only: after the drain, create N more 1-GPU pods one at a time
-                        and report the duration of the cycles each one causes (from gpusched's
-                        cycle histogram: sum and count before and after each pod)
+                        and report the duration of the first cycle after each (from gpusched's
+                        cycle histogram: sum and count before and after)
   --keep                leave each cluster directory for inspection";
 
 #[derive(Clone, Debug)]
@@ -735,8 +735,8 @@ async fn cycle_totals(port: u16) -> Option<(f64, f64)> {
 }
 
 /// `--probe N`: one pod at a time on the drained cluster; per pod, the
-/// cycles it caused (the histogram's count before and after, once it is
-/// still for a second) and their mean duration. Returns the summary.
+/// first cycle(s) that end after it was created (the histogram's sum and
+/// count before and after) and their mean duration. Returns the summary.
 async fn probe_cycles(client: &Client, port: u16, n: usize, scheduler: &str) -> String {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut per_cycle_ms = Vec::new();
@@ -748,21 +748,14 @@ async fn probe_cycles(client: &Client, port: u16, n: usize, scheduler: &str) -> 
         let obj: Pod =
             serde_json::from_value(pod_json(&format!("probe-{i}"), None, None, scheduler)).unwrap();
         api.create(&PostParams::default(), &obj).await.unwrap();
-        // wait for the first cycle after the pod, then until a second
-        // passes without another
+        // the first cycle that ends after the pod was created (the loop
+        // also cycles periodically, so waiting for quiet may never end)
         let t0 = Instant::now();
         let (mut s1, mut n1) = (s0, n0);
-        let mut still_since = Instant::now();
-        while t0.elapsed() < Duration::from_secs(30) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let Some((s, c)) = cycle_totals(port).await else {
-                continue;
-            };
-            if c != n1 {
+        while t0.elapsed() < Duration::from_secs(30) && n1 == n0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Some((s, c)) = cycle_totals(port).await {
                 (s1, n1) = (s, c);
-                still_since = Instant::now();
-            } else if n1 > n0 && still_since.elapsed() > Duration::from_secs(1) {
-                break;
             }
         }
         let dn = n1 - n0;
@@ -773,7 +766,7 @@ async fn probe_cycles(client: &Client, port: u16, n: usize, scheduler: &str) -> 
     }
     per_cycle_ms.sort_by(|x, y| x.total_cmp(y));
     format!(
-        "probe: {n} pods one at a time on the drained cluster caused {cycles:.0} cycles; mean cycle per pod p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "probe: {n} pods one at a time on the drained cluster were followed by {cycles:.0} cycles; mean cycle per pod p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         pct(&per_cycle_ms, 0.5),
         pct(&per_cycle_ms, 0.99),
         per_cycle_ms.last().copied().unwrap_or(f64::NAN)
