@@ -11,6 +11,7 @@
 //! `gpusched.io/e2e-fail-exit-code` (e2e/cluster/stages/pod-failed.yaml)
 //! and kwok writes phase Failed with that exit code, as a kubelet would.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 use common::controllers::*;
@@ -22,6 +23,12 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+// the tests, one file an operator (this file: the operators' installation,
+// the test bed and the checks the three share)
+mod mpi_jobs;
+mod ray_clusters;
+mod training_jobs;
 
 /// The operator's binary and the directory it was built into (its
 /// manifests are under `config/` there).
@@ -198,16 +205,6 @@ fn container(gpus: u32) -> Value {
 fn template(gpus: u32, restart: &str) -> Value {
     json!({"spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 1,
                     "restartPolicy": restart, "containers": [container(gpus)]}})
-}
-
-/// A RayCluster: a head without GPUs and `workers` workers of `gpus`.
-fn ray_cluster(name: &str, queue: &str, workers: u32, gpus: u32) -> Value {
-    json!({"apiVersion": "ray.io/v1", "kind": "RayCluster",
-           "metadata": {"name": name, "labels": {"gpusched.io/queue": queue}},
-           "spec": {"headGroupSpec": {"rayStartParams": {}, "template": template(0, "Always")},
-                    "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers,
-                        "minReplicas": workers, "maxReplicas": workers, "rayStartParams": {},
-                        "template": template(gpus, "Never")}]}})
 }
 
 /// A Kubeflow job of `kind` with these replica types (`(type, replicas,
@@ -488,225 +485,4 @@ impl Bed {
         self.op.check();
         self.s.stop().await;
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the e2e control plane and the operators: e2e/run"]
-async fn ray_clusters_start_whole_replace_failed_workers_and_share() {
-    let bed = Bed::up("kuberay").await;
-    let (c, pods) = (&bed.c, &bed.pods);
-    // head + workers
-    let size = |name: &str| -> usize {
-        match name {
-            "fits" => 4,
-            "toobig" => 3,
-            _ => 2,
-        }
-    };
-
-    // head + 3 workers × 4 GPUs (12 of 16): starts whole
-    create_workload(&c.client, "ml", ray_cluster("fits", "a", 3, 4)).await;
-    poll(pods, &size, 120, "fits starts whole", |g| {
-        bound_of(g, "fits") == 4
-    })
-    .await;
-    // a worker fails: KubeRay deletes it and makes another, which gpusched
-    // places beside the running gang
-    let worker = running_members(pods, "fits")
-        .await
-        .into_keys()
-        .find(|n| n.contains("-gpu-"))
-        .expect("a worker of fits");
-    let new = fail_and_replace(pods, "fits", &worker, 1, 4).await;
-    assert!(new.contains("-gpu-"), "the replacement is a worker: {new}");
-
-    // head + 2 workers × 4 GPUs with 4 free: none starts, the head neither
-    create_workload(&c.client, "ml", ray_cluster("toobig", "a", 2, 4)).await;
-    bed.toobig_waits_then_queues_share(
-        &size,
-        ("ray.io/v1", "RayCluster"),
-        &[("ray.io/v1", "RayCluster", "fits")],
-        // head + 1 worker × 8 GPUs
-        &|n, q| ray_cluster(n, q, 1, 8),
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the e2e control plane and the operators: e2e/run"]
-async fn training_operator_jobs_start_whole_retry_failed_replicas_and_share() {
-    let bed = Bed::up("training-operator").await;
-    let (c, pods) = (&bed.c, &bed.pods);
-    let size = |name: &str| -> usize {
-        match name {
-            "pt" => 4,
-            "tf" => 3,
-            "mpi" => 3,
-            "toobig" => 3,
-            _ => 2,
-        }
-    };
-
-    // PyTorchJob: master + 3 workers × 2 GPUs (8 of 16): starts whole
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow(
-            "PyTorchJob",
-            "v1",
-            "pt",
-            "a",
-            &[("Master", 1, 2), ("Worker", 3, 2)],
-        ),
-    )
-    .await;
-    poll(pods, &size, 120, "the PyTorchJob starts whole", |g| {
-        bound_of(g, "pt") == 4
-    })
-    .await;
-    // a worker fails with a retryable exit code: the operator deletes it and
-    // makes it again, and gpusched places it
-    let new = fail_and_replace(pods, "pt", "pt-worker-1", 137, 4).await;
-    assert_eq!(new, "pt-worker-1", "recreated under its own name");
-
-    // TFJob: 1 parameter server without GPUs + 2 workers × 2 GPUs: starts
-    // whole in the 8 GPUs left
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow("TFJob", "v1", "tf", "a", &[("PS", 1, 0), ("Worker", 2, 2)]),
-    )
-    .await;
-    poll(pods, &size, 120, "the TFJob starts whole", |g| {
-        bound_of(g, "tf") == 3
-    })
-    .await;
-
-    // v1 MPIJob (the training-operator's): launcher + 2 workers × 2 GPUs,
-    // the launcher made with the workers; 4 GPUs left: starts whole
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow(
-            "MPIJob",
-            "v1",
-            "mpi",
-            "a",
-            &[("Launcher", 1, 0), ("Worker", 2, 2)],
-        ),
-    )
-    .await;
-    poll(pods, &size, 120, "the v1 MPIJob starts whole", |g| {
-        bound_of(g, "mpi") == 3
-    })
-    .await;
-
-    // a PyTorchJob of master + 2 workers × 4 GPUs with 0 free: none starts
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow(
-            "PyTorchJob",
-            "v1",
-            "toobig",
-            "a",
-            &[("Master", 1, 4), ("Worker", 2, 4)],
-        ),
-    )
-    .await;
-    bed.toobig_waits_then_queues_share(
-        &size,
-        ("kubeflow.org/v1", "PyTorchJob"),
-        &[
-            ("kubeflow.org/v1", "PyTorchJob", "pt"),
-            ("kubeflow.org/v1", "TFJob", "tf"),
-            ("kubeflow.org/v1", "MPIJob", "mpi"),
-        ],
-        // master + worker × 4 GPUs
-        &|n, q| {
-            kubeflow(
-                "PyTorchJob",
-                "v1",
-                n,
-                q,
-                &[("Master", 1, 4), ("Worker", 1, 4)],
-            )
-        },
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs the e2e control plane and the operators: e2e/run"]
-async fn mpi_operator_jobs_start_whole_retry_a_failed_launcher_and_share() {
-    let bed = Bed::up("mpi-operator").await;
-    let (c, pods) = (&bed.c, &bed.pods);
-    // launcher + workers
-    let size = |name: &str| -> usize {
-        match name {
-            "fits" => 4,
-            "toobig" => 3,
-            _ => 2,
-        }
-    };
-
-    // launcher (no GPU) + 3 workers × 4 GPUs: starts whole
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow(
-            "MPIJob",
-            "v2beta1",
-            "fits",
-            "a",
-            &[("Launcher", 1, 0), ("Worker", 3, 4)],
-        ),
-    )
-    .await;
-    poll(pods, &size, 120, "fits starts whole", |g| {
-        bound_of(g, "fits") == 4
-    })
-    .await;
-    // the launcher fails: its Job (backoffLimit 3) makes another launcher
-    // pod, which gpusched places beside the running workers
-    let launcher = running_members(pods, "fits")
-        .await
-        .into_keys()
-        .find(|n| n.contains("launcher"))
-        .expect("the launcher of fits");
-    let new = fail_and_replace(pods, "fits", &launcher, 1, 4).await;
-    assert!(
-        new.contains("launcher"),
-        "the replacement is a launcher: {new}"
-    );
-
-    // launcher + 2 workers × 4 GPUs with 4 free: none starts
-    create_workload(
-        &c.client,
-        "ml",
-        kubeflow(
-            "MPIJob",
-            "v2beta1",
-            "toobig",
-            "a",
-            &[("Launcher", 1, 0), ("Worker", 2, 4)],
-        ),
-    )
-    .await;
-    bed.toobig_waits_then_queues_share(
-        &size,
-        ("kubeflow.org/v2beta1", "MPIJob"),
-        &[("kubeflow.org/v2beta1", "MPIJob", "fits")],
-        // launcher + 1 worker × 8 GPUs
-        &|n, q| {
-            kubeflow(
-                "MPIJob",
-                "v2beta1",
-                n,
-                q,
-                &[("Launcher", 1, 0), ("Worker", 1, 8)],
-            )
-        },
-    )
-    .await;
 }
