@@ -1,16 +1,13 @@
 //! The scheduler ↔ agent protocol (`docs/protocol.md`) with a fake
 //! kubelet, a fake PodResources server and pods injected by the test.
 
+#[path = "../common/mod.rs"]
 mod common;
 
 // the tests, by topic (this file: the rig and the helpers they share)
-#[path = "decisions/allocate.rs"]
 mod allocate;
-#[path = "decisions/mig.rs"]
 mod mig;
-#[path = "decisions/published.rs"]
 mod published;
-#[path = "decisions/rounds.rs"]
 mod rounds;
 
 use common::*;
