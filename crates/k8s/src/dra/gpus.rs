@@ -7,9 +7,14 @@
 //! `<driver>/type` attribute, or that attribute is `"gpu"` (NVIDIA's driver
 //! publishes MIG devices with `type: mig`, which are not whole GPUs). Only
 //! devices of one node (a slice with `nodeName`) are GPUs of that node, and
-//! not partitionable devices (consuming shared counters) nor devices that
-//! allow several allocations (consumable capacity): the allocator alone
-//! hands those out.
+//! not partitionable devices (consuming shared counters). A device that
+//! allows several allocations (consumable capacity) is a GPU when it is a
+//! *shared GPU*: its capacity `milli` (in its driver's domain, or
+//! `gpu.gpusched.io/milli`) is 1000 milli-GPUs, as gpusched's agent
+//! publishes a GPU with `--shares`; an allocation on it takes the milli it
+//! consumes ([`result_milli`]: a share of that GPU in the core, 1000 a
+//! whole GPU). Other devices allowing several allocations are left to the
+//! allocator alone.
 //!
 //! A node's GPUs are its GPU devices ordered by their `<driver>/index`
 //! attribute (devices without one after those with one), then by id; the
@@ -47,17 +52,59 @@ impl GpuDrivers {
 
     /// Whether `d` is a whole GPU of a GPU driver on one node (not a
     /// partitionable device consuming shared counters, nor one that allows
-    /// several allocations: those are left to the allocator).
+    /// several allocations unless it is a shared GPU ([`is_shared_gpu`]):
+    /// those are left to the allocator).
     pub fn is_gpu(&self, d: &Device) -> bool {
         d.node.is_some()
             && d.consumes.is_empty()
-            && !d.multiple
+            && (!d.multiple || is_shared_gpu(d))
             && self.0.contains(&d.id.driver)
             && match d.attributes.get(&format!("{}/type", d.id.driver)) {
                 None => true,
                 Some(AttrValue::Str(t)) => t == "gpu",
                 Some(_) => false,
             }
+    }
+}
+
+/// A shared GPU's `milli` capacity, in milli-units: 1000 milli-GPUs.
+const SHARED_GPU_CAPACITY: i128 = 1000 * 1000;
+
+/// The `milli` capacity of a device (in its driver's domain, else
+/// gpusched's), milli-units.
+fn milli_capacity(d: &Device) -> Option<i128> {
+    use gpusched_model::dra::{CAPACITY_MILLI, DRIVER};
+    d.capacity
+        .get(&super::translate::qualify(&d.id.driver, CAPACITY_MILLI))
+        .or_else(|| d.capacity.get(&format!("{DRIVER}/{CAPACITY_MILLI}")))
+        .copied()
+}
+
+/// Whether `d` is a shared GPU: it allows several allocations and has the
+/// capacity `milli` of exactly 1000 milli-GPUs (what gpusched's agent
+/// publishes with `--shares`). Whether its driver is a GPU driver is
+/// [`GpuDrivers::is_gpu`]'s question.
+pub fn is_shared_gpu(d: &Device) -> bool {
+    d.multiple && milli_capacity(d) == Some(SHARED_GPU_CAPACITY)
+}
+
+/// The milli-GPUs an allocation result takes of its device: on a shared
+/// GPU the `milli` capacity it consumes (rounded up, at most 1000), on a
+/// whole GPU (or a result without amounts, which holds the whole device)
+/// 1000.
+pub fn result_milli(r: &super::AllocatedDevice) -> u32 {
+    use gpusched_model::dra::{CAPACITY_MILLI, DRIVER};
+    let v = r
+        .consumed
+        .get(CAPACITY_MILLI)
+        .or_else(|| {
+            r.consumed
+                .get(&super::translate::qualify(&r.id.driver, CAPACITY_MILLI))
+        })
+        .or_else(|| r.consumed.get(&format!("{DRIVER}/{CAPACITY_MILLI}")));
+    match v {
+        Some(&v) => ((v.max(0) + 999) / 1000).min(1000) as u32,
+        None => 1000,
     }
 }
 
@@ -256,12 +303,45 @@ mod tests {
             counters: BTreeMap::new(),
             groups: vec![],
         });
+        // a GPU published for sharing: 1000 milli-GPUs of capacity
+        let mut for_shares = dev(DRIVER, "gpu-4", &[], 80);
+        for_shares.multiple = true;
+        for_shares
+            .capacity
+            .insert(format!("{DRIVER}/milli"), 1000 * 1000);
+        let mut other_milli = for_shares.clone();
+        other_milli
+            .capacity
+            .insert(format!("{DRIVER}/milli"), 500 * 1000);
         let def = GpuDrivers::default();
+        assert!(def.is_gpu(&for_shares) && is_shared_gpu(&for_shares));
+        assert!(!def.is_gpu(&other_milli) && !is_shared_gpu(&ours));
         assert!(def.is_gpu(&ours));
         assert!(!def.is_gpu(&nv) && !def.is_gpu(&nic) && !def.is_gpu(&everywhere));
         assert!(!def.is_gpu(&shared) && !def.is_gpu(&partition));
         let both = GpuDrivers::new(&[DRIVER.into(), "gpu.nvidia.com".into()]);
         assert!(both.is_gpu(&ours) && both.is_gpu(&nv));
         assert!(!both.is_gpu(&mig) && !both.is_gpu(&nic));
+    }
+
+    #[test]
+    fn a_result_takes_its_consumed_milli_or_the_whole_gpu() {
+        let r = |consumed: &[(&str, i128)]| crate::dra::AllocatedDevice {
+            request: "gpu".into(),
+            id: DeviceId {
+                driver: DRIVER.into(),
+                pool: "n1".into(),
+                device: "gpu-0".into(),
+            },
+            admin: false,
+            consumed: consumed.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            share: None,
+            binding: Default::default(),
+        };
+        assert_eq!(result_milli(&r(&[])), 1000);
+        assert_eq!(result_milli(&r(&[("milli", 300_000), ("memory", 0)])), 300);
+        assert_eq!(result_milli(&r(&[("gpu.gpusched.io/milli", 299_500)])), 300);
+        assert_eq!(result_milli(&r(&[("milli", 5_000_000)])), 1000);
+        assert_eq!(result_milli(&r(&[("milli", -1)])), 0);
     }
 }

@@ -4,7 +4,9 @@
 
 use super::alloc::{self, Inputs};
 use super::cel::Selectors;
-use super::{Allocation, Claim, Class, CounterSetId, Counters, Device, DeviceId, PodClaim};
+use super::{
+    AllocatedDevice, Allocation, Claim, Class, CounterSetId, Counters, Device, DeviceId, PodClaim,
+};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -49,10 +51,11 @@ pub enum PodClaims {
     Waiting(String),
     /// The claims cannot be allocated on any node: why.
     Unallocatable(String),
-    /// The nodes on which they can, sorted, and the number of GPUs
-    /// ([`super::gpus`]) they take (the fewest any of those nodes gives
-    /// them; 0 when every claim is allocated already).
-    Nodes(Vec<String>, u32),
+    /// The nodes on which they can, sorted, and the GPUs
+    /// ([`super::gpus`]) they take: whole GPUs, or a share of one shared
+    /// GPU (the least any of those nodes gives them; none when every
+    /// claim is allocated already).
+    Nodes(Vec<String>, gpusched_model::GpuRequest),
 }
 
 /// The DRA objects, by key.
@@ -189,16 +192,20 @@ impl DraState {
     /// Every device held (allocated claims and tentative allocations,
     /// admin access aside) with the pod it is counted on.
     pub fn held(&self) -> Vec<(&DeviceId, Option<&str>)> {
+        self.held_results()
+            .into_iter()
+            .map(|(d, o)| (&d.id, o))
+            .collect()
+    }
+
+    /// [`DraState::held`] with each allocation result (what it consumes
+    /// of a device allowing several allocations).
+    pub fn held_results(&self) -> Vec<(&AllocatedDevice, Option<&str>)> {
         let mut out = Vec::new();
         for (k, c) in &self.claims {
             if let Some(a) = &c.allocation {
                 let owner = self.owner(k);
-                out.extend(
-                    a.devices
-                        .iter()
-                        .filter(|d| !d.admin)
-                        .map(|d| (&d.id, owner)),
-                );
+                out.extend(a.devices.iter().filter(|d| !d.admin).map(|d| (d, owner)));
             }
         }
         for t in self.tentative.values() {
@@ -207,7 +214,7 @@ impl DraState {
                     .devices
                     .iter()
                     .filter(|d| !d.admin)
-                    .map(|d| (&d.id, Some(t.pod.as_str()))),
+                    .map(|d| (d, Some(t.pod.as_str()))),
             );
         }
         out
@@ -216,6 +223,19 @@ impl DraState {
     /// The devices counted on pod `uid` (in namespace `ns`, with these
     /// claims): those of its claims whose owner it is.
     pub fn held_by(&self, uid: &str, ns: &str, claims: &[PodClaim]) -> Vec<&DeviceId> {
+        self.held_results_by(uid, ns, claims)
+            .into_iter()
+            .map(|d| &d.id)
+            .collect()
+    }
+
+    /// [`DraState::held_by`] with each allocation result.
+    pub fn held_results_by(
+        &self,
+        uid: &str,
+        ns: &str,
+        claims: &[PodClaim],
+    ) -> Vec<&AllocatedDevice> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         for pc in claims {
@@ -225,20 +245,14 @@ impl DraState {
                 continue;
             }
             if let Some(a) = self.allocation_of(&k) {
-                out.extend(a.devices.iter().filter(|d| !d.admin).map(|d| &d.id));
+                out.extend(a.devices.iter().filter(|d| !d.admin));
             }
         }
         // KEP-5004: its special claim, while it is only ours in memory
         if let Some(t) = self.tentative.get(&super::extended::special_key(ns, uid))
             && t.pod == uid
         {
-            out.extend(
-                t.allocation
-                    .devices
-                    .iter()
-                    .filter(|d| !d.admin)
-                    .map(|d| &d.id),
-            );
+            out.extend(t.allocation.devices.iter().filter(|d| !d.admin));
         }
         out
     }
@@ -345,7 +359,14 @@ impl DraState {
 
     /// What allocations (held and tentative) consume of the devices on
     /// `node` that allow multiple allocations (none: an empty map).
-    fn shared_on(&self, node: &str, devices: &[&Device]) -> BTreeMap<DeviceId, Counters> {
+    /// `core_pods`: leave out what shared GPUs give pods the core counts
+    /// (whether those shares are free is the core's question).
+    fn shared_on(
+        &self,
+        node: &str,
+        devices: &[&Device],
+        core_pods: Option<&BTreeSet<String>>,
+    ) -> BTreeMap<DeviceId, Counters> {
         let mut out: BTreeMap<DeviceId, Counters> = BTreeMap::new();
         if !devices.iter().any(|d| d.multiple) {
             return out;
@@ -359,26 +380,42 @@ impl DraState {
             .iter()
             .filter_map(|k| self.allocated_on.get(k))
             .flatten()
-            .filter_map(|k| self.claims.get(k).and_then(|c| c.allocation.as_ref()))
+            .filter_map(|k| {
+                let a = self.claims.get(k)?.allocation.as_ref()?;
+                Some((a, self.owner(k)))
+            })
             .collect::<Vec<_>>();
         let tentative = [Some(node.to_string()), None]
             .into_iter()
             .filter_map(|k| self.tentative_on.get(&k))
             .flatten()
             .filter_map(|k| self.tentative.get(k))
-            .map(|t| &t.allocation);
+            .map(|t| (&t.allocation, Some(t.pod.as_str())));
         // a shared device a node selector offers here may be used by
         // allocations for the other nodes it selects: all are looked at
-        let everywhere: Vec<&Allocation> = if multiple.values().any(|d| d.selector.is_some()) {
-            self.all_allocations().collect()
-        } else {
-            allocated.into_iter().chain(tentative).collect()
-        };
-        for a in everywhere {
+        let everywhere: Vec<(&Allocation, Option<&str>)> =
+            if multiple.values().any(|d| d.selector.is_some()) {
+                self.claims
+                    .iter()
+                    .filter_map(|(k, c)| Some((c.allocation.as_ref()?, self.owner(k))))
+                    .chain(
+                        self.tentative
+                            .values()
+                            .map(|t| (&t.allocation, Some(t.pod.as_str()))),
+                    )
+                    .collect()
+            } else {
+                allocated.into_iter().chain(tentative).collect()
+            };
+        for (a, owner) in everywhere {
+            let in_core = owner.is_some_and(|o| core_pods.is_some_and(|c| c.contains(o)));
             for r in a.devices.iter().filter(|r| !r.admin) {
                 let Some(d) = multiple.get(&r.id) else {
                     continue;
                 };
+                if in_core && self.gpu_drivers.is_gpu(d) {
+                    continue;
+                }
                 let e = out.entry(r.id.clone()).or_default();
                 if r.consumed.is_empty() {
                     // a result without amounts (written before the device

@@ -302,6 +302,9 @@ impl Executor {
                     // (the core's GPUs, when the claims allow them)
                     let core_gpus = match gpus {
                         gpusched_core::GpuAssignment::Whole(v) => v.as_slice(),
+                        gpusched_core::GpuAssignment::Share { gpu, .. } => {
+                            std::slice::from_ref(gpu)
+                        }
                         _ => &[],
                     };
                     let claims = match self

@@ -34,25 +34,54 @@ pub(super) struct NodePart {
     /// DRA GPU devices (`crate::dra::gpus`): the node and the position
     /// among its GPUs each one is.
     pub(super) dra_gpus: BTreeMap<DeviceId, (NodeId, u32)>,
+    /// Those of them that are shared GPUs (`crate::dra::gpus::is_shared_gpu`).
+    pub(super) dra_shared: BTreeSet<DeviceId>,
 }
 
 impl NodePart {
-    /// The positions on its node of the GPUs among `devices` (those on
-    /// `node`), sorted.
-    fn gpu_positions<'a>(
+    /// A pod's GPUs on `node` from its claims' allocation results (those
+    /// on other nodes, or not GPUs, aside): `None` when they hold none;
+    /// else its demand and its assignment — one share of one shared GPU
+    /// when that is all they take of GPUs (the milli they consume), else
+    /// every GPU they touch, whole (shares of several GPUs, or beside
+    /// whole GPUs, count as those GPUs whole: never less than is held).
+    fn claim_hold<'a>(
         &self,
         node: NodeId,
-        devices: impl IntoIterator<Item = &'a DeviceId>,
-    ) -> Vec<u32> {
-        let mut out: Vec<u32> = devices
-            .into_iter()
-            .filter_map(|d| self.dra_gpus.get(d))
-            .filter(|(n, _)| *n == node)
-            .map(|(_, p)| *p)
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        results: impl IntoIterator<Item = &'a crate::dra::AllocatedDevice>,
+    ) -> Option<(GpuRequest, GpuAssignment)> {
+        let mut by_pos: BTreeMap<u32, u32> = BTreeMap::new();
+        for r in results {
+            if let Some(&(n, p)) = self.dra_gpus.get(&r.id)
+                && n == node
+            {
+                let m = by_pos.entry(p).or_default();
+                *m = (*m + crate::dra::gpus::result_milli(r)).min(1000);
+            }
+        }
+        match by_pos
+            .iter()
+            .map(|(g, m)| (*g, *m))
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            [] => None,
+            &[(gpu, milli)] if milli < 1000 => Some((
+                GpuRequest::Share {
+                    milli,
+                    memory_mib: 0,
+                },
+                GpuAssignment::Share {
+                    gpu,
+                    milli,
+                    memory_mib: 0,
+                },
+            )),
+            v => Some((
+                GpuRequest::Whole(v.len() as u32),
+                GpuAssignment::Whole(by_pos.keys().copied().collect()),
+            )),
+        }
     }
 }
 
@@ -121,6 +150,9 @@ pub(super) struct DraCtx<'a> {
     memo: BTreeMap<String, PodClaims>,
     /// [`crate::dra::state::ClaimGpusMemo`] of this build.
     gpu_memo: crate::dra::state::ClaimGpusMemo,
+    /// The pods the core counts claimed GPUs on: what they hold of shared
+    /// GPUs is free for the feasibility check (the core's question).
+    core_pods: BTreeSet<String>,
 }
 
 impl<'a> DraCtx<'a> {
@@ -135,9 +167,14 @@ impl<'a> DraCtx<'a> {
             .filter(|d| w.dra.gpu_drivers().is_gpu(d))
             .map(|d| &d.id)
             .collect();
-        let in_use = w
-            .dra
-            .held()
+        let held = w.dra.held();
+        let core_pods = held
+            .iter()
+            .filter_map(|(_, owner)| *owner)
+            .filter(|u| w.placed_in_core(u))
+            .map(str::to_string)
+            .collect();
+        let in_use = held
             .into_iter()
             .filter(|(d, owner)| !(gpus.contains(d) && owner.is_some_and(|u| w.placed_in_core(u))))
             .map(|(d, _)| d.clone())
@@ -148,6 +185,7 @@ impl<'a> DraCtx<'a> {
             in_use,
             memo: BTreeMap::new(),
             gpu_memo: BTreeMap::new(),
+            core_pods,
         }
     }
 }
@@ -219,6 +257,9 @@ impl World {
                 n.sync_gpu_allocatable();
                 for (p, d) in devices.iter().enumerate() {
                     out.dra_gpus.insert(d.id.clone(), (i as NodeId, p as u32));
+                    if crate::dra::gpus::is_shared_gpu(d) {
+                        out.dra_shared.insert(d.id.clone());
+                    }
                 }
             }
         }

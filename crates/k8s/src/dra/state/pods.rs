@@ -3,6 +3,7 @@
 //! resources' special claim, KEP-5004).
 
 use super::*;
+use gpusched_model::GpuRequest;
 
 impl DraState {
     /// The claims of a pod: the keys, or why it waits.
@@ -43,6 +44,7 @@ impl DraState {
     /// `memo` keeps the answers of one build: pods whose unallocated
     /// claims ask the same (requests and constraints; the names aside) get
     /// the same nodes, so replicas of one job are looked at once.
+    #[allow(clippy::too_many_arguments)]
     pub fn pod_claims(
         &self,
         ns: &str,
@@ -50,6 +52,7 @@ impl DraState {
         nodes: &[&str],
         by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
         in_use: &BTreeSet<DeviceId>,
+        core_pods: &BTreeSet<String>,
         memo: &mut BTreeMap<String, PodClaims>,
     ) -> PodClaims {
         if claims.is_empty() {
@@ -115,7 +118,7 @@ impl DraState {
         if let Some(r) = memo_key.as_ref().and_then(|k| memo.get(k)) {
             return named(r, false);
         }
-        let r = self.open_claims(&open, pinned, nodes, by_node, in_use);
+        let r = self.open_claims(&open, pinned, nodes, by_node, in_use, core_pods);
         if let Some(k) = memo_key {
             memo.insert(k, named(&r, true));
         }
@@ -130,6 +133,7 @@ impl DraState {
         nodes: &[&str],
         by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
         in_use: &BTreeSet<DeviceId>,
+        core_pods: &BTreeSet<String>,
     ) -> PodClaims {
         let candidates: Vec<&str> = match pinned {
             Some(p) => nodes.iter().copied().filter(|n| *n == p).collect(),
@@ -142,7 +146,10 @@ impl DraState {
                     pinned.unwrap_or_default()
                 ))
             } else {
-                PodClaims::Nodes(candidates.into_iter().map(String::from).collect(), 0)
+                PodClaims::Nodes(
+                    candidates.into_iter().map(String::from).collect(),
+                    GpuRequest::None,
+                )
             };
         }
         let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
@@ -150,13 +157,16 @@ impl DraState {
         // why not, with the nodes it applies to
         let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         let mut failed = 0;
-        let mut gpus: Option<u32> = None;
+        let mut gpus: Option<GpuRequest> = None;
         for n in candidates {
-            match self.allocate_on(open, n, by_node, in_use, &mut sel) {
+            match self.allocate_on(open, n, by_node, in_use, Some(core_pods), &mut sel) {
                 Ok(allocs) => {
                     let local = by_node.get(&Some(n)).map_or(&[][..], Vec::as_slice);
-                    let g = self.gpus_in(&allocs, local);
-                    gpus = Some(gpus.map_or(g, |x| x.min(g)));
+                    let g = self.demand_in(&allocs, local);
+                    gpus = Some(match gpus {
+                        Some(x) if x.milli() <= g.milli() => x,
+                        _ => g,
+                    });
                     ok.push(n.to_string());
                 }
                 Err(e) => {
@@ -207,36 +217,63 @@ impl DraState {
             let now = ok
                 .iter()
                 .filter_map(|n| {
-                    let allocs = self.allocate_on(open, n, by_node, &held, &mut sel).ok()?;
+                    let allocs = self
+                        .allocate_on(open, n, by_node, &held, None, &mut sel)
+                        .ok()?;
                     let local = by_node
                         .get(&Some(n.as_str()))
                         .map_or(&[][..], Vec::as_slice);
-                    Some(self.gpus_in(&allocs, local))
+                    Some(self.demand_in(&allocs, local))
                 })
-                .max();
+                .max_by_key(GpuRequest::milli);
             if now.is_some() {
                 gpus = now;
             }
         }
-        PodClaims::Nodes(ok, gpus.unwrap_or(0))
+        PodClaims::Nodes(ok, gpus.unwrap_or_default())
     }
 
-    /// How many of the devices of `allocs` are GPUs; `local`: the node's
-    /// own devices, sorted by id.
+    /// The GPUs among the devices of `allocs`, with the milli-GPUs the
+    /// allocations take of each (1000: whole; less: shares of a shared
+    /// GPU); `local`: the node's own devices, sorted by id.
+    fn gpu_milli_in<'d>(
+        &self,
+        allocs: &[Allocation],
+        local: &[&'d Device],
+    ) -> BTreeMap<&'d DeviceId, u32> {
+        let mut out: BTreeMap<&DeviceId, u32> = BTreeMap::new();
+        for r in allocs.iter().flat_map(|a| &a.devices).filter(|d| !d.admin) {
+            if let Ok(i) = local.binary_search_by(|x| x.id.cmp(&r.id)) {
+                // a tainted GPU is unhealthy in the core, which never
+                // chooses one: a claim tolerating the taint takes it
+                // beside the core's count
+                if self.gpu_drivers.is_gpu(local[i]) && local[i].untolerated(&[]).is_none() {
+                    let m = out.entry(&local[i].id).or_default();
+                    *m = (*m + super::super::gpus::result_milli(r)).min(1000);
+                }
+            }
+        }
+        out
+    }
+
+    /// How many GPUs the allocations take (whole or in part).
     fn gpus_in(&self, allocs: &[Allocation], local: &[&Device]) -> u32 {
-        allocs
-            .iter()
-            .flat_map(|a| &a.devices)
-            .filter(|d| !d.admin)
-            .filter(|d| {
-                local.binary_search_by(|x| x.id.cmp(&d.id)).is_ok_and(|i| {
-                    // a tainted GPU is unhealthy in the core, which
-                    // never chooses one: a claim tolerating the taint
-                    // takes it beside the core's count
-                    self.gpu_drivers.is_gpu(local[i]) && local[i].untolerated(&[]).is_none()
-                })
-            })
-            .count() as u32
+        self.gpu_milli_in(allocs, local).len() as u32
+    }
+
+    /// The core's GPU demand of the allocations ([`DraState::gpu_milli_in`]):
+    /// a share of one GPU when they take less than all of one GPU and
+    /// nothing else, else every GPU they touch whole.
+    fn demand_in(&self, allocs: &[Allocation], local: &[&Device]) -> GpuRequest {
+        let m = self.gpu_milli_in(allocs, local);
+        match m.values().copied().collect::<Vec<u32>>().as_slice() {
+            [] => GpuRequest::None,
+            &[milli] if milli < 1000 => GpuRequest::Share {
+                milli,
+                memory_mib: 0,
+            },
+            v => GpuRequest::Whole(v.len() as u32),
+        }
     }
 
     fn allocate_on(
@@ -245,6 +282,7 @@ impl DraState {
         node: &str,
         by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
         in_use: &BTreeSet<DeviceId>,
+        core_pods: Option<&BTreeSet<String>>,
         sel: &mut Selectors,
     ) -> Result<Vec<Allocation>, String> {
         let mut devices: Vec<&Device> = Vec::new();
@@ -257,7 +295,7 @@ impl DraState {
                 .filter(|d| self.available_on(d, node)),
         );
         devices.sort_by(|a, b| a.id.cmp(&b.id));
-        let shared = self.shared_on(node, &devices);
+        let shared = self.shared_on(node, &devices, core_pods);
         let inp = Inputs {
             node,
             devices: &devices,
@@ -316,21 +354,11 @@ impl DraState {
             let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
             let in_use = self.in_use_on(node);
             let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
-            let mut allocs = self.allocate_on(&open, node, &by_node, &in_use, &mut sel)?;
-            let gpus = self.gpu_devices_on(node);
-            let local = by_node.get(&Some(node)).map_or(&[][..], Vec::as_slice);
-            let local: Vec<&Device> = local.iter().copied().filter(|d| d.node.is_some()).collect();
-            if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
-                let mut held = in_use.clone();
-                held.extend(
-                    gpus.iter()
-                        .enumerate()
-                        .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
-                        .map(|(_, d)| d.id.clone()),
-                );
-                if let Ok(a) = self.allocate_on(&open, node, &by_node, &held, &mut sel) {
-                    allocs = a;
-                }
+            let mut allocs = self.allocate_on(&open, node, &by_node, &in_use, None, &mut sel)?;
+            if let Some(a) =
+                self.core_choice(&open, node, &by_node, &in_use, &allocs, core_gpus, &mut sel)
+            {
+                allocs = a;
             }
             drop(sel);
             let mut made = Vec::new();
@@ -358,6 +386,57 @@ impl DraState {
         Ok(writes)
     }
 
+    /// The allocator's answer again with every GPU of `node` but the
+    /// core's choice (`core_gpus`, positions in
+    /// [`DraState::gpu_devices_on`]) held — a shared GPU, which is never
+    /// "in use", left out of the devices instead — when its own answer
+    /// `allocs` takes as many GPUs as the core chose: the claims get
+    /// exactly the core's GPUs. `None`: no such answer (the allocator's
+    /// own stands).
+    #[allow(clippy::too_many_arguments)]
+    fn core_choice(
+        &self,
+        open: &[&Claim],
+        node: &str,
+        by_node: &BTreeMap<Option<&str>, Vec<&Device>>,
+        in_use: &BTreeSet<DeviceId>,
+        allocs: &[Allocation],
+        core_gpus: &[u32],
+        sel: &mut Selectors,
+    ) -> Option<Vec<Allocation>> {
+        let local: Vec<&Device> = by_node
+            .get(&Some(node))
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .copied()
+            .filter(|d| d.node.is_some())
+            .collect();
+        if core_gpus.is_empty() || self.gpus_in(allocs, &local) as usize != core_gpus.len() {
+            return None;
+        }
+        let others: BTreeSet<&DeviceId> = self
+            .gpu_devices_on(node)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
+            .map(|(_, d)| &d.id)
+            .collect();
+        let mut held = in_use.clone();
+        held.extend(others.iter().map(|d| (*d).clone()));
+        let only: BTreeMap<Option<&str>, Vec<&Device>> = by_node
+            .iter()
+            .map(|(k, v)| {
+                let v = v
+                    .iter()
+                    .copied()
+                    .filter(|d| !(d.multiple && others.contains(&d.id)))
+                    .collect();
+                (*k, v)
+            })
+            .collect();
+        self.allocate_on(open, node, &only, &held, None, sel).ok()
+    }
+
     /// Extended resource name → DeviceClass (KEP-5004).
     pub fn class_mapping(&self) -> BTreeMap<String, String> {
         crate::dra::extended::class_mapping(&self.classes)
@@ -381,29 +460,20 @@ impl DraState {
         let in_use = self.in_use_on(node);
         let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
         let mut allocs = self
-            .allocate_on(&[&claim], node, &by_node, &in_use, &mut sel)
+            .allocate_on(&[&claim], node, &by_node, &in_use, None, &mut sel)
             .map_err(|e| format!("the pod's extended resources through DRA: {e}"))?;
         // the core's GPUs, when the claim can have exactly them (as for
         // the pod's own claims)
-        let local: Vec<&Device> = by_node
-            .get(&Some(node))
-            .map_or(&[][..], Vec::as_slice)
-            .iter()
-            .copied()
-            .filter(|d| d.node.is_some())
-            .collect();
-        if !core_gpus.is_empty() && self.gpus_in(&allocs, &local) as usize == core_gpus.len() {
-            let mut held = in_use.clone();
-            held.extend(
-                self.gpu_devices_on(node)
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
-                    .map(|(_, d)| d.id.clone()),
-            );
-            if let Ok(a) = self.allocate_on(&[&claim], node, &by_node, &held, &mut sel) {
-                allocs = a;
-            }
+        if let Some(a) = self.core_choice(
+            &[&claim],
+            node,
+            &by_node,
+            &in_use,
+            &allocs,
+            core_gpus,
+            &mut sel,
+        ) {
+            allocs = a;
         }
         drop(sel);
         let Some(a) = allocs.pop() else {

@@ -36,6 +36,8 @@ impl World {
         let mut undecided: Vec<(usize, NodeId)> = Vec::new();
         // bound whole-GPU pods: (index, node, listed by the agent, decided GPUs)
         let mut whole_bound: Vec<(usize, NodeId, bool, Vec<u32>)> = Vec::new();
+        // pods counted on GPUs (their claims' shares are theirs)
+        let mut holders: BTreeSet<&str> = BTreeSet::new();
         for (uid, e) in entries {
             match e {
                 Entry::Skip => {}
@@ -65,6 +67,9 @@ impl World {
                         state.pod.disruption_budget_exhausted = exhausted.contains(uid);
                     }
                     if let Some((n, gpus)) = state.holding() {
+                        if !matches!(gpus, GpuAssignment::None) {
+                            holders.insert(uid);
+                        }
                         if p.undecided {
                             undecided.push((i, n));
                         } else {
@@ -85,10 +90,15 @@ impl World {
         swaps_in_progress(&mut out.snapshot.pods, &whole_bound, &mut taken);
         // DRA GPUs held by claims that no pod of the snapshot is counted on
         // (allocated by someone else, or their pods are gone and the claim
-        // is not deallocated yet): in use, so the core never gives them
+        // is not deallocated yet): in use, so the core never gives them (a
+        // share of a shared GPU held so takes the whole GPU out until it
+        // is deallocated: never less than is held)
         let mut touched = BTreeSet::new();
-        for (d, _) in self.dra.held() {
-            if let Some(&(n, p)) = np.dra_gpus.get(d)
+        for (d, owner) in self.dra.held_results() {
+            if owner.is_some_and(|o| holders.contains(o)) && shared_gpu(np, &d.id) {
+                continue;
+            }
+            if let Some(&(n, p)) = np.dra_gpus.get(&d.id)
                 && taken[n as usize].insert(p)
                 && let Some(g) = out.snapshot.nodes[n as usize].gpus.get_mut(p as usize)
             {
@@ -278,6 +288,11 @@ fn undecided_mig(
         }
     }
     GpuAssignment::None
+}
+
+/// Whether DRA device `d` is a shared GPU of the core.
+fn shared_gpu(np: &NodePart, d: &crate::dra::DeviceId) -> bool {
+    np.dra_shared.contains(d)
 }
 
 fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {

@@ -70,7 +70,7 @@ impl World {
                 // DRA: its claims must exist and be allocatable
                 // somewhere; the core picks among those nodes
                 let mut claim_nodes = None;
-                let mut claim_gpus = 0;
+                let mut claim_gpus = GpuRequest::None;
                 let mut claim_gpu_set = None;
                 if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
                     let d = dra.get_or_insert_with(|| DraCtx::new(self));
@@ -80,6 +80,7 @@ impl World {
                         &d.nodes,
                         &d.devices,
                         &d.in_use,
+                        &d.core_pods,
                         &mut d.memo,
                     ) {
                         PodClaims::None => (None, String::new()),
@@ -88,7 +89,7 @@ impl World {
                         PodClaims::Nodes(n, g) => {
                             // which of those nodes' GPUs the claims may
                             // take, and which must go together
-                            if g > 0 {
+                            if !g.is_none() {
                                 claim_gpu_set = self.dra.claim_gpus(
                                     &v.namespace,
                                     &v.claims,
@@ -119,23 +120,24 @@ impl World {
                     .claims
                     .iter()
                     .all(|c| c.entry == crate::dra::extended::IN_MEMORY_NAME);
-                if claim_gpus > 0 && (pod.gpu.is_none() || !special_only) {
+                if !claim_gpus.is_none() && (pod.gpu.is_none() || !special_only) {
                     if !pod.gpu.is_none() {
                         return unseen(
                             Some(PendingClass::InvalidSpec),
                             Problem::InvalidPod {
                                 pod: pref(v),
                                 error: format!(
-                                    "pod {}/{}: asks GPUs both as a resource ({}) and through its ResourceClaims ({claim_gpus}); gpusched places one or the other",
+                                    "pod {}/{}: asks GPUs both as a resource ({}) and through its ResourceClaims ({}); gpusched places one or the other",
                                     v.namespace,
                                     v.name,
-                                    pod.gpu.milli() / gpusched_model::GPU_MILLI
+                                    gpu_amount(&pod.gpu),
+                                    gpu_amount(&claim_gpus),
                                 ),
                             },
                         );
                     }
                     // one world: its claims' GPUs are its GPU demand
-                    pod.gpu = GpuRequest::Whole(claim_gpus);
+                    pod.gpu = claim_gpus;
                 }
                 let mut pending_queue = None;
                 let mut node = None;
@@ -145,17 +147,16 @@ impl World {
                             node = Some(a.node.clone());
                             // being bound with claims: counted on the GPUs
                             // its claims got
-                            let held = np.gpu_positions(
+                            let held = np.claim_hold(
                                 n,
-                                self.dra.held_by(&v.uid, &v.namespace, &v.claims),
+                                self.dra.held_results_by(&v.uid, &v.namespace, &v.claims),
                             );
-                            let fits = pod.gpu.is_none()
-                                || pod.gpu == GpuRequest::Whole(held.len() as u32);
-                            let gpus = if held.is_empty() || !fits {
-                                a.gpus.clone()
-                            } else {
-                                pod.gpu = GpuRequest::Whole(held.len() as u32);
-                                GpuAssignment::Whole(held)
+                            let gpus = match held {
+                                Some((req, held)) if pod.gpu.is_none() || pod.gpu == req => {
+                                    pod.gpu = req;
+                                    held
+                                }
+                                _ => a.gpus.clone(),
                             };
                             PodPhase::Running {
                                 node: n,
@@ -237,49 +238,51 @@ impl World {
                 let nv = &np.nodes[n as usize];
                 // one world: a pod's claims' GPUs are its GPUs (its
                 // decision only repeats the core's choice)
-                let mut dra_held = if v.claims.is_empty() && v.extended.is_empty() {
-                    Vec::new()
+                let dra_held = if v.claims.is_empty() && v.extended.is_empty() {
+                    None
                 } else {
-                    np.gpu_positions(n, self.dra.held_by(&v.uid, &v.namespace, &v.claims))
+                    np.claim_hold(n, self.dra.held_results_by(&v.uid, &v.namespace, &v.claims))
                 };
                 // (a KEP-5004 pod asks `nvidia.com/gpu` and holds its
                 // special claim's devices: the same count)
-                let is_dra = !dra_held.is_empty()
-                    && (pod.gpu.is_none() || pod.gpu == GpuRequest::Whole(dra_held.len() as u32));
-                if is_dra {
-                    pod.gpu = GpuRequest::Whole(dra_held.len() as u32);
-                }
-                let gpus = match decision {
-                    _ if is_dra => Some(GpuAssignment::Whole(std::mem::take(&mut dra_held))),
-                    Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {
-                        Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
-                        Ok(a) => {
-                            problems.push(Problem::BadDecision {
-                                pod: pref(v),
-                                error: format!(
-                                    "the decision holds {} milli-GPU but the pod asks {}",
-                                    a.milli(),
-                                    pod.gpu.milli()
-                                ),
-                            });
-                            None
-                        }
-                        Err(e) => {
+                let dra_held = dra_held.filter(|(req, _)| pod.gpu.is_none() || pod.gpu == *req);
+                let is_dra = dra_held.is_some();
+                let gpus = match (decision, dra_held) {
+                    (_, Some((req, held))) => {
+                        pod.gpu = req;
+                        Some(held)
+                    }
+                    (decision, None) => match decision {
+                        Some(Ok(d)) => match crate::decision::assignment(d, &v.uid, nv) {
+                            Ok(a) if a.milli() == pod.gpu.milli() => Some(a),
+                            Ok(a) => {
+                                problems.push(Problem::BadDecision {
+                                    pod: pref(v),
+                                    error: format!(
+                                        "the decision holds {} milli-GPU but the pod asks {}",
+                                        a.milli(),
+                                        pod.gpu.milli()
+                                    ),
+                                });
+                                None
+                            }
+                            Err(e) => {
+                                problems.push(Problem::BadDecision {
+                                    pod: pref(v),
+                                    error: e.to_string(),
+                                });
+                                None
+                            }
+                        },
+                        Some(Err(e)) => {
                             problems.push(Problem::BadDecision {
                                 pod: pref(v),
                                 error: e.to_string(),
                             });
                             None
                         }
+                        None => None,
                     },
-                    Some(Err(e)) => {
-                        problems.push(Problem::BadDecision {
-                            pod: pref(v),
-                            error: e.to_string(),
-                        });
-                        None
-                    }
-                    None => None,
                 };
                 // where the agent says the kubelet really put it wins
                 // over the decision (same size, other GPUs: the next
@@ -362,6 +365,14 @@ impl World {
                 }))
             }
         }
+    }
+}
+
+/// A GPU demand as a pod's spec would say it: `2 GPU(s)`, `300 milli-GPU`.
+fn gpu_amount(g: &GpuRequest) -> String {
+    match g {
+        GpuRequest::Share { milli, .. } => format!("{milli} milli-GPU"),
+        g => format!("{} GPU(s)", g.milli() / gpusched_model::GPU_MILLI),
     }
 }
 
