@@ -448,3 +448,162 @@ fn preemption_frees_a_share_for_a_higher_priority_claim() {
     let got = bind(&mut w, high, "high", share(600), "a", &binds[0].2);
     assert_eq!(got, [("gpu-0".to_string(), 600)]);
 }
+
+/// A node as the agent publishes it with GPU 0 in MIG mode (a 3g.40gb
+/// and two 1g.10gb instances consuming GPU 0's counter set, in a second
+/// slice) and GPU 1 whole.
+fn mig_slices(node: &str) -> (ResourceSlice, ResourceSlice) {
+    let pool = json!({"name": node, "generation": 1, "resourceSliceCount": 2});
+    let instance = |k: usize, profile: &str, g: u32, mem: &str| {
+        json!({"name": dra::mig_device_name(0, k), "attributes": {
+            "type": {"string": "mig"},
+            dra::ATTR_MIG_PROFILE: {"string": profile},
+            dra::ATTR_UUID: {"string": format!("MIG-{k}")},
+            dra::ATTR_PARENT_UUID: {"string": "GPU-0"},
+            dra::ATTR_PARENT_INDEX: {"int": 0},
+            dra::ATTR_PRODUCT_NAME: {"string": "NVIDIA A100-SXM4-80GB"},
+        }, "capacity": {dra::CAPACITY_MEMORY: {"value": mem}},
+        "consumesCounters": [{"counterSet": dra::counter_set_name(0), "counters": {
+            dra::COUNTER_COMPUTE_SLICES: {"value": g.to_string()},
+            dra::COUNTER_MEMORY: {"value": mem}}}]})
+    };
+    let devices = json!([
+        {"name": dra::gpu_device_name(1), "attributes": {
+            dra::ATTR_INDEX: {"int": 1},
+            dra::ATTR_PRODUCT_NAME: {"string": "NVIDIA A100-SXM4-80GB"},
+            dra::ATTR_UUID: {"string": "GPU-1"}},
+         "capacity": {dra::CAPACITY_MEMORY: {"value": "80Gi"}}},
+        instance(0, "3g.40gb", 3, "40Gi"),
+        instance(1, "1g.10gb", 1, "10Gi"),
+        instance(2, "1g.10gb", 1, "10Gi"),
+    ]);
+    let devices_slice = obj(json!({
+        "metadata": {"name": format!("{node}-gpus")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node, "pool": pool, "devices": devices}
+    }));
+    let counters = obj(json!({
+        "metadata": {"name": format!("{node}-gpus-counters")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node, "pool": pool,
+                 "sharedCounters": [{"name": dra::counter_set_name(0), "counters": {
+                     dra::COUNTER_COMPUTE_SLICES: {"value": "7"},
+                     "memory-slices": {"value": "8"},
+                     dra::COUNTER_MEMORY: {"value": "80Gi"}}}]}
+    }));
+    (devices_slice, counters)
+}
+
+fn mig_class() -> DeviceClass {
+    obj(json!({
+        "metadata": {"name": dra::MIG_DEVICE_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": format!(
+            "device.driver == \"{}\" && device.attributes[\"{}\"].type == \"mig\"",
+            dra::DRIVER, dra::DRIVER)}}]}
+    }))
+}
+
+fn mig_request(profile: &str) -> Value {
+    json!([{"name": "mig", "exactly": {"deviceClassName": dra::MIG_DEVICE_CLASS,
+        "selectors": [{"cel": {"expression": format!(
+            "device.attributes[\"{}\"].profile == \"{profile}\"", dra::DRIVER)}}]}}])
+}
+
+#[test]
+fn a_mig_instance_counts_its_measure_on_its_gpu_which_no_whole_gpu_claim_takes() {
+    let mut w = World::default();
+    w.upsert_node(&node("m"));
+    w.upsert_device_class(&device_class());
+    w.upsert_device_class(&mig_class());
+    let (devices, counters) = mig_slices("m");
+    w.upsert_slice(&devices);
+    w.upsert_slice(&counters);
+    // GPU 1 whole at position 0, GPU 0 in MIG mode at position 1
+    let b = w.build();
+    let gpus = &b.snapshot.nodes[0].gpus;
+    assert_eq!(gpus.len(), 2);
+    assert_eq!((gpus[0].index, gpus[0].is_mig()), (1, false));
+    assert_eq!((gpus[1].index, gpus[1].uuid.as_str()), (0, "GPU-0"));
+    assert_eq!(gpus[1].memory_mib, 80 * 1024);
+    assert_eq!(
+        gpus[1]
+            .mig
+            .iter()
+            .map(|s| (s.id.as_str(), s.profile.as_str(), s.milli))
+            .collect::<Vec<_>>(),
+        [
+            ("gpu-0-mig-0", "3g.40gb", 428),
+            ("gpu-0-mig-1", "1g.10gb", 142),
+            ("gpu-0-mig-2", "1g.10gb", 142)
+        ]
+    );
+    // a claim of the 3g.40gb profile: an ask of one such instance, 428
+    w.upsert_claim(&claim("big", mig_request("3g.40gb")));
+    let p = pod("pmig", "big", "default", None);
+    w.upsert_pod(&p);
+    let b = w.build();
+    let s = snap_pod(&b, "pmig");
+    assert_eq!(
+        s.pod.gpu,
+        GpuRequest::Share {
+            milli: 428,
+            memory_mib: 0
+        }
+    );
+    let ask = s.pod.mig.as_deref().expect("a MIG ask");
+    assert_eq!((ask.profile.as_str(), ask.count), ("3g.40gb", 1));
+    let (binds, _, why) = cycle(&w);
+    assert_eq!(binds.len(), 1, "{binds:?} {why:?}");
+    let mig = GpuAssignment::Mig {
+        gpu: 1,
+        instances: vec![0],
+        milli: 428,
+    };
+    assert_eq!(binds[0].2, mig);
+    let got = bind(&mut w, p, "big", mig_request("3g.40gb"), "m", &mig);
+    assert_eq!(got, [("gpu-0-mig-0".to_string(), 1000)]);
+    let b = w.build();
+    assert!(
+        matches!(&snap_pod(&b, "pmig").phase, PodPhase::Running { gpus, .. } if *gpus == mig),
+        "{:?}",
+        snap_pod(&b, "pmig").phase
+    );
+    assert_eq!(used_milli(&b, "m"), [0, 428]);
+    assert_eq!(queue_usage(&b, "default"), 428);
+    assert_eq!(
+        gpusched_k8s::world::first_difference(&w.snapshot(), &b),
+        None
+    );
+    // a whole-GPU claim gets GPU 1; a second one cannot take GPU 0 (in
+    // MIG mode, an instance held): it waits
+    w.upsert_claim(&claim("w1", one_gpu()));
+    let p = pod("w1", "w1", "default", None);
+    w.upsert_pod(&p);
+    let (binds, _, _) = cycle(&w);
+    assert_eq!(binds.len(), 1);
+    assert_eq!(binds[0].2, GpuAssignment::Whole(vec![0]));
+    let got = bind(&mut w, p, "w1", one_gpu(), "m", &binds[0].2);
+    assert_eq!(got, [("gpu-1".to_string(), 1000)]);
+    w.upsert_claim(&claim("w2", one_gpu()));
+    w.upsert_pod(&pod("w2", "w2", "default", None));
+    let (binds, _, why) = cycle(&w);
+    assert!(binds.is_empty(), "{binds:?}");
+    let (_, msg) = why.iter().find(|(p, _)| p == "w2").expect("w2 explained");
+    assert!(msg.contains("Insufficient nvidia.com/gpu"), "{msg}");
+    // a 1g.10gb fits beside the 3g.40gb on GPU 0
+    w.upsert_claim(&claim("small", mig_request("1g.10gb")));
+    w.upsert_pod(&pod("small", "small", "default", None));
+    let (binds, _, _) = cycle(&w);
+    assert_eq!(
+        binds
+            .iter()
+            .map(|(n, _, a)| (n.as_str(), a.clone()))
+            .collect::<Vec<_>>(),
+        [(
+            "small",
+            GpuAssignment::Mig {
+                gpu: 1,
+                instances: vec![1],
+                milli: 142
+            }
+        )]
+    );
+}

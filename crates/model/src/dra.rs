@@ -56,6 +56,14 @@ pub const ATTR_PARENT_UUID: &str = "parentUUID";
 /// Device attribute of a MIG instance: the index of its GPU (int).
 pub const ATTR_PARENT_INDEX: &str = "parentIndex";
 
+/// Shared counter of a MIG GPU's counter set, consumed by each instance:
+/// compute slices (the set has the GPU's `G`, 7 on an A100/H100; an
+/// instance consumes its profile's `g`). The scheduler measures an
+/// instance as [`crate::sharing::mig_milli`]`(g, G)` of its GPU.
+pub const COUNTER_COMPUTE_SLICES: &str = "compute-slices";
+/// Shared counter of a MIG GPU's counter set: the GPU's memory (quantity).
+pub const COUNTER_MEMORY: &str = "memory";
+
 /// The device name of MIG instance `k` (the backend's order) of GPU `index`.
 pub fn mig_device_name(index: u32, k: usize) -> String {
     format!("gpu-{index}-mig-{k}")

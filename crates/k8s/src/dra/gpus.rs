@@ -26,9 +26,9 @@
 //! or `NoExecute`) is an unhealthy GPU: the core never chooses it (a claim
 //! that tolerates the taint may still get it from the allocator).
 
-use super::{AttrValue, Device};
+use super::{AttrValue, CounterSetId, Counters, Device, DeviceId};
 use gpusched_model::topology::GpuTopo;
-use gpusched_model::{Gpu, GpuHealth};
+use gpusched_model::{Gpu, GpuHealth, MigSlot};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The GPU drivers: which drivers' devices are GPUs.
@@ -65,6 +65,158 @@ impl GpuDrivers {
                 Some(_) => false,
             }
     }
+}
+
+impl GpuDrivers {
+    /// Whether `d` is a MIG instance of a GPU driver on one node: its
+    /// `<driver>/type` is `"mig"` and it consumes one shared counter set
+    /// (its GPU's). Its GPU is a core GPU in MIG mode ([`CoreGpu::Mig`]).
+    pub fn is_mig(&self, d: &Device) -> bool {
+        d.node.is_some()
+            && d.consumes.len() == 1
+            && self.0.contains(&d.id.driver)
+            && matches!(
+                d.attributes.get(&format!("{}/type", d.id.driver)),
+                Some(AttrValue::Str(t)) if t == "mig"
+            )
+    }
+}
+
+/// What the core counts of a MIG instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigInfo {
+    /// Its profile (`<driver>/profile`, e.g. `3g.40gb`).
+    pub profile: String,
+    /// Its measure of its GPU, [`gpusched_model::sharing::mig_milli`]`(g, G)`.
+    pub milli: u32,
+}
+
+/// A MIG instance's profile and measure: `g` is the `compute-slices` it
+/// consumes of its counter set (else the profile's leading `<g>g`), `G`
+/// the set's `compute-slices`. `None` when either is unknown (the set is
+/// not published, no profile): such an instance is left to the allocator.
+pub fn mig_info(d: &Device, sets: &BTreeMap<CounterSetId, Counters>) -> Option<MigInfo> {
+    use gpusched_model::dra::{ATTR_MIG_PROFILE, COUNTER_COMPUTE_SLICES};
+    let u = d.consumes.first()?;
+    let set = sets.get(&counter_set(d, &u.set))?;
+    let units = |v: i128| u32::try_from(v / 1000).ok().filter(|v| *v > 0);
+    let of = units(*set.get(COUNTER_COMPUTE_SLICES)?)?;
+    let profile = text(d, ATTR_MIG_PROFILE)?;
+    let g = match u.counters.get(COUNTER_COMPUTE_SLICES) {
+        Some(v) => units(*v)?,
+        None => profile.split_once('g')?.0.parse().ok()?,
+    };
+    (g <= of).then(|| MigInfo {
+        milli: gpusched_model::sharing::mig_milli(g, of),
+        profile,
+    })
+}
+
+/// The counter set `set` of `d`'s pool.
+pub fn counter_set(d: &Device, set: &str) -> CounterSetId {
+    CounterSetId {
+        driver: d.id.driver.clone(),
+        pool: d.id.pool.clone(),
+        name: set.to_string(),
+    }
+}
+
+/// One of a node's core GPUs as its devices publish it.
+#[derive(Clone, Debug)]
+pub enum CoreGpu<'a> {
+    /// A whole GPU, or a shared GPU: one device.
+    Device(&'a Device),
+    /// A GPU in MIG mode: the instances consuming its counter set, in
+    /// device id order, each with what the core counts of it.
+    Mig {
+        /// Its counter set.
+        set: CounterSetId,
+        /// The GPU's memory (the set's `memory` counter), milli-units.
+        memory: i128,
+        /// Its instances.
+        instances: Vec<(&'a Device, MigInfo)>,
+    },
+}
+
+impl<'a> CoreGpu<'a> {
+    /// The device whose attributes describe the GPU (a MIG GPU's first
+    /// instance).
+    fn device(&self) -> Option<&'a Device> {
+        match self {
+            CoreGpu::Device(d) => Some(d),
+            CoreGpu::Mig { instances, .. } => instances.first().map(|(d, _)| *d),
+        }
+    }
+
+    /// Its `index` (a MIG GPU's instances' `parentIndex`).
+    fn index(&self) -> Option<i64> {
+        match self {
+            CoreGpu::Device(d) => int(d, gpusched_model::dra::ATTR_INDEX),
+            CoreGpu::Mig { .. } => int(self.device()?, gpusched_model::dra::ATTR_PARENT_INDEX),
+        }
+    }
+
+    /// What orders it among the node's GPUs after the index.
+    fn key(&self) -> (&str, &str, &str) {
+        match self {
+            CoreGpu::Device(d) => (&d.id.driver, &d.id.pool, &d.id.device),
+            CoreGpu::Mig { set, .. } => (&set.driver, &set.pool, &set.name),
+        }
+    }
+
+    /// Whether device `id` is (part of) this GPU.
+    pub fn holds(&self, id: &DeviceId) -> bool {
+        match self {
+            CoreGpu::Device(d) => d.id == *id,
+            CoreGpu::Mig { instances, .. } => instances.iter().any(|(d, _)| d.id == *id),
+        }
+    }
+}
+
+/// A node's core GPUs from its GPU devices (whole and shared GPUs, in the
+/// core's order: [`order`]) and its MIG instances ([`GpuDrivers::is_mig`]
+/// with a known measure): the devices first, then the GPUs in MIG mode by
+/// `parentIndex` (those without one last), then by counter set. (The
+/// devices keep positions `0..k`, which a claim's per-GPU answer,
+/// `ClaimGpus`, is indexed by; a GPU in MIG mode is never taken whole.)
+pub fn core_gpus<'a>(
+    devices: &[&'a Device],
+    instances: &[&'a Device],
+    sets: &BTreeMap<CounterSetId, Counters>,
+) -> Vec<CoreGpu<'a>> {
+    let mut out: Vec<CoreGpu<'a>> = Vec::new();
+    let mut mig: BTreeMap<CounterSetId, Vec<(&'a Device, MigInfo)>> = BTreeMap::new();
+    for d in instances {
+        if let (Some(u), Some(info)) = (d.consumes.first(), mig_info(d, sets)) {
+            mig.entry(counter_set(d, &u.set))
+                .or_default()
+                .push((d, info));
+        }
+    }
+    for (set, mut instances) in mig {
+        instances.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        instances.dedup_by(|a, b| a.0.id == b.0.id);
+        let memory = sets
+            .get(&set)
+            .and_then(|c| c.get(gpusched_model::dra::COUNTER_MEMORY))
+            .copied()
+            .unwrap_or(0);
+        out.push(CoreGpu::Mig {
+            set,
+            memory,
+            instances,
+        });
+    }
+    out.sort_by(|a, b| {
+        let ka = a.index().map_or((1, 0), |i| (0, i));
+        let kb = b.index().map_or((1, 0), |i| (0, i));
+        ka.cmp(&kb).then_with(|| a.key().cmp(&b.key()))
+    });
+    devices
+        .iter()
+        .map(|d| CoreGpu::Device(d))
+        .chain(out)
+        .collect()
 }
 
 /// A shared GPU's `milli` capacity, in milli-units: 1000 milli-GPUs.
@@ -139,13 +291,27 @@ pub fn order(devices: &mut [&Device]) {
 
 /// The core's GPUs of one node from its GPU devices in the core's order.
 pub fn model_gpus(devices: &[&Device]) -> Vec<Gpu> {
+    let gpus: Vec<CoreGpu<'_>> = devices.iter().map(|d| CoreGpu::Device(d)).collect();
+    model_core_gpus(&gpus)
+}
+
+/// The core's GPUs of one node from [`core_gpus`]. A MIG GPU takes its
+/// facts from its first instance (`parentIndex`, `parentUUID`, model,
+/// NUMA node, PCIe root), its memory from its counter set, and is
+/// unhealthy when an instance has a `NoSchedule`/`NoExecute` taint (the
+/// agent taints every instance of a faulty GPU); its instances are its
+/// MIG slots (resource `<driver>/mig-<profile>`).
+pub fn model_core_gpus(gpus: &[CoreGpu<'_>]) -> Vec<Gpu> {
     use gpusched_model::dra::{
-        ATTR_INDEX, ATTR_MODEL, ATTR_NUMA_NODE, ATTR_NVLINK_DOMAIN, ATTR_PCIE_ROOT,
-        ATTR_PRODUCT_NAME, ATTR_UUID, CAPACITY_MEMORY,
+        ATTR_INDEX, ATTR_MODEL, ATTR_NUMA_NODE, ATTR_NVLINK_DOMAIN, ATTR_PARENT_INDEX,
+        ATTR_PARENT_UUID, ATTR_PCIE_ROOT, ATTR_PRODUCT_NAME, ATTR_UUID, CAPACITY_MEMORY,
     };
     // NVLink domains and PCIe roots as small numbers, in name order
     let ordinals = |name: &str| -> BTreeMap<String, u32> {
-        let names: BTreeSet<String> = devices.iter().filter_map(|d| text(d, name)).collect();
+        let names: BTreeSet<String> = gpus
+            .iter()
+            .filter_map(|g| text(g.device()?, name))
+            .collect();
         names
             .into_iter()
             .enumerate()
@@ -154,24 +320,49 @@ pub fn model_gpus(devices: &[&Device]) -> Vec<Gpu> {
     };
     let nvlink = ordinals(ATTR_NVLINK_DOMAIN);
     let pcie = ordinals(ATTR_PCIE_ROOT);
-    devices
-        .iter()
+    let tainted = |d: &Device| {
+        d.taints
+            .iter()
+            .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+    };
+    gpus.iter()
         .enumerate()
-        .map(|(pos, d)| {
-            let memory_milli = d
-                .capacity
-                .get(&super::translate::qualify(&d.id.driver, CAPACITY_MEMORY))
-                .copied()
-                .unwrap_or(0);
-            let unhealthy = d
-                .taints
-                .iter()
-                .any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute");
-            Gpu {
-                index: int(d, ATTR_INDEX)
+        .filter_map(|(pos, g)| {
+            let d = g.device()?;
+            let (index_attr, uuid_attr) = match g {
+                CoreGpu::Device(_) => (ATTR_INDEX, ATTR_UUID),
+                CoreGpu::Mig { .. } => (ATTR_PARENT_INDEX, ATTR_PARENT_UUID),
+            };
+            let (memory_milli, unhealthy, mig) = match g {
+                CoreGpu::Device(d) => (
+                    d.capacity
+                        .get(&super::translate::qualify(&d.id.driver, CAPACITY_MEMORY))
+                        .copied()
+                        .unwrap_or(0),
+                    tainted(d),
+                    Vec::new(),
+                ),
+                CoreGpu::Mig {
+                    memory, instances, ..
+                } => (
+                    *memory,
+                    instances.iter().any(|(d, _)| tainted(d)),
+                    instances
+                        .iter()
+                        .map(|(d, info)| MigSlot {
+                            id: d.id.device.clone(),
+                            profile: info.profile.clone(),
+                            resource: mig_resource(&d.id.driver, &info.profile),
+                            milli: info.milli,
+                        })
+                        .collect(),
+                ),
+            };
+            Some(Gpu {
+                index: int(d, index_attr)
                     .and_then(|i| u32::try_from(i).ok())
                     .unwrap_or(pos as u32),
-                uuid: text(d, ATTR_UUID).unwrap_or_default(),
+                uuid: text(d, uuid_attr).unwrap_or_default(),
                 model: text(d, ATTR_MODEL)
                     .or_else(|| text(d, ATTR_PRODUCT_NAME))
                     .unwrap_or_default(),
@@ -186,10 +377,16 @@ pub fn model_gpus(devices: &[&Device]) -> Vec<Gpu> {
                     pcie_switch: text(d, ATTR_PCIE_ROOT).and_then(|n| pcie.get(&n).copied()),
                     numa: int(d, ATTR_NUMA_NODE).and_then(|i| u32::try_from(i).ok()),
                 },
-                mig: Vec::new(),
-            }
+                mig,
+            })
         })
         .collect()
+}
+
+/// The name the core knows a DRA MIG instance's kind by (its MIG slot's
+/// and a claim's [`gpusched_model::MigAsk`] resource): `<driver>/mig-<profile>`.
+pub fn mig_resource(driver: &str, profile: &str) -> String {
+    format!("{driver}/mig-{profile}")
 }
 
 #[cfg(test)]

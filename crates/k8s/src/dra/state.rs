@@ -52,10 +52,19 @@ pub enum PodClaims {
     /// The claims cannot be allocated on any node: why.
     Unallocatable(String),
     /// The nodes on which they can, sorted, and the GPUs
-    /// ([`super::gpus`]) they take: whole GPUs, or a share of one shared
-    /// GPU (the least any of those nodes gives them; none when every
-    /// claim is allocated already).
-    Nodes(Vec<String>, gpusched_model::GpuRequest),
+    /// ([`super::gpus`]) they take (the least any of those nodes gives
+    /// them; none when every claim is allocated already).
+    Nodes(Vec<String>, ClaimDemand),
+}
+
+/// What a pending pod's claims ask of the core's GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimDemand {
+    /// Whole GPUs, a share of one shared GPU, or (with [`ClaimDemand::mig`])
+    /// the measure of MIG instances.
+    pub gpu: gpusched_model::GpuRequest,
+    /// MIG instances of one profile of one GPU in MIG mode.
+    pub mig: Option<gpusched_model::MigAsk>,
 }
 
 /// The DRA objects, by key.
@@ -122,6 +131,30 @@ impl DraState {
         v.dedup_by(|a, b| a.id == b.id);
         super::gpus::order(&mut v);
         v
+    }
+
+    /// The core's GPUs of `node` ([`super::gpus::core_gpus`]): its GPU
+    /// devices in the core's order, then its GPUs in MIG mode (from their
+    /// instances and counter sets).
+    pub fn core_gpus_on(&self, node: &str) -> Vec<super::gpus::CoreGpu<'_>> {
+        let devices = self.gpu_devices_on(node);
+        let mut instances: Vec<&Device> = self
+            .slices_on
+            .get(&Some(node.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|s| self.slices.get(s))
+            .flatten()
+            .filter(|d| self.gpu_drivers.is_mig(d))
+            .collect();
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        instances.dedup_by(|a, b| a.id == b.id);
+        super::gpus::core_gpus(&devices, &instances, &self.counter_sets)
+    }
+
+    /// The counter sets of the pools, by id.
+    pub fn counter_sets(&self) -> &BTreeMap<CounterSetId, Counters> {
+        &self.counter_sets
     }
 
     /// Records a node's labels (`None`: the node is gone), which devices

@@ -302,7 +302,8 @@ impl Executor {
                     // (the core's GPUs, when the claims allow them)
                     let core_gpus = match gpus {
                         gpusched_core::GpuAssignment::Whole(v) => v.as_slice(),
-                        gpusched_core::GpuAssignment::Share { gpu, .. } => {
+                        gpusched_core::GpuAssignment::Share { gpu, .. }
+                        | gpusched_core::GpuAssignment::Mig { gpu, .. } => {
                             std::slice::from_ref(gpu)
                         }
                         _ => &[],

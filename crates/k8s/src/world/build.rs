@@ -36,27 +36,38 @@ pub(super) struct NodePart {
     pub(super) dra_gpus: BTreeMap<DeviceId, (NodeId, u32)>,
     /// Those of them that are shared GPUs (`crate::dra::gpus::is_shared_gpu`).
     pub(super) dra_shared: BTreeSet<DeviceId>,
+    /// DRA MIG instances: the node, the position of their GPU (in MIG
+    /// mode) and their slot among its instances.
+    pub(super) dra_mig: BTreeMap<DeviceId, (NodeId, u32, u32)>,
 }
 
 impl NodePart {
     /// A pod's GPUs on `node` from its claims' allocation results (those
-    /// on other nodes, or not GPUs, aside): `None` when they hold none;
-    /// else its demand and its assignment — one share of one shared GPU
-    /// when that is all they take of GPUs (the milli they consume), else
-    /// every GPU they touch, whole (shares of several GPUs, or beside
-    /// whole GPUs, count as those GPUs whole: never less than is held).
+    /// on other nodes, or not the core's GPUs, aside): `None` when they
+    /// hold none; else its demand (with its MIG ask) and its assignment —
+    /// one share of one shared GPU when that is all they take of GPUs (the
+    /// milli they consume); MIG instances of one GPU when they take only
+    /// instances; else every GPU device they touch, whole (shares of
+    /// several GPUs, or beside whole GPUs, count as those GPUs whole:
+    /// never less than is held; instances beside GPU devices are left to
+    /// the allocator's counters).
     fn claim_hold<'a>(
         &self,
         node: NodeId,
         results: impl IntoIterator<Item = &'a crate::dra::AllocatedDevice>,
-    ) -> Option<(GpuRequest, GpuAssignment)> {
+    ) -> Option<(GpuRequest, Option<gpusched_model::MigAsk>, GpuAssignment)> {
         let mut by_pos: BTreeMap<u32, u32> = BTreeMap::new();
+        let mut mig: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
         for r in results {
             if let Some(&(n, p)) = self.dra_gpus.get(&r.id)
                 && n == node
             {
                 let m = by_pos.entry(p).or_default();
                 *m = (*m + crate::dra::gpus::result_milli(r)).min(1000);
+            } else if let Some(&(n, p, k)) = self.dra_mig.get(&r.id)
+                && n == node
+            {
+                mig.entry(p).or_default().insert(k);
             }
         }
         match by_pos
@@ -65,23 +76,58 @@ impl NodePart {
             .collect::<Vec<_>>()
             .as_slice()
         {
-            [] => None,
-            &[(gpu, milli)] if milli < 1000 => Some((
-                GpuRequest::Share {
-                    milli,
-                    memory_mib: 0,
-                },
-                GpuAssignment::Share {
-                    gpu,
-                    milli,
-                    memory_mib: 0,
-                },
-            )),
-            v => Some((
-                GpuRequest::Whole(v.len() as u32),
-                GpuAssignment::Whole(by_pos.keys().copied().collect()),
-            )),
+            [] => {}
+            &[(gpu, milli)] if milli < 1000 => {
+                return Some((
+                    GpuRequest::Share {
+                        milli,
+                        memory_mib: 0,
+                    },
+                    None,
+                    GpuAssignment::Share {
+                        gpu,
+                        milli,
+                        memory_mib: 0,
+                    },
+                ));
+            }
+            v => {
+                return Some((
+                    GpuRequest::Whole(v.len() as u32),
+                    None,
+                    GpuAssignment::Whole(by_pos.keys().copied().collect()),
+                ));
+            }
         }
+        let (gpu, instances) = mig.into_iter().next()?;
+        let slots = &self.nodes.get(node as usize)?.gpus.get(gpu as usize)?.mig;
+        let milli: u32 = instances
+            .iter()
+            .filter_map(|&k| slots.get(k as usize))
+            .map(|s| s.milli)
+            .sum();
+        let first = slots.get(*instances.first()? as usize)?;
+        let ask = instances
+            .iter()
+            .filter_map(|&k| slots.get(k as usize))
+            .all(|s| s.profile == first.profile)
+            .then(|| gpusched_model::MigAsk {
+                resource: first.resource.clone(),
+                profile: first.profile.clone(),
+                count: instances.len() as u32,
+            });
+        Some((
+            GpuRequest::Share {
+                milli,
+                memory_mib: 0,
+            },
+            ask,
+            GpuAssignment::Mig {
+                gpu,
+                instances: instances.into_iter().collect(),
+                milli,
+            },
+        ))
     }
 }
 
@@ -240,7 +286,7 @@ impl World {
                 });
             }
             // one world: the GPUs its ResourceSlices publish are its GPUs
-            let devices = self.dra.gpu_devices_on(name);
+            let devices = self.dra.core_gpus_on(name);
             if !devices.is_empty() {
                 let n = &mut out.nodes[i];
                 if !n.gpus.is_empty() {
@@ -253,12 +299,22 @@ impl World {
                         ),
                     });
                 }
-                n.gpus = crate::dra::gpus::model_gpus(&devices);
+                n.gpus = crate::dra::gpus::model_core_gpus(&devices);
                 n.sync_gpu_allocatable();
-                for (p, d) in devices.iter().enumerate() {
-                    out.dra_gpus.insert(d.id.clone(), (i as NodeId, p as u32));
-                    if crate::dra::gpus::is_shared_gpu(d) {
-                        out.dra_shared.insert(d.id.clone());
+                for (p, g) in devices.iter().enumerate() {
+                    match g {
+                        crate::dra::gpus::CoreGpu::Device(d) => {
+                            out.dra_gpus.insert(d.id.clone(), (i as NodeId, p as u32));
+                            if crate::dra::gpus::is_shared_gpu(d) {
+                                out.dra_shared.insert(d.id.clone());
+                            }
+                        }
+                        crate::dra::gpus::CoreGpu::Mig { instances, .. } => {
+                            for (k, (d, _)) in instances.iter().enumerate() {
+                                out.dra_mig
+                                    .insert(d.id.clone(), (i as NodeId, p as u32, k as u32));
+                            }
+                        }
                     }
                 }
             }

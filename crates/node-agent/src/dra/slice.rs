@@ -152,12 +152,13 @@ pub fn gpu_memory_slices(model: &str) -> u32 {
     }
 }
 
-/// Counter names of a GPU's shared counter set.
-pub const COUNTER_COMPUTE_SLICES: &str = "compute-slices";
+/// Counter names of a GPU's shared counter set (the scheduler reads the
+/// compute slices and the memory: the names are the model's).
+pub const COUNTER_COMPUTE_SLICES: &str = gpusched_model::dra::COUNTER_COMPUTE_SLICES;
 /// See [`COUNTER_COMPUTE_SLICES`].
 pub const COUNTER_MEMORY_SLICES: &str = "memory-slices";
 /// See [`COUNTER_COMPUTE_SLICES`].
-pub const COUNTER_MEMORY: &str = "memory";
+pub const COUNTER_MEMORY: &str = gpusched_model::dra::COUNTER_MEMORY;
 
 /// At most this many counter sets in one slice (the API's limit): MIG GPUs
 /// beyond the 8th by index are left out of the slice.

@@ -2,6 +2,7 @@
 //! allocating them on a node (the pod's own claims and its extended
 //! resources' special claim, KEP-5004).
 
+use super::ClaimDemand;
 use super::*;
 use gpusched_model::GpuRequest;
 
@@ -148,7 +149,7 @@ impl DraState {
             } else {
                 PodClaims::Nodes(
                     candidates.into_iter().map(String::from).collect(),
-                    GpuRequest::None,
+                    ClaimDemand::default(),
                 )
             };
         }
@@ -157,14 +158,14 @@ impl DraState {
         // why not, with the nodes it applies to
         let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         let mut failed = 0;
-        let mut gpus: Option<GpuRequest> = None;
+        let mut gpus: Option<ClaimDemand> = None;
         for n in candidates {
             match self.allocate_on(open, n, by_node, in_use, Some(core_pods), &mut sel) {
                 Ok(allocs) => {
                     let local = by_node.get(&Some(n)).map_or(&[][..], Vec::as_slice);
                     let g = self.demand_in(&allocs, local);
                     gpus = Some(match gpus {
-                        Some(x) if x.milli() <= g.milli() => x,
+                        Some(x) if x.gpu.milli() <= g.gpu.milli() => x,
                         _ => g,
                     });
                     ok.push(n.to_string());
@@ -225,7 +226,7 @@ impl DraState {
                         .map_or(&[][..], Vec::as_slice);
                     Some(self.demand_in(&allocs, local))
                 })
-                .max_by_key(GpuRequest::milli);
+                .max_by_key(|d| d.gpu.milli());
             if now.is_some() {
                 gpus = now;
             }
@@ -233,46 +234,94 @@ impl DraState {
         PodClaims::Nodes(ok, gpus.unwrap_or_default())
     }
 
-    /// The GPUs among the devices of `allocs`, with the milli-GPUs the
-    /// allocations take of each (1000: whole; less: shares of a shared
-    /// GPU); `local`: the node's own devices, sorted by id.
-    fn gpu_milli_in<'d>(
+    /// The core's GPUs among the devices of `allocs`: per GPU device the
+    /// milli-GPUs the allocations take of it (1000: whole; less: shares of
+    /// a shared GPU), and per GPU in MIG mode (its counter set) the
+    /// instances taken; `local`: the node's own devices, sorted by id.
+    #[allow(clippy::type_complexity)]
+    fn gpus_of<'d>(
         &self,
         allocs: &[Allocation],
         local: &[&'d Device],
-    ) -> BTreeMap<&'d DeviceId, u32> {
-        let mut out: BTreeMap<&DeviceId, u32> = BTreeMap::new();
+    ) -> (
+        BTreeMap<&'d DeviceId, u32>,
+        BTreeMap<CounterSetId, Vec<super::super::gpus::MigInfo>>,
+    ) {
+        let mut whole: BTreeMap<&DeviceId, u32> = BTreeMap::new();
+        let mut mig: BTreeMap<CounterSetId, Vec<super::super::gpus::MigInfo>> = BTreeMap::new();
         for r in allocs.iter().flat_map(|a| &a.devices).filter(|d| !d.admin) {
-            if let Ok(i) = local.binary_search_by(|x| x.id.cmp(&r.id)) {
-                // a tainted GPU is unhealthy in the core, which never
-                // chooses one: a claim tolerating the taint takes it
-                // beside the core's count
-                if self.gpu_drivers.is_gpu(local[i]) && local[i].untolerated(&[]).is_none() {
-                    let m = out.entry(&local[i].id).or_default();
-                    *m = (*m + super::super::gpus::result_milli(r)).min(1000);
-                }
+            let Ok(i) = local.binary_search_by(|x| x.id.cmp(&r.id)) else {
+                continue;
+            };
+            let d = local[i];
+            // a tainted GPU is unhealthy in the core, which never
+            // chooses one: a claim tolerating the taint takes it beside
+            // the core's count
+            if d.untolerated(&[]).is_some() {
+                continue;
+            }
+            if self.gpu_drivers.is_gpu(d) {
+                let m = whole.entry(&d.id).or_default();
+                *m = (*m + super::super::gpus::result_milli(r)).min(1000);
+            } else if self.gpu_drivers.is_mig(d)
+                && let (Some(u), Some(info)) = (
+                    d.consumes.first(),
+                    super::super::gpus::mig_info(d, &self.counter_sets),
+                )
+            {
+                mig.entry(super::super::gpus::counter_set(d, &u.set))
+                    .or_default()
+                    .push(info);
             }
         }
-        out
+        (whole, mig)
     }
 
-    /// How many GPUs the allocations take (whole or in part).
+    /// How many core GPUs the allocations take (whole, in part, or
+    /// instances of).
     fn gpus_in(&self, allocs: &[Allocation], local: &[&Device]) -> u32 {
-        self.gpu_milli_in(allocs, local).len() as u32
+        let (whole, mig) = self.gpus_of(allocs, local);
+        (whole.len() + mig.len()) as u32
     }
 
-    /// The core's GPU demand of the allocations ([`DraState::gpu_milli_in`]):
+    /// The core's GPU demand of the allocations ([`DraState::gpus_of`]):
     /// a share of one GPU when they take less than all of one GPU and
-    /// nothing else, else every GPU they touch whole.
-    fn demand_in(&self, allocs: &[Allocation], local: &[&Device]) -> GpuRequest {
-        let m = self.gpu_milli_in(allocs, local);
-        match m.values().copied().collect::<Vec<u32>>().as_slice() {
+    /// nothing else; MIG instances when they take only instances, of one
+    /// profile of one GPU; else every GPU device they touch, whole (MIG
+    /// instances beside GPU devices, or of several GPUs or profiles, are
+    /// left to the allocator).
+    fn demand_in(&self, allocs: &[Allocation], local: &[&Device]) -> ClaimDemand {
+        let (whole, mig) = self.gpus_of(allocs, local);
+        let gpu = match whole.values().copied().collect::<Vec<u32>>().as_slice() {
             [] => GpuRequest::None,
             &[milli] if milli < 1000 => GpuRequest::Share {
                 milli,
                 memory_mib: 0,
             },
             v => GpuRequest::Whole(v.len() as u32),
+        };
+        if !gpu.is_none() {
+            return ClaimDemand { gpu, mig: None };
+        }
+        match mig.iter().collect::<Vec<_>>().as_slice() {
+            [(set, instances)] if instances.iter().all(|i| i.profile == instances[0].profile) => {
+                let count = instances.len() as u32;
+                ClaimDemand {
+                    gpu: GpuRequest::Share {
+                        milli: instances.iter().map(|i| i.milli).sum(),
+                        memory_mib: 0,
+                    },
+                    mig: Some(gpusched_model::MigAsk {
+                        resource: super::super::gpus::mig_resource(
+                            &set.driver,
+                            &instances[0].profile,
+                        ),
+                        profile: instances[0].profile.clone(),
+                        count,
+                    }),
+                }
+            }
+            _ => ClaimDemand::default(),
         }
     }
 
@@ -414,13 +463,20 @@ impl DraState {
         if core_gpus.is_empty() || self.gpus_in(allocs, &local) as usize != core_gpus.len() {
             return None;
         }
-        let others: BTreeSet<&DeviceId> = self
-            .gpu_devices_on(node)
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| !core_gpus.contains(&(*i as u32)))
-            .map(|(_, d)| &d.id)
-            .collect();
+        let mut others: BTreeSet<&DeviceId> = BTreeSet::new();
+        for (i, g) in self.core_gpus_on(node).into_iter().enumerate() {
+            if core_gpus.contains(&(i as u32)) {
+                continue;
+            }
+            match g {
+                super::super::gpus::CoreGpu::Device(d) => {
+                    others.insert(&d.id);
+                }
+                super::super::gpus::CoreGpu::Mig { instances, .. } => {
+                    others.extend(instances.into_iter().map(|(d, _)| &d.id));
+                }
+            }
+        }
         let mut held = in_use.clone();
         held.extend(others.iter().map(|d| (*d).clone()));
         let only: BTreeMap<Option<&str>, Vec<&Device>> = by_node

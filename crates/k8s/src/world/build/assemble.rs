@@ -98,7 +98,12 @@ impl World {
             if owner.is_some_and(|o| holders.contains(o)) && shared_gpu(np, &d.id) {
                 continue;
             }
-            if let Some(&(n, p)) = np.dra_gpus.get(&d.id)
+            let at = np
+                .dra_gpus
+                .get(&d.id)
+                .copied()
+                .or_else(|| np.dra_mig.get(&d.id).map(|&(n, p, _)| (n, p)));
+            if let Some((n, p)) = at
                 && taken[n as usize].insert(p)
                 && let Some(g) = out.snapshot.nodes[n as usize].gpus.get_mut(p as usize)
             {
@@ -290,9 +295,10 @@ fn undecided_mig(
     GpuAssignment::None
 }
 
-/// Whether DRA device `d` is a shared GPU of the core.
+/// Whether DRA device `d` is a shared GPU of the core or a MIG instance
+/// (held by a pod the core counts, it is counted on that pod).
 fn shared_gpu(np: &NodePart, d: &crate::dra::DeviceId) -> bool {
-    np.dra_shared.contains(d)
+    np.dra_shared.contains(d) || np.dra_mig.contains_key(d)
 }
 
 fn mark(taken: &mut BTreeSet<u32>, shared: &mut BTreeMap<u32, u64>, a: &GpuAssignment) {

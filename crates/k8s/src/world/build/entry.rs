@@ -70,7 +70,7 @@ impl World {
                 // DRA: its claims must exist and be allocatable
                 // somewhere; the core picks among those nodes
                 let mut claim_nodes = None;
-                let mut claim_gpus = GpuRequest::None;
+                let mut claim_gpus = crate::dra::state::ClaimDemand::default();
                 let mut claim_gpu_set = None;
                 if !v.claims.is_empty() && !self.assumed.contains_key(&v.uid) {
                     let d = dra.get_or_insert_with(|| DraCtx::new(self));
@@ -89,7 +89,9 @@ impl World {
                         PodClaims::Nodes(n, g) => {
                             // which of those nodes' GPUs the claims may
                             // take, and which must go together
-                            if !g.is_none() {
+                            // (MIG instances are placed by the core's
+                            // instances, not by GPU: not for them)
+                            if !g.gpu.is_none() && g.mig.is_none() {
                                 claim_gpu_set = self.dra.claim_gpus(
                                     &v.namespace,
                                     &v.claims,
@@ -120,7 +122,7 @@ impl World {
                     .claims
                     .iter()
                     .all(|c| c.entry == crate::dra::extended::IN_MEMORY_NAME);
-                if !claim_gpus.is_none() && (pod.gpu.is_none() || !special_only) {
+                if !claim_gpus.gpu.is_none() && (pod.gpu.is_none() || !special_only) {
                     if !pod.gpu.is_none() {
                         return unseen(
                             Some(PendingClass::InvalidSpec),
@@ -131,13 +133,14 @@ impl World {
                                     v.namespace,
                                     v.name,
                                     gpu_amount(&pod.gpu),
-                                    gpu_amount(&claim_gpus),
+                                    gpu_amount(&claim_gpus.gpu),
                                 ),
                             },
                         );
                     }
                     // one world: its claims' GPUs are its GPU demand
-                    pod.gpu = claim_gpus;
+                    pod.gpu = claim_gpus.gpu;
+                    pod.mig = claim_gpus.mig.map(Box::new);
                 }
                 let mut pending_queue = None;
                 let mut node = None;
@@ -152,8 +155,9 @@ impl World {
                                 self.dra.held_results_by(&v.uid, &v.namespace, &v.claims),
                             );
                             let gpus = match held {
-                                Some((req, held)) if pod.gpu.is_none() || pod.gpu == req => {
+                                Some((req, mig, held)) if pod.gpu.is_none() || pod.gpu == req => {
                                     pod.gpu = req;
+                                    pod.mig = mig.map(Box::new);
                                     held
                                 }
                                 _ => a.gpus.clone(),
@@ -245,11 +249,12 @@ impl World {
                 };
                 // (a KEP-5004 pod asks `nvidia.com/gpu` and holds its
                 // special claim's devices: the same count)
-                let dra_held = dra_held.filter(|(req, _)| pod.gpu.is_none() || pod.gpu == *req);
+                let dra_held = dra_held.filter(|(req, _, _)| pod.gpu.is_none() || pod.gpu == *req);
                 let is_dra = dra_held.is_some();
                 let gpus = match (decision, dra_held) {
-                    (_, Some((req, held))) => {
+                    (_, Some((req, mig, held))) => {
                         pod.gpu = req;
+                        pod.mig = mig.map(Box::new);
                         Some(held)
                     }
                     (decision, None) => match decision {
