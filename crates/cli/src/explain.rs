@@ -175,14 +175,8 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
                     output: &out,
                     now_ms: now,
                 };
-                let mut r = report::queue_report(&view, &queue)
-                    .with_context(|| format!("queue {queue} is not in the simulation"))?;
-                // the reasons a live scheduler's Queue status shows
-                let classes = gpusched_core::report::classify::classify_cycle(&out, &snap);
-                r.pending_by_reason = gpusched_core::report::classify::queue_pending_by_reason(
-                    &classes, &snap, &queue,
-                );
-                r
+                report::queue_report(&view, &queue)
+                    .with_context(|| format!("queue {queue} is not in the simulation"))?
             } else {
                 fetch_json(&source, &format!("/debug/queues/{queue}"))?
             };

@@ -1,6 +1,6 @@
 //! `gpusched explain`'s reports, built from real cycles on small clusters.
 
-use gpusched_core::report::{CycleView, Hint, PodStatus, pod_report, queue_report};
+use gpusched_core::report::{CycleView, Hint, PodStatus, classify, pod_report, queue_report};
 use gpusched_core::*;
 use gpusched_model::*;
 use gpusched_testkit::*;
@@ -107,7 +107,19 @@ fn a_pod_pending_on_quota_names_the_queue_and_the_dimension() {
     )
     .unwrap();
     assert_eq!(q.running_pods, 1);
-    assert_eq!(q.pending_by_reason.get("Quota"), Some(&1));
+    // the labels are the core's classification, what the Queue's status,
+    // events and metrics show (each pending pod's main class)
+    assert_eq!(q.pending_by_reason.get("QueueQuota"), Some(&1));
+    let mut by_class: std::collections::BTreeMap<String, u32> = Default::default();
+    for e in &out.explanations {
+        let ps = &snap.pods[e.pod as usize];
+        if ps.is_pending() && ps.pod.queue == "team" {
+            let c = classify::classify(e, &ps.pod, &snap);
+            let name = c.first().map_or("FitsNow", |c| c.reason_name());
+            *by_class.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(q.pending_by_reason, by_class);
     assert_eq!(q.ancestors.len(), 1);
     assert_eq!(q.queue.usage.gpu_milli, 3000);
     assert_eq!(

@@ -430,22 +430,14 @@ impl Server {
         view: &CycleView<'_>,
         name: &str,
     ) -> Option<report::QueueReport> {
+        // the core's classification (what the Queue's status shows), plus
+        // the gated and invalid pods the core never sees
         let mut r = report::queue_report(view, name)?;
-        // one classification: the reasons the Queue's and PodGroups'
-        // status show, gated and invalid pods (which the core never sees)
-        // included
-        // classified on request, not in every cycle
-        let classes =
-            gpusched_core::report::classify::classify_cycle(&latest.out, &latest.built.snapshot);
-        let mut by = gpusched_core::report::classify::queue_pending_by_reason(
-            &classes,
-            &latest.built.snapshot,
-            name,
-        );
         for (c, n) in latest.built.unseen_by_queue.get(name).into_iter().flatten() {
-            *by.entry(c.reason_name().to_string()).or_default() += n;
+            *r.pending_by_reason
+                .entry(c.reason_name().to_string())
+                .or_default() += n;
         }
-        r.pending_by_reason = by;
         Some(r)
     }
 

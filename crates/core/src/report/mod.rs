@@ -374,12 +374,10 @@ pub struct QueueReport {
     pub children: Vec<String>,
     /// Pods of the queue running (or terminating).
     pub running_pods: u32,
-    /// Pods of the queue pending, by the kind of their main reason
-    /// ([`PendingReason::label`]; `FitsNow` when none, `NotExplained` when
-    /// the cycle did not explain them). The scheduler's debug endpoint and
-    /// `gpusched explain queue --from-sim` replace these with the reason
-    /// names of [`classify`] (what the Queue's status shows), by
-    /// [`classify::queue_pending_by_reason`].
+    /// Pods of the queue the cycle explained, by the reason name of their
+    /// main class ([`classify::queue_pending_by_reason`]: what the Queue's
+    /// status shows). The scheduler's debug endpoint adds the pods the core
+    /// never sees (gated, invalid).
     pub pending_by_reason: BTreeMap<String, u32>,
     /// Problems of the queue tree about this queue.
     pub problems: Vec<QueueProblem>,

@@ -53,20 +53,15 @@ pub fn queue_report(view: &CycleView<'_>, name: &str) -> Option<QueueReport> {
     let q = tree.idx(name)?;
     let index = CycleIndex::new(view);
     let mut running_pods = 0;
-    let mut pending_by_reason: BTreeMap<String, u32> = BTreeMap::new();
     for (i, p) in snap.pods.iter().enumerate() {
-        if index.queue_of(&p.pod) != name {
-            continue;
-        }
-        let id = i as PodId;
-        if p.holding().is_some() || index.placed(id) {
+        if index.queue_of(&p.pod) == name && (p.holding().is_some() || index.placed(i as PodId)) {
             running_pods += 1;
-            continue;
         }
-        *pending_by_reason
-            .entry(index.label(id).to_string())
-            .or_default() += 1;
     }
+    // one classification: the reason names the Queue's status, events and
+    // metrics show
+    let classes = classify::classify_cycle(view.output, snap);
+    let pending_by_reason = classify::queue_pending_by_reason(&classes, snap, name);
     Some(QueueReport {
         queue: queue_state(&tree, q),
         ancestors: tree.path(q)[1..]
