@@ -290,8 +290,9 @@ pub async fn reserve_any(
         reserve(client, &done, pod_name, pod_uid).await?;
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(client.clone(), &w.namespace);
-        let patch = serde_json::json!({"status": {"extendedResourceClaimStatus":
-            crate::dra::extended::pod_status(&done.name, reqs)}});
+        let patch = super::patch::extended_resource_claim(crate::dra::extended::pod_status(
+            &done.name, reqs,
+        ));
         pods.patch_status(
             pod_name,
             &kube::api::PatchParams::default(),

@@ -5,7 +5,9 @@
 //! `kind` and required fields (an Event's `eventTime`), which a patch of a
 //! few fields must not write.
 
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ObjectReference, PersistentVolumeSpec, PodExtendedResourceClaimStatus, PodStatus,
+};
 use k8s_openapi::api::events::v1::EventSeries;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -94,6 +96,21 @@ pub(crate) fn nominated_node(node: &str) -> MergePatch<(), PodStatus> {
     }
 }
 
+/// Sets a pod's `status.extendedResourceClaimStatus`: the ResourceClaim
+/// made for its extended resources and which container request maps to
+/// which device request (KEP-5004).
+pub(crate) fn extended_resource_claim(
+    status: PodExtendedResourceClaimStatus,
+) -> MergePatch<(), PodStatus> {
+    MergePatch {
+        status: Some(PodStatus {
+            extended_resource_claim_status: Some(status),
+            ..PodStatus::default()
+        }),
+        ..MergePatch::default()
+    }
+}
+
 /// Counts an event's `count`th occurrence, observed `now`.
 pub(crate) fn series(count: i32, now: Timestamp) -> SeriesPatch {
     SeriesPatch {
@@ -152,6 +169,45 @@ mod tests {
         assert_eq!(
             serde_json::to_value(nominated_node("gpu-7")).unwrap(),
             before
+        );
+    }
+
+    #[test]
+    fn an_extended_resource_claim_status_is_the_patch_it_was() {
+        use crate::dra::extended::{ExtendedRequest, pod_status};
+        let reqs = [
+            ExtendedRequest {
+                container: "main".into(),
+                request: "container-0-request-0".into(),
+                resource: "nvidia.com/gpu".into(),
+                class: "gpu.gpusched.io".into(),
+                count: 2,
+            },
+            ExtendedRequest {
+                container: "side".into(),
+                request: "container-1-request-0".into(),
+                resource: "nvidia.com/gpu".into(),
+                class: "gpu.gpusched.io".into(),
+                count: 1,
+            },
+        ];
+        let status = pod_status("train-gpu-claim-x7k2q", &reqs);
+        let before = json!({"status": {"extendedResourceClaimStatus": status.clone()}});
+        assert_eq!(
+            serde_json::to_value(extended_resource_claim(status)).unwrap(),
+            before
+        );
+        assert_eq!(
+            before["status"]["extendedResourceClaimStatus"],
+            json!({
+                "resourceClaimName": "train-gpu-claim-x7k2q",
+                "requestMappings": [
+                    {"containerName": "main", "requestName": "container-0-request-0",
+                     "resourceName": "nvidia.com/gpu"},
+                    {"containerName": "side", "requestName": "container-1-request-0",
+                     "resourceName": "nvidia.com/gpu"},
+                ],
+            })
         );
     }
 
