@@ -651,4 +651,4 @@ pub fn claim_gpus(pod: &Pod) -> Option<&gpusched_model::dra::ClaimGpus> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

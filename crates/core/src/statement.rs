@@ -155,31 +155,7 @@ impl Statement {
 mod tests {
     use super::*;
     use crate::state::NodeState;
-    use gpusched_model::Node;
-    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
-
-    fn nodes() -> Vec<Node> {
-        ClusterSpec {
-            nodes: vec![NodeGroupSpec {
-                name: "n".into(),
-                count: 2,
-                cpu: "16".into(),
-                memory: "64Gi".into(),
-                gpus: Some(GpuLayoutSpec {
-                    count: 4,
-                    model: "L40S".into(),
-                    memory: "48Gi".into(),
-                    interconnect: Interconnect::Pcie,
-                    pcie_switches: 2,
-                    numa_nodes: 1,
-                    devices: vec![],
-                }),
-                ..Default::default()
-            }],
-        }
-        .nodes()
-        .unwrap()
-    }
+    use crate::state::tests::nodes;
 
     /// What a node holds, without its version (which every change bumps).
     fn held(s: &NodeState) -> (ResourceVec, Vec<u32>, Vec<u64>, u32) {

@@ -3,7 +3,9 @@
 use super::*;
 use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
 
-fn nodes() -> Vec<Node> {
+/// Two nodes of 4 L40S GPUs on PCIe (2 switches): the cluster of the
+/// state's tests and the statement's (`crate::statement`).
+pub(crate) fn nodes() -> Vec<Node> {
     ClusterSpec {
         nodes: vec![NodeGroupSpec {
             name: "n".into(),
