@@ -19,6 +19,7 @@
 mod dra_node;
 #[path = "../../k8s/tests/common/mod.rs"]
 mod k8s;
+mod real_kubelet;
 
 use dra_node::*;
 use gpusched_model::dra;

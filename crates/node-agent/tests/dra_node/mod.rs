@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 use crate::k8s::{self, Cluster, wait_for};
+use crate::real_kubelet::{kubelet_down, kubelet_up};
 use gpusched_model::dra;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -25,27 +26,6 @@ pub fn node_yaml() -> String {
     format!(
         "nodes:\n  - name: {NODE}\n    cpu: \"64\"\n    memory: 512Gi\n    gpus:\n      count: 4\n      model: H100-SXM5-80GB\n      memory: 80Gi\n      interconnect: nvswitch\n      numa_nodes: 2\n"
     )
-}
-
-pub fn kubelet_script() -> PathBuf {
-    k8s::repo_root().join("e2e/cluster/kubelet")
-}
-
-pub fn script(args: &[&str]) -> BTreeMap<String, String> {
-    let out = Command::new(kubelet_script())
-        .args(args)
-        .output()
-        .expect("running e2e/cluster/kubelet (build first: e2e/cluster/build)");
-    assert!(
-        out.status.success(),
-        "e2e/cluster/kubelet {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 pub struct RealNode {
@@ -72,20 +52,7 @@ impl RealNode {
     /// A node of the fake backend's `yaml` (node name [`NODE`]) whose agent
     /// runs with `extra_args` too.
     pub async fn up_node(c: &Cluster, yaml: &str, extra_args: &[&str]) -> RealNode {
-        // (short path: unix socket paths are limited to 108 bytes)
-        let dir = tempfile::Builder::new()
-            .prefix("gpusched-dra-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let kdir = dir.path().join("k");
-        let env = script(&[
-            "up",
-            kdir.to_str().unwrap(),
-            "--cluster",
-            c.dir.path().to_str().unwrap(),
-            "--node",
-            NODE,
-        ]);
+        let (dir, env) = kubelet_up(c, "gpusched-dra-", NODE);
         let node_file = dir.path().join("node.yaml");
         std::fs::write(&node_file, yaml).unwrap();
         std::fs::write(dir.path().join("control"), "").unwrap();
@@ -269,13 +236,8 @@ impl RealNode {
 impl Drop for RealNode {
     fn drop(&mut self) {
         self.stop_agent();
-        if std::env::var_os("GPUSCHED_E2E_KEEP").is_some() {
-            self.dir.disable_cleanup(true);
-            eprintln!("kept {}", self.dir.path().display());
-        }
-        let _ = Command::new(kubelet_script())
-            .args(["down", self.kdir().to_str().unwrap()])
-            .output();
+        let kdir = self.kdir();
+        kubelet_down(&mut self.dir, kdir.to_str().unwrap());
     }
 }
 

@@ -18,6 +18,8 @@
 
 #[path = "../../../k8s/tests/common/mod.rs"]
 mod k8s;
+#[path = "../real_kubelet/mod.rs"]
+mod real_kubelet;
 
 // the tests, by topic (this file: the real node and the helpers they
 // share; audit.rs: what every test checks)
@@ -33,6 +35,7 @@ use k8s::{Cluster, create, decision, wait_for};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+use real_kubelet::{kubelet_down, kubelet_up, script};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -56,27 +59,6 @@ fn node_yaml(gpus: usize) -> String {
         s.push_str(&format!("        - {{index: {i}, nvlink: {}}}\n", i / 8));
     }
     s
-}
-
-fn kubelet_script() -> PathBuf {
-    k8s::repo_root().join("e2e/cluster/kubelet")
-}
-
-fn script(args: &[&str]) -> BTreeMap<String, String> {
-    let out = Command::new(kubelet_script())
-        .args(args)
-        .output()
-        .expect("running e2e/cluster/kubelet (build first: e2e/cluster/build)");
-    assert!(
-        out.status.success(),
-        "e2e/cluster/kubelet {args:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 /// One container as the runtime was asked to create it.
@@ -116,20 +98,7 @@ impl RealNode {
     /// A node from a fake-backend node file (`nodes[0].name` is replaced
     /// by this node's name) whose agent reads `config` if given.
     async fn up_file(c: &Cluster, yaml: &str, config: Option<&str>) -> RealNode {
-        // (short path: unix socket paths are limited to 108 bytes)
-        let dir = tempfile::Builder::new()
-            .prefix("gpusched-kubelet-")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let kdir = dir.path().join("k");
-        let env = script(&[
-            "up",
-            kdir.to_str().unwrap(),
-            "--cluster",
-            c.dir.path().to_str().unwrap(),
-            "--node",
-            NODE,
-        ]);
+        let (dir, env) = kubelet_up(c, "gpusched-kubelet-", NODE);
         let node_file = dir.path().join("node.yaml");
         let mut spec: Value = serde_saphyr::from_str(yaml).unwrap();
         spec["nodes"][0]["name"] = json!(NODE);
@@ -311,15 +280,8 @@ impl RealNode {
 impl Drop for RealNode {
     fn drop(&mut self) {
         self.stop_agent(false);
-        // GPUSCHED_E2E_KEEP=1 keeps the kubelet's and the agent's logs
-        // and state for a look after a failure.
-        if std::env::var_os("GPUSCHED_E2E_KEEP").is_some() {
-            self.dir.disable_cleanup(true);
-            eprintln!("kept {}", self.dir.path().display());
-        }
-        let _ = Command::new(kubelet_script())
-            .args(["down", self.kdir()])
-            .output();
+        let kdir = self.kdir().to_string();
+        kubelet_down(&mut self.dir, &kdir);
     }
 }
 
