@@ -11,7 +11,7 @@ pub mod bind;
 pub mod claims;
 pub mod events;
 mod evict;
-mod patch;
+pub(crate) mod patch;
 mod problems;
 pub mod status;
 

@@ -73,12 +73,20 @@ pub(crate) fn claim_ref(
 /// Sets annotation `annotation` to `value` (a PersistentVolumeClaim's
 /// selected node).
 pub(crate) fn annotation(annotation: &str, value: &str) -> MergePatch {
+    annotations(&[(annotation, value)])
+}
+
+/// Sets each (annotation, value) of `pairs` (the pods a ProvisioningRequest
+/// was made for: which request they consume, its class).
+pub(crate) fn annotations(pairs: &[(&str, &str)]) -> MergePatch {
     MergePatch {
         metadata: Some(ObjectMeta {
-            annotations: Some(BTreeMap::from([(
-                annotation.to_string(),
-                value.to_string(),
-            )])),
+            annotations: Some(
+                pairs
+                    .iter()
+                    .map(|(a, v)| (a.to_string(), v.to_string()))
+                    .collect(),
+            ),
             ..ObjectMeta::default()
         }),
         ..MergePatch::default()
@@ -160,6 +168,18 @@ mod tests {
         let before = json!({
             "metadata": {"annotations": {crate::volumes::ANN_SELECTED_NODE: "gpu-7"}},
         });
+        assert_eq!(serde_json::to_value(&typed).unwrap(), before);
+    }
+
+    #[test]
+    fn provisioning_annotations_are_the_patch_they_were() {
+        use crate::provreq::{ANNOTATION_CLASS, ANNOTATION_CONSUME};
+        let (name, class) = ("gpusched-ml-g-1", "check-capacity.autoscaling.x-k8s.io");
+        let before = json!({"metadata": {"annotations": {
+            ANNOTATION_CONSUME: name,
+            ANNOTATION_CLASS: class,
+        }}});
+        let typed = annotations(&[(ANNOTATION_CONSUME, name), (ANNOTATION_CLASS, class)]);
         assert_eq!(serde_json::to_value(&typed).unwrap(), before);
     }
 

@@ -28,7 +28,6 @@ use kube::api::{DeleteParams, ListParams, Patch};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, CustomResource, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;

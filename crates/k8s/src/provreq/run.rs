@@ -419,10 +419,10 @@ async fn create(ctx: &Ctx, key: &str, g: &GangState, attempt: u32) -> Result<Str
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(format!("creating ProvisioningRequest {ns}/{name}: {e}")),
     }
-    let patch = json!({"metadata": {"annotations": {
-        ANNOTATION_CONSUME: name,
-        ANNOTATION_CLASS: ctx.config.class,
-    }}});
+    let patch = crate::exec::patch::annotations(&[
+        (ANNOTATION_CONSUME, name.as_str()),
+        (ANNOTATION_CLASS, ctx.config.class.as_str()),
+    ]);
     for p in &pods {
         let Some(pname) = p.metadata.name.as_deref() else {
             continue;

@@ -1,6 +1,7 @@
 use super::*;
 use crate::world::PodRef;
 use gpusched_testkit as tk;
+use serde_json::json;
 
 fn cfg() -> Config {
     Config {
