@@ -40,6 +40,9 @@ pub enum NodeReason {
         count: u32,
         /// The attributes its GPUs must share (empty: only selectors).
         attributes: Vec<String>,
+        /// The attributes no two of its GPUs may share (`distinctAttribute`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        distinct: Vec<String>,
     },
 }
 
@@ -56,11 +59,13 @@ impl fmt::Display for NodeReason {
                 claim,
                 count,
                 attributes,
+                distinct,
             } => f.write_str(
                 &gpusched_model::dra::ClaimGpus {
                     claim: claim.clone(),
                     attributes: attributes.clone(),
-                    nodes: Default::default(),
+                    distinct: distinct.clone(),
+                    ..Default::default()
                 }
                 .shortage(*count, true),
             ),

@@ -607,3 +607,99 @@ fn a_mig_instance_counts_its_measure_on_its_gpu_which_no_whole_gpu_claim_takes()
         )]
     );
 }
+
+/// A node of 4 whole GPUs, 0 and 1 on PCIe root `r0`, 2 and 3 on `r1`.
+fn roots_slice(node: &str) -> ResourceSlice {
+    let devices: Vec<Value> = (0..4u32)
+        .map(|i| {
+            json!({"name": dra::gpu_device_name(i), "attributes": {
+                dra::ATTR_INDEX: {"int": i},
+                dra::ATTR_MODEL: {"string": "H100"},
+                dra::ATTR_PCIE_ROOT: {"string": format!("r{}", i / 2)},
+            }, "capacity": {dra::CAPACITY_MEMORY: {"value": "80Gi"}}})
+        })
+        .collect();
+    obj(json!({
+        "metadata": {"name": format!("{node}-gpus")},
+        "spec": {"driver": dra::DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    }))
+}
+
+fn gpus(n: u32) -> Value {
+    json!([{"name": "gpu", "exactly": {"deviceClassName": dra::DEVICE_CLASS, "count": n}}])
+}
+
+/// Issue 25: a claim's `distinctAttribute` reaches the core, which gives
+/// the pod GPUs of distinct values only (it used to be re-checked at bind
+/// time alone).
+#[test]
+fn distinct_attribute_keeps_the_core_to_gpus_of_distinct_values() {
+    let root = dra::ATTR_PCIE_ROOT.to_string();
+    let apart = || {
+        let mut c = claim("apart", gpus(2));
+        c.spec
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .constraints = Some(vec![obj(json!({"distinctAttribute": root}))]);
+        c
+    };
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&roots_slice("a"));
+    w.upsert_claim(&apart());
+    let p = pod("apart", "apart", "default", None);
+    w.upsert_pod(&p);
+    let b = w.build();
+    let c = snap_pod(&b, "apart")
+        .pod
+        .constraints()
+        .claim_gpus
+        .clone()
+        .expect("the constraint reaches the core");
+    assert_eq!(c.distinct, [dra::ATTR_PCIE_ROOT]);
+    let (binds, _, _) = cycle(&w);
+    assert_eq!(binds.len(), 1, "{binds:?}");
+    let GpuAssignment::Whole(chosen) = &binds[0].2 else {
+        panic!("{binds:?}")
+    };
+    assert_eq!(chosen.len(), 2);
+    assert_ne!(chosen[0] / 2, chosen[1] / 2, "one GPU per root: {chosen:?}");
+    let got = bind(&mut w, p, "apart", gpus(2), "a", &binds[0].2);
+    let want: Vec<(String, u32)> = chosen
+        .iter()
+        .map(|g| (dra::gpu_device_name(*g), 1000))
+        .collect();
+    assert_eq!(got, want, "the claim gets the core's GPUs");
+    // another pod holding both GPUs of root r1: the two free GPUs are on
+    // one root, so the claim waits with the core's reason
+    let mut w = World::default();
+    w.upsert_node(&node("a"));
+    w.upsert_device_class(&device_class());
+    w.upsert_slice(&roots_slice("a"));
+    w.upsert_claim(&claim("pair", gpus(2)));
+    let pair = pod("pair", "pair", "default", None);
+    w.upsert_pod(&pair);
+    bind(
+        &mut w,
+        pair,
+        "pair",
+        gpus(2),
+        "a",
+        &GpuAssignment::Whole(vec![2, 3]),
+    );
+    w.upsert_claim(&apart());
+    w.upsert_pod(&pod("apart", "apart", "default", None));
+    let (binds, _, why) = cycle(&w);
+    assert!(binds.is_empty(), "{binds:?}");
+    let (_, msg) = why.iter().find(|(p, _)| p == "apart").expect("explained");
+    assert!(
+        msg.contains("no 2 free GPUs with distinct resource.kubernetes.io/pcieRoot for ResourceClaim ml/apart"),
+        "{msg}"
+    );
+}

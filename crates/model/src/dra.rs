@@ -12,7 +12,7 @@
 //! `device.attributes["gpu.gpusched.io"].productName`).
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The DRA driver name of gpusched's node agent.
 pub const DRIVER: &str = "gpu.gpusched.io";
@@ -107,7 +107,8 @@ pub fn gpu_device_index(name: &str) -> Option<u32> {
 ///
 /// A GPU's group is the (interned) tuple of its values of
 /// [`ClaimGpus::attributes`]; with no attribute every allowed GPU is in
-/// group 0.
+/// group 0. With [`ClaimGpus::distinct`] (`distinctAttribute`) no two GPUs
+/// of the pod may share their (interned) values of those attributes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClaimGpus {
@@ -120,6 +121,15 @@ pub struct ClaimGpus {
     /// Per node name: per GPU position, the GPU's group, `None` where the
     /// claims cannot take it. A node not listed: none of its GPUs.
     pub nodes: BTreeMap<String, Vec<Option<u32>>>,
+    /// The `distinctAttribute` attributes (qualified) no two GPUs of the
+    /// pod may share; empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub distinct: Vec<String>,
+    /// With [`ClaimGpus::distinct`]: per node, per GPU position, the
+    /// (interned) tuple of its values of those attributes (`None` where it
+    /// is not allowed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub values: BTreeMap<String, Vec<Option<u32>>>,
 }
 
 impl ClaimGpus {
@@ -133,14 +143,34 @@ impl ClaimGpus {
         self.group(node, g).is_some()
     }
 
+    /// GPU `g`'s key for [`ClaimGpus::distinct`]: its values' id, or (no
+    /// distinct attributes) a key of its own.
+    fn distinct_key(&self, node: &str, g: usize) -> Option<u64> {
+        if self.distinct.is_empty() {
+            return Some((1 << 32) | g as u64);
+        }
+        self.values
+            .get(node)?
+            .get(g)
+            .copied()
+            .flatten()
+            .map(u64::from)
+    }
+
     /// Of `free` (GPU positions of `node`, ascending), the allowed ones of
     /// the group to take `k` from: the group with the fewest such GPUs
     /// that has at least `k` (best fit keeps larger groups whole), then
     /// the lowest group. `None` when no group has `k`.
+    ///
+    /// With [`ClaimGpus::distinct`], a group keeps one GPU (the lowest) per
+    /// value: any `k` of those are distinct.
     pub fn pick_group(&self, node: &str, free: &[usize], k: usize) -> Option<Vec<usize>> {
         let mut by_group: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        let mut seen: BTreeSet<(u32, u64)> = BTreeSet::new();
         for &g in free {
-            if let Some(grp) = self.group(node, g) {
+            if let (Some(grp), Some(key)) = (self.group(node, g), self.distinct_key(node, g))
+                && seen.insert((grp, key))
+            {
                 by_group.entry(grp).or_default().push(g);
             }
         }
@@ -150,30 +180,32 @@ impl ClaimGpus {
             .min_by_key(Vec::len)
     }
 
-    /// Whether `gpus` (positions on `node`) are all allowed and of one
-    /// group.
+    /// Whether `gpus` (positions on `node`) are all allowed, of one group
+    /// and (with [`ClaimGpus::distinct`]) of distinct values.
     pub fn admits(&self, node: &str, gpus: impl IntoIterator<Item = usize>) -> bool {
         let mut first = None;
+        let mut keys = BTreeSet::new();
         for g in gpus {
-            let Some(grp) = self.group(node, g) else {
+            let (Some(grp), Some(key)) = (self.group(node, g), self.distinct_key(node, g)) else {
                 return false;
             };
-            if *first.get_or_insert(grp) != grp {
+            if *first.get_or_insert(grp) != grp || !keys.insert(key) {
                 return false;
             }
         }
         true
     }
 
-    /// The most allowed GPUs of one group among `gpus` of `node`.
+    /// The most allowed GPUs of one group (of distinct values, with
+    /// [`ClaimGpus::distinct`]) among `gpus` of `node`.
     pub fn largest_group(&self, node: &str, gpus: impl IntoIterator<Item = usize>) -> usize {
-        let mut by_group: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut by_group: BTreeMap<u32, BTreeSet<u64>> = BTreeMap::new();
         for g in gpus {
-            if let Some(grp) = self.group(node, g) {
-                *by_group.entry(grp).or_default() += 1;
+            if let (Some(grp), Some(key)) = (self.group(node, g), self.distinct_key(node, g)) {
+                by_group.entry(grp).or_default().insert(key);
             }
         }
-        by_group.into_values().max().unwrap_or(0)
+        by_group.into_values().map(|v| v.len()).max().unwrap_or(0)
     }
 
     /// What the pod lacks on a node, in kube-scheduler's style: `node(s)
@@ -181,15 +213,22 @@ impl ClaimGpus {
     /// ResourceClaim ml/gpus` (`free`: say "free").
     pub fn shortage(&self, k: u32, free: bool) -> String {
         let free = if free { "free " } else { "" };
-        if self.attributes.is_empty() {
+        let mut with = Vec::new();
+        if !self.attributes.is_empty() {
+            with.push(format!("one {}", self.attributes.join(" and one ")));
+        }
+        if !self.distinct.is_empty() {
+            with.push(format!("distinct {}", self.distinct.join(" and ")));
+        }
+        if with.is_empty() {
             format!(
                 "node(s) had no {k} {free}GPUs the selectors of ResourceClaim {} match",
                 self.claim
             )
         } else {
             format!(
-                "node(s) had no {k} {free}GPUs with one {} for ResourceClaim {}",
-                self.attributes.join(" and one "),
+                "node(s) had no {k} {free}GPUs with {} for ResourceClaim {}",
+                with.join(" and "),
                 self.claim
             )
         }
@@ -239,6 +278,7 @@ mod tests {
                 vec![Some(0), Some(0), Some(1), Some(1), None],
             )]
             .into(),
+            ..ClaimGpus::default()
         };
         assert!(c.allows("a", 0) && !c.allows("a", 4) && !c.allows("b", 0));
         // one free in each domain: no two of one
@@ -252,6 +292,31 @@ mod tests {
         assert_eq!(
             c.shortage(2, true),
             "node(s) had no 2 free GPUs with one gpu.gpusched.io/nvlinkDomain for ResourceClaim ml/gpus"
+        );
+    }
+
+    #[test]
+    fn claim_gpus_distinct_values_never_go_together() {
+        // node a: GPUs 0,1 on root 0, 2,3 on root 1, GPU 4 without one
+        let c = ClaimGpus {
+            claim: "ml/apart".into(),
+            nodes: [("a".to_string(), vec![Some(0); 5])].into(),
+            distinct: vec!["resource.kubernetes.io/pcieRoot".into()],
+            values: [(
+                "a".to_string(),
+                vec![Some(0), Some(0), Some(1), Some(1), None],
+            )]
+            .into(),
+            ..ClaimGpus::default()
+        };
+        assert_eq!(c.pick_group("a", &[0, 1, 2, 3, 4], 2), Some(vec![0, 2]));
+        assert_eq!(c.pick_group("a", &[0, 1, 4], 2), None);
+        assert!(c.admits("a", [1, 3]) && !c.admits("a", [0, 1]) && !c.admits("a", [0, 4]));
+        assert_eq!(c.largest_group("a", [0, 1, 2, 3, 4]), 2);
+        assert_eq!(c.largest_group("a", [0, 1]), 1);
+        assert_eq!(
+            c.shortage(2, true),
+            "node(s) had no 2 free GPUs with distinct resource.kubernetes.io/pcieRoot for ResourceClaim ml/apart"
         );
     }
 }

@@ -50,6 +50,7 @@ fn one_domain(nodes: &[&Node]) -> ClaimGpus {
                 )
             })
             .collect(),
+        ..ClaimGpus::default()
     }
 }
 
@@ -125,6 +126,7 @@ fn only_gpus_the_selectors_allow_are_given_and_groups_pick_the_tightest_fit() {
                 .collect(),
         )]
         .into(),
+        ..ClaimGpus::default()
     };
     for policy in PolicyName::ALL {
         let snap = snapshot(

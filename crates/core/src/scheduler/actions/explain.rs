@@ -263,6 +263,7 @@ fn diagnose(
                         claim: c.claim.clone(),
                         count: pod.gpu.whole(),
                         attributes: c.attributes.clone(),
+                        distinct: c.distinct.clone(),
                     },
                     None => NodeReason::Insufficient(ResourceKind::Gpu),
                 },

@@ -13,7 +13,10 @@
 //! the claim). Its group is the tuple of its values of the
 //! `matchAttribute` attributes of the constraints covering a GPU request
 //! (a GPU without one of them is not allowed): one group for the whole
-//! pod, exact for one claim's constraint, conservative across claims.
+//! pod, exact for one claim's constraint, conservative across claims. The
+//! `distinctAttribute` attributes of such constraints are read the same
+//! way: no two GPUs of the pod share their values (a GPU without one is
+//! not allowed), pod-wide (conservative across claims).
 //! `firstAvailable` requests do not restrict the core (which alternative
 //! wins is the allocator's answer per node); the bind-time re-check
 //! covers them.
@@ -111,24 +114,32 @@ impl DraState {
         }
         // the attributes of the constraints covering a GPU request
         let mut attributes: BTreeSet<&str> = BTreeSet::new();
+        let mut distinct: BTreeSet<&str> = BTreeSet::new();
         let mut constrained = vec![false; subs.len()];
         for (s, (ci, a)) in subs.iter().enumerate() {
             if !gpu_sub[s] {
                 continue;
             }
             for con in &open[*ci].constraints {
-                if let Some(at) = &con.match_attribute
-                    && con.covers(&a.name)
-                {
+                if !con.covers(&a.name) {
+                    continue;
+                }
+                if let Some(at) = &con.match_attribute {
                     attributes.insert(at);
+                    constrained[s] = true;
+                }
+                if let Some(at) = &con.distinct_attribute {
+                    distinct.insert(at);
                     constrained[s] = true;
                 }
             }
         }
-        if attributes.is_empty() && !excludes.iter().any(|&e| e) {
+        if attributes.is_empty() && distinct.is_empty() && !excludes.iter().any(|&e| e) {
             return None;
         }
         let attributes: Vec<String> = attributes.into_iter().map(str::to_string).collect();
+        let distinct: Vec<String> = distinct.into_iter().map(str::to_string).collect();
+        let mut distinct_values = BTreeMap::new();
         let mut out = BTreeMap::new();
         for (n, gpus, masks) in per_node {
             let values: Vec<Option<Vec<&AttrValue>>> = gpus
@@ -140,23 +151,25 @@ impl DraState {
                         .enumerate()
                         .filter(|(s, m)| gpu_sub[*s] && m.iter().any(|&t| t))
                         .all(|(_, m)| m[g]);
-                    if !allowed {
+                    // a GPU without a distinct attribute cannot be taken
+                    if !allowed || distinct.iter().any(|a| !d.attributes.contains_key(a)) {
                         return None;
                     }
                     attributes.iter().map(|a| d.attributes.get(a)).collect()
                 })
                 .collect();
-            let ids: BTreeSet<&Vec<&AttrValue>> = values.iter().flatten().collect();
-            let ids: BTreeMap<&Vec<&AttrValue>, u32> = ids
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| (v, i as u32))
-                .collect();
-            let groups = values
-                .iter()
-                .map(|v| v.as_ref().and_then(|v| ids.get(v).copied()))
-                .collect();
-            out.insert(n.clone(), groups);
+            if !distinct.is_empty() {
+                let dv: Vec<Option<Vec<&AttrValue>>> = gpus
+                    .iter()
+                    .zip(&values)
+                    .map(|(d, v)| {
+                        v.as_ref()?;
+                        distinct.iter().map(|a| d.attributes.get(a)).collect()
+                    })
+                    .collect();
+                distinct_values.insert(n.clone(), intern(&dv));
+            }
+            out.insert(n.clone(), intern(&values));
         }
         // the claim reasons name: the first whose GPU request is
         // constrained or tells GPUs apart
@@ -169,7 +182,23 @@ impl DraState {
                 claim: String::new(),
                 attributes,
                 nodes: out,
+                distinct,
+                values: distinct_values,
             },
         ))
     }
+}
+
+/// Per GPU, the id of its values (ids in value order), `None` kept.
+fn intern(values: &[Option<Vec<&AttrValue>>]) -> Vec<Option<u32>> {
+    let ids: BTreeSet<&Vec<&AttrValue>> = values.iter().flatten().collect();
+    let ids: BTreeMap<&Vec<&AttrValue>, u32> = ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (v, i as u32))
+        .collect();
+    values
+        .iter()
+        .map(|v| v.as_ref().and_then(|v| ids.get(v).copied()))
+        .collect()
 }
