@@ -302,6 +302,31 @@ fn a_share_claim_counts_its_milli_in_the_queue_and_on_its_gpu() {
         gpusched_k8s::world::first_difference(&w.snapshot(), &b),
         None
     );
+    // a share of 300 held for nobody beside p's on GPU 1 (another pod's,
+    // gone): GPU 1 stays usable (p's share still counted in the core's
+    // state), and the allocator keeps the real sum within 1000 — a 400
+    // the core would put there goes to GPU 0
+    w.upsert_claim(&claim("orphan", share(300)));
+    w.upsert_pod(&pod("o", "orphan", "default", None));
+    let wo = w.allocate_claims_at("uid-o", "a", &[1]).unwrap();
+    let ao = wo[0].allocate.clone().unwrap();
+    assert_eq!(ao.devices[0].id.device, "gpu-1");
+    w.delete_pod("uid-o");
+    w.upsert_claim(&written("orphan", share(300), &ao, &[]));
+    let b = w.build();
+    assert!(b.snapshot.nodes[0].gpus.iter().all(|g| g.is_healthy()));
+    assert_eq!(used_milli(&b, "a"), [0, 500]);
+    let (_, errors) = gpusched_core::ClusterState::from_snapshot(&b.snapshot);
+    assert!(errors.is_empty(), "{errors:?}");
+    w.upsert_claim(&claim("more", share(400)));
+    w.upsert_pod(&pod("more", "more", "default", None));
+    let wm = w.allocate_claims_at("uid-more", "a", &[1]).unwrap();
+    assert_eq!(
+        wm[0].allocate.as_ref().unwrap().devices[0].id.device,
+        "gpu-0"
+    );
+    w.delete_pod("uid-more");
+    w.upsert_claim(&claim("orphan", share(300)));
     // the pod gone, its claim not deallocated yet: held for nobody, the
     // GPU is out (never less than is held) until it is
     w.delete_pod("uid-p");

@@ -91,11 +91,17 @@ impl World {
         // DRA GPUs held by claims that no pod of the snapshot is counted on
         // (allocated by someone else, or their pods are gone and the claim
         // is not deallocated yet): in use, so the core never gives them (a
-        // share of a shared GPU held so takes the whole GPU out until it
-        // is deallocated: never less than is held)
+        // share of a shared GPU, or a MIG instance, held so takes the whole
+        // GPU out until it is deallocated: never less than is held — unless
+        // pods the core counts hold shares or instances of it too: out,
+        // their holdings would not fit the core's state and their pods
+        // would go uncounted, so the GPU stays and the allocator, the
+        // authority at bind time, refuses what does not fit beside the
+        // held share)
         let mut touched = BTreeSet::new();
         for (d, owner) in self.dra.held_results() {
-            if owner.is_some_and(|o| holders.contains(o)) && shared_gpu(np, &d.id) {
+            let part = shared_gpu(np, &d.id);
+            if part && owner.is_some_and(|o| holders.contains(o)) {
                 continue;
             }
             let at = np
@@ -104,6 +110,7 @@ impl World {
                 .copied()
                 .or_else(|| np.dra_mig.get(&d.id).map(|&(n, p, _)| (n, p)));
             if let Some((n, p)) = at
+                && !(part && shared[n as usize].contains_key(&p))
                 && taken[n as usize].insert(p)
                 && let Some(g) = out.snapshot.nodes[n as usize].gpus.get_mut(p as usize)
             {
