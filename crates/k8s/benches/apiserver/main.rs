@@ -235,8 +235,29 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
     let t_wait = Instant::now();
     let mut last = 0;
     let mut last_change = Instant::now();
+    // the cycle histogram as of the last bind (sampled at most once a
+    // second while binds arrive): decision time in the drain alone, not
+    // in the quiet wait that ends a row
+    let metrics_port = match &running {
+        Running::InProcess { metrics_port, .. } => Some(*metrics_port),
+        Running::Process { metrics_port, .. } => *metrics_port,
+        _ => None,
+    };
+    let mut at_last_bind: Option<(f64, f64, Instant)> = None;
+    let mut sampled = 0;
+    let mut last_sample = Instant::now() - Duration::from_secs(1);
     loop {
         let n = seen.count.load(Ordering::SeqCst);
+        if let Some(port) = metrics_port
+            && n != sampled
+            && (last_sample.elapsed() >= Duration::from_secs(1) || n >= pods_n)
+        {
+            last_sample = Instant::now();
+            if let Some((s, c)) = cycle_totals(port).await {
+                sampled = n;
+                at_last_bind = Some((s, c, Instant::now()));
+            }
+        }
         if n >= pods_n {
             break;
         }
@@ -261,11 +282,6 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         .collect();
     let api_rss = cp_pids[0].1.and_then(rss_mib).map(|r| r.0).unwrap_or(0.0);
     let mut extra = String::new();
-    let metrics_port = match &running {
-        Running::InProcess { metrics_port, .. } => Some(*metrics_port),
-        Running::Process { metrics_port, .. } => *metrics_port,
-        _ => None,
-    };
     let bound: HashMap<String, Instant> = seen.bound.lock().unwrap().clone();
     let bound_n = bound.len();
     let first_bind = bound.values().min().copied();
@@ -292,6 +308,13 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
             sched / cyc_sum.max(1e-9),
             bound_n as f64 / window,
             1000.0 * bind_sum / bind_n.max(1.0),
+        );
+    }
+    if let Some((s, c, t)) = at_last_bind {
+        let wall = t.duration_since(started).as_secs_f64();
+        extra = format!(
+            "{extra}; until the last bind (sampled within 1 s of it): {c:.0} cycles, {s:.2} s in cycles of {wall:.1} s from contender start ({:.0} %)",
+            100.0 * s / wall.max(1e-9)
         );
     }
     // after the row's binds and metrics are read: probe pods that bind do not count
