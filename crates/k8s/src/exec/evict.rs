@@ -54,7 +54,7 @@ impl Executor {
             }),
             ..Default::default()
         };
-        self.write(async move {
+        self.write(move || async move {
             match api.delete(&name, &dp).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -82,7 +82,7 @@ impl Executor {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pr.namespace);
         let name = pr.name.clone();
         let patch = super::patch::nominated_node(node);
-        self.write(async move {
+        self.write(move || async move {
             api.patch_status(&name, &super::patch_params(), &Patch::Merge(&patch))
                 .await
                 .map(|_| ())

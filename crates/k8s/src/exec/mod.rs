@@ -181,20 +181,29 @@ impl Executor {
         let _ = tokio::time::timeout(timeout, self.bind_slots.acquire_many(n)).await;
     }
 
-    fn write<F>(&self, f: F)
+    /// One write, made by `make` once a write slot is free. The request's
+    /// future (kilobytes: the client's whole request state) exists only
+    /// while it holds a slot; a write waiting for one is the small closure
+    /// that makes it (10,000 waiting condition writes held 40 MB as
+    /// futures at 1,250 nodes, heaptrack).
+    fn write<M, F>(&self, make: M)
     where
+        M: FnOnce() -> F + Send + 'static,
         F: Future<Output = Result<(), kube::Error>> + Send + 'static,
     {
         let slots = self.write_slots.clone();
         let limit = self.write_limit.clone();
         tokio::spawn(async move {
-            let Ok(_permit) = slots.acquire_owned().await else {
+            let Ok(permit) = slots.acquire_owned().await else {
                 return;
             };
-            limit.acquire().await;
-            if let Err(e) = f.await {
-                tracing::debug!("write: {e}");
-            }
+            tokio::spawn(async move {
+                let _permit = permit;
+                limit.acquire().await;
+                if let Err(e) = make().await {
+                    tracing::debug!("write: {e}");
+                }
+            });
         });
     }
 
@@ -215,7 +224,7 @@ impl Executor {
             },
             r,
         );
-        self.write(ev.publish());
+        self.write(move || ev.publish());
     }
 
     /// Carries out one cycle's output. `built` is the snapshot it was made from.

@@ -237,7 +237,7 @@ impl super::Executor {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let name = name.to_string();
         let patch = pod_condition_patch(reason, message, now_time());
-        self.write(async move {
+        self.write(move || async move {
             api.patch_status(&name, &patch_params(), &Patch::Strategic(patch))
                 .await
                 .map(|_| ())
@@ -267,7 +267,7 @@ impl super::Executor {
             return;
         };
         let patch = StatusPatch { status: diff };
-        self.write(async move {
+        self.write(move || async move {
             let _guard = guard;
             match api
                 .patch_status(&name, &patch_params(), &Patch::Merge(patch))
