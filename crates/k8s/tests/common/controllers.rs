@@ -19,10 +19,15 @@ use std::time::{Duration, Instant};
 pub type GangOf = &'static (dyn Fn(&Pod) -> Option<String> + Sync);
 
 /// Installs every CRD in these YAML files and waits until each is
-/// established.
+/// established and every served version is in discovery: an upstream
+/// controller started before discovery lists its kinds can fail at once
+/// (kubeflow trainer: "setting index on runtimeClass for TrainingRuntime"
+/// under load, when Established came before discovery).
 pub async fn install_crds(client: &Client, files: &[PathBuf]) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
+    // (group/version, plural) of every served version
+    let mut served: Vec<(String, String)> = Vec::new();
     for path in files {
         for doc in yaml_docs(path) {
             if doc["kind"] != "CustomResourceDefinition" {
@@ -30,8 +35,28 @@ pub async fn install_crds(client: &Client, files: &[PathBuf]) {
             }
             let crd: CustomResourceDefinition = serde_json::from_value(doc).unwrap();
             names.push(crd.metadata.name.clone().unwrap());
+            for v in crd.spec.versions.iter().filter(|v| v.served) {
+                served.push((
+                    format!("{}/{}", crd.spec.group, v.name),
+                    crd.spec.names.plural.clone(),
+                ));
+            }
             crds.create(&PostParams::default(), &crd).await.unwrap();
         }
+    }
+    for (gv, plural) in &served {
+        wait_for(Duration::from_secs(30), || async {
+            client
+                .list_api_group_resources(gv)
+                .await
+                .ok()?
+                .resources
+                .iter()
+                .any(|r| &r.name == plural)
+                .then_some(())
+        })
+        .await
+        .unwrap_or_else(|| panic!("{plural} ({gv}) not in discovery"));
     }
     for name in names {
         wait_for(Duration::from_secs(30), || async {
