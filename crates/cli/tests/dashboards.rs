@@ -261,3 +261,87 @@ fn metric_name_extraction() {
         vec!["gpusched_cycle_duration_seconds_bucket", "process_open_fds"]
     );
 }
+
+/// The workspace's crate names as Rust paths (`gpusched_core`, …): prose
+/// names them beside metrics, with the same prefix.
+fn crate_names() -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(root().join("crates")).unwrap() {
+        let toml = e.unwrap().path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&toml) else {
+            continue;
+        };
+        let name = text
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|l| l.split('"').next())
+            .unwrap_or_else(|| panic!("{}: no package name", toml.display()));
+        out.insert(name.replace('-', "_"));
+    }
+    assert!(out.contains("gpusched_core"), "{out:?}");
+    out
+}
+
+/// Every metric name the docs mention anywhere (README.md, docs/*.md,
+/// deploy/README.md, examples/: prose, tables, PromQL), not only
+/// docs/metrics.md's table, is one a query can use: a registered family
+/// (counters with `_total`, histograms by their family name or with
+/// `_bucket`/`_sum`/`_count`) or a `process_*` metric; a name ending in `_`
+/// (`process_*`) is a prefix of some. Crate names (`gpusched_core::…`) are
+/// not metrics.
+#[test]
+fn docs_name_only_registered_metrics() {
+    // a histogram's family name is a name too (`…_seconds` beside
+    // `…_seconds_bucket`)
+    let mut known = queryable();
+    known.extend(registered().into_keys());
+    let crates = crate_names();
+    let root = root();
+    let mut docs = vec![root.join("README.md"), root.join("deploy/README.md")];
+    let mut stack = vec![root.join("docs"), root.join("examples")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                docs.push(p);
+            }
+        }
+    }
+    docs.sort();
+    let mut misses = Vec::new();
+    let mut seen = 0;
+    for f in &docs {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            for name in metric_names(line) {
+                if crates.contains(&name) {
+                    continue;
+                }
+                seen += 1;
+                // a prefix (`process_*`) names the metrics it starts
+                let prefix_known =
+                    name.ends_with('_') && known.iter().any(|k| k.starts_with(&name));
+                if !known.contains(&name) && !prefix_known {
+                    misses.push(format!(
+                        "{}:{}: {name} is not a registered metric",
+                        f.strip_prefix(&root).unwrap_or(f).display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    for m in &misses {
+        eprintln!("{m}");
+    }
+    assert!(seen > 30, "too few metric names found ({seen})");
+    assert!(
+        misses.is_empty(),
+        "{} metric name(s) in the docs are not registered (listed above)",
+        misses.len()
+    );
+}
