@@ -23,7 +23,8 @@ struct Cli {
 enum Cmd {
     /// Run the trace-driven simulator (default: an embedded mixed cluster and workload).
     Simulate(simulate::SimulateArgs),
-    /// Run the node agent: a kubelet device plugin for NVIDIA GPUs.
+    /// Run the node agent: a kubelet device plugin for NVIDIA GPUs, or with
+    /// `--mode dra` a DRA kubelet plugin (driver gpu.gpusched.io).
     Agent(agent::AgentArgs),
     /// Run the scheduler against a Kubernetes API server.
     Scheduler(scheduler::SchedulerArgs),
