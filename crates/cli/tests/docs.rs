@@ -289,11 +289,14 @@ struct Help {
     subcommands: BTreeSet<String>,
 }
 
+/// A verb path: (run as `kubectl gpusched`, the verb words).
+type Verb = (bool, Vec<String>);
+
 struct Cli {
     bin: PathBuf,
     plugin: PathBuf,
     _dir: tempfile::TempDir,
-    cache: std::cell::RefCell<BTreeMap<(bool, Vec<String>), Option<std::rc::Rc<Help>>>>,
+    cache: std::cell::RefCell<BTreeMap<Verb, Option<std::rc::Rc<Help>>>>,
 }
 
 impl Cli {
@@ -455,11 +458,11 @@ fn spans(line: &str) -> Vec<&str> {
 
 fn scan(cli: &Cli, doc: &str, text: &str, shown: &mut Shown) {
     let mut in_block = false;
-    let mut last: Option<(bool, Vec<String>)> = None;
+    let mut last: Option<Verb> = None;
     // the command of the previous code line
-    let mut block_cmd: Option<(bool, Vec<String>)> = None;
+    let mut block_cmd: Option<Verb> = None;
     // the command a `| flag |` table belongs to
-    let mut flag_table: Option<(bool, Vec<String>)> = None;
+    let mut flag_table: Option<Verb> = None;
     let mut pending = String::new();
     let use_flag = |plugin: bool, path: &[String], f: String, line: usize, shown: &mut Shown| {
         shown
@@ -529,7 +532,7 @@ fn scan(cli: &Cli, doc: &str, text: &str, shown: &mut Shown) {
             flag_table = None;
         }
         // commands in code spans
-        let mut row_cmd: Option<(bool, Vec<String>)> = None;
+        let mut row_cmd: Option<Verb> = None;
         for (k, cell) in cells.iter().enumerate() {
             for span in spans(cell) {
                 let found = commands(span);
