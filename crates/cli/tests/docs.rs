@@ -25,7 +25,8 @@
 //!   row whose first cell is such a command, and those in the first column
 //!   of a `| flag |` table, which belongs to the last command named above
 //!   the table in the file.
-//!   docs/agent.md's flag table names every flag of `gpusched agent`.
+//!   docs/agent.md names every flag of `gpusched agent`, docs/kubernetes.md
+//!   every flag of `gpusched scheduler`.
 //! * **Metrics** are checked by `tests/dashboards.rs` (the registries
 //!   themselves, not the source).
 //!
@@ -621,30 +622,36 @@ fn every_shown_flag_is_in_its_verbs_help() {
     );
 }
 
-/// docs/agent.md's flag table is the agent's flag reference: every flag of
-/// `gpusched agent --help` is in it.
+/// The flag references: docs/agent.md names every flag of `gpusched agent
+/// --help`, docs/kubernetes.md every flag of `gpusched scheduler --help`.
 #[test]
-fn the_agent_flag_table_is_complete() {
+fn the_flag_references_are_complete() {
     let cli = Cli::new();
-    let text = std::fs::read_to_string(root().join("docs/agent.md")).unwrap();
-    let mut shown = Shown::default();
-    scan(&cli, "docs/agent.md", &text, &mut shown);
-    let documented: BTreeSet<&str> = shown
-        .uses
-        .iter()
-        .filter(|u| u.1 == ["agent"])
-        .map(|u| u.2.as_str())
-        .collect();
-    let help = cli.help(false, &["agent".to_string()]).unwrap();
-    let missing: Vec<&String> = help
-        .flags
-        .iter()
-        .filter(|f| *f != "--help" && *f != "--version" && !documented.contains(f.as_str()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "docs/agent.md's flag table lacks {missing:?}"
-    );
+    let mut incomplete = Vec::new();
+    for (doc, verb) in [
+        ("docs/agent.md", "agent"),
+        ("docs/kubernetes.md", "scheduler"),
+    ] {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap();
+        let mut shown = Shown::default();
+        scan(&cli, doc, &text, &mut shown);
+        let documented: BTreeSet<&str> = shown
+            .uses
+            .iter()
+            .filter(|u| !u.0 && u.1 == [verb])
+            .map(|u| u.2.as_str())
+            .collect();
+        let help = cli.help(false, &[verb.to_string()]).unwrap();
+        let missing: Vec<&String> = help
+            .flags
+            .iter()
+            .filter(|f| *f != "--help" && *f != "--version" && !documented.contains(f.as_str()))
+            .collect();
+        if !missing.is_empty() {
+            incomplete.push(format!("{doc} lacks `gpusched {verb}`'s {missing:?}"));
+        }
+    }
+    assert!(incomplete.is_empty(), "{}", incomplete.join("\n"));
 }
 
 #[test]
