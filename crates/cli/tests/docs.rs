@@ -27,6 +27,8 @@
 //!   the table in the file.
 //!   docs/agent.md names every flag of `gpusched agent`, docs/kubernetes.md
 //!   every flag of `gpusched scheduler`.
+//! * **Tables.** A table row right after a blank line has a header under
+//!   it (else a blank line cut a table in two).
 //! * **Metrics** are checked by `tests/dashboards.rs` (the registries
 //!   themselves, not the source).
 //!
@@ -279,6 +281,43 @@ fn path_rule() {
     assert_eq!(
         link_targets("[a](docs/x.md) and [b](../BENCHMARKS.md#5)"),
         vec!["docs/x.md", "../BENCHMARKS.md#5"]
+    );
+}
+
+// ---------------------------------------------------------------- tables
+
+/// A table row after a blank line starts a new table, which needs a header:
+/// a row there without a `|---|` line under it is a table cut in two by a
+/// blank line (Markdown renders the rows after it as text).
+#[test]
+fn no_table_is_cut_by_a_blank_line() {
+    let root = root();
+    let mut misses = Vec::new();
+    for doc in documents() {
+        if doc.extension().is_none_or(|e| e != "md") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root.join(&doc)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut in_block = false;
+        for (i, l) in lines.iter().enumerate() {
+            if l.trim_start().starts_with("```") {
+                in_block = !in_block;
+            }
+            let starts_table =
+                !in_block && l.starts_with('|') && (i == 0 || lines[i - 1].trim().is_empty());
+            let has_header = lines
+                .get(i + 1)
+                .is_some_and(|n| n.starts_with('|') && n.contains("---"));
+            if starts_table && !has_header {
+                misses.push(format!("{}:{}: {l}", doc.display(), i + 1));
+            }
+        }
+    }
+    assert!(
+        misses.is_empty(),
+        "table rows without a header (a blank line cut the table?):\n{}",
+        misses.join("\n")
     );
 }
 
