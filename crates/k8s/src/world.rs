@@ -576,7 +576,7 @@ impl World {
                     ObjectKind::ResourceClaim => self.dra.delete_claim(key),
                     ObjectKind::ResourceSlice => {
                         // its GPUs are its node's GPUs in the core
-                        if let Some(n) = self.dra.slice_node(key) {
+                        for n in self.dra.slice_node(key) {
                             self.cache.dirty.nodes.insert(n);
                         }
                         self.dra.delete_slice(key);

@@ -82,6 +82,24 @@ fn is_extended(name: &str) -> bool {
     name.contains('/') && !name.starts_with("kubernetes.io/") && !name.contains(".kubernetes.io/")
 }
 
+/// `sum + value`, or an error naming the container whose request made the
+/// pod's total overflow (a wrapped sum would look small: #38).
+pub fn add_checked(
+    sum: u64,
+    value: u64,
+    container: &str,
+    resource: &str,
+) -> Result<u64, ResourceError> {
+    sum.checked_add(value)
+        .ok_or_else(|| ResourceError::Invalid {
+            container: container.to_string(),
+            what: format!(
+                "resource {resource:?}: the pod's total request overflows (over {} in the resource's units)",
+                u64::MAX
+            ),
+        })
+}
+
 /// Pod-level requests and GPU request from container resources.
 pub fn pod_resources(
     containers: &[ContainerResources],
@@ -126,18 +144,25 @@ pub fn pod_resources(
                     }
                     (None, None) => 0,
                 };
-                match name.as_str() {
-                    RESOURCE_GPU => whole += value,
-                    RESOURCE_GPU_MILLI => share_milli += value,
-                    RESOURCE_GPU_MEMORY_MIB => share_mem += value,
-                    _ => *total.ext.entry(name.clone()).or_insert(0) += value,
-                }
+                let sum = match name.as_str() {
+                    RESOURCE_GPU => &mut whole,
+                    RESOURCE_GPU_MILLI => &mut share_milli,
+                    RESOURCE_GPU_MEMORY_MIB => &mut share_mem,
+                    _ => total.ext.entry(name.clone()).or_insert(0),
+                };
+                *sum = add_checked(*sum, value, &c.name, name)?;
             } else {
                 // native resources: the request counts; a limit alone implies it.
                 let Some(s) = req.or(lim) else { continue };
                 match name.as_str() {
-                    "cpu" => total.cpu_milli += parse_cpu_milli(s).map_err(|e| qerr(name, e))?,
-                    "memory" => total.memory += parse_bytes(s).map_err(|e| qerr(name, e))?,
+                    "cpu" => {
+                        let v = parse_cpu_milli(s).map_err(|e| qerr(name, e))?;
+                        total.cpu_milli = add_checked(total.cpu_milli, v, &c.name, name)?;
+                    }
+                    "memory" => {
+                        let v = parse_bytes(s).map_err(|e| qerr(name, e))?;
+                        total.memory = add_checked(total.memory, v, &c.name, name)?;
+                    }
                     _ => {
                         // other native resources are not scheduled on by gpusched,
                         // but a malformed value is still an error.
@@ -225,6 +250,30 @@ mod tests {
         assert!(matches!(e, ResourceError::Quantity { .. }));
         let e = pod_resources(&[c(&[], &[("nvidia.com/gpu", "-1")])]).unwrap_err();
         assert!(e.to_string().contains("negative"), "{e}");
+    }
+
+    /// #38: 2^63-1 + 2^63-1 + 3 wrapped to 1 in release builds.
+    #[test]
+    fn summed_requests_that_overflow_are_refused_naming_the_container() {
+        let big = "9223372036854775807";
+        let mk = |name: &str, v: &str, res: &str| ContainerResources {
+            name: name.into(),
+            requests: BTreeMap::new(),
+            limits: BTreeMap::from([(res.to_string(), v.to_string())]),
+        };
+        for res in ["nvidia.com/gpu", "example.com/thing", "memory"] {
+            let e = pod_resources(&[mk("a", big, res), mk("b", big, res), mk("c", "3", res)])
+                .unwrap_err();
+            let m = e.to_string();
+            assert!(m.contains("\"c\"") && m.contains("overflows"), "{res}: {m}");
+        }
+        let e = pod_resources(&[
+            mk("a", "9223372036854775", "cpu"),
+            mk("b", "9223372036854775", "cpu"),
+            mk("c", "9223372036854775", "cpu"),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
     }
 
     #[test]

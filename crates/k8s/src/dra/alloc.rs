@@ -312,18 +312,20 @@ pub fn allocate(
         steps: 0,
     };
     if s.solve(0) {
-        // devices of one node, or of the nodes a selector picks: the
-        // allocation is for this node
-        let on_node = inp
-            .devices
-            .iter()
-            .any(|d| d.node.is_some() || d.selector.is_some());
+        // a claim that took a device of one node, or of the nodes a
+        // selector picks, is for this node; one that took only devices of
+        // every node is for none (#38: pinned by what it took, not by
+        // what else the node offers)
         return Ok(s
             .picked
             .iter()
             .enumerate()
             .map(|(ci, p)| Allocation {
-                node: on_node.then(|| inp.node.to_string()),
+                node: p
+                    .iter()
+                    .map(|pk| inp.devices[pk.device])
+                    .any(|d| d.node.is_some() || d.selector.is_some())
+                    .then(|| inp.node.to_string()),
                 devices: p
                     .iter()
                     .enumerate()

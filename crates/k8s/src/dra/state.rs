@@ -125,7 +125,7 @@ impl DraState {
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .flatten()
-            .filter(|d| self.gpu_drivers.is_gpu(d))
+            .filter(|d| d.node.as_deref() == Some(node) && self.gpu_drivers.is_gpu(d))
             .collect();
         v.sort_by(|a, b| a.id.cmp(&b.id));
         v.dedup_by(|a, b| a.id == b.id);
@@ -145,7 +145,7 @@ impl DraState {
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .flatten()
-            .filter(|d| self.gpu_drivers.is_mig(d))
+            .filter(|d| d.node.as_deref() == Some(node) && self.gpu_drivers.is_mig(d))
             .collect();
         instances.sort_by(|a, b| a.id.cmp(&b.id));
         instances.dedup_by(|a, b| a.id == b.id);
@@ -202,9 +202,14 @@ impl DraState {
         }
     }
 
-    /// The node a slice's devices are on (`None`: unknown slice, or all nodes).
-    pub fn slice_node(&self, name: &str) -> Option<String> {
-        self.slices.get(name)?.first()?.node.clone()
+    /// The nodes a slice's devices are on (several with
+    /// `perDeviceNodeSelection`; none for an unknown slice, or devices of
+    /// all nodes or a node selector).
+    pub fn slice_node(&self, name: &str) -> Vec<String> {
+        slice_places(self.slices.get(name).map_or(&[][..], Vec::as_slice))
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// The nodes some slice is on.
@@ -357,8 +362,10 @@ impl DraState {
             d.taints.extend(rule_taints(&self.taint_rules, &d.id));
         }
         self.unindex_slice(&name);
-        let node = devices.first().and_then(|d| d.node.clone());
-        self.slices_on.entry(node).or_default().insert(name.clone());
+        // each device under its own node (#38: `perDeviceNodeSelection`)
+        for node in slice_places(&devices) {
+            self.slices_on.entry(node).or_default().insert(name.clone());
+        }
         self.slices.insert(name.clone(), devices);
         if warnings.is_empty() {
             self.slice_warnings.remove(&name);
@@ -424,10 +431,11 @@ impl DraState {
             .flatten()
             .filter_map(|k| self.tentative.get(k))
             .map(|t| (&t.allocation, Some(t.pod.as_str())));
-        // a shared device a node selector offers here may be used by
-        // allocations for the other nodes it selects: all are looked at
+        // a shared device offered here but not the node's own (all nodes,
+        // a node selector) may be used by allocations for other nodes:
+        // all are looked at (#38)
         let everywhere: Vec<(&Allocation, Option<&str>)> =
-            if multiple.values().any(|d| d.selector.is_some()) {
+            if multiple.values().any(|d| d.node.is_none()) {
                 self.claims
                     .iter()
                     .filter_map(|(k, c)| Some((c.allocation.as_ref()?, self.owner(k))))
@@ -508,9 +516,10 @@ impl DraState {
 
     fn unindex_slice(&mut self, name: &str) {
         if let Some(d) = self.slices.get(name) {
-            let node = d.first().and_then(|d| d.node.clone());
-            if let Some(set) = self.slices_on.get_mut(&node) {
-                set.remove(name);
+            for node in slice_places(d) {
+                if let Some(set) = self.slices_on.get_mut(&node) {
+                    set.remove(name);
+                }
             }
         }
     }
@@ -531,7 +540,9 @@ impl DraState {
     }
 
     /// Devices held on `node` (or by all-node allocations), allocated or
-    /// tentatively, admin access aside.
+    /// tentatively, admin access aside; a device offered here but not the
+    /// node's own (`allNodes`, a node selector) is held whichever node the
+    /// allocation holding it is for (#38: one device, two claims).
     pub fn in_use_on(&self, node: &str) -> BTreeSet<DeviceId> {
         let mut out = BTreeSet::new();
         let on = |n: &Option<String>| n.as_deref().is_none_or(|n| n == node);
@@ -558,29 +569,30 @@ impl DraState {
                     .map(|d| d.id.clone()),
             );
         }
-        // devices a node selector offers here may be held by an
-        // allocation for another node it selects
-        let selected = self.selected_on(node);
-        if !selected.is_empty() {
+        // devices offered here but not the node's own may be held by an
+        // allocation for another node
+        let shared = self.offered_not_own(node);
+        if !shared.is_empty() {
             out.extend(
                 self.all_allocations()
                     .flat_map(|a| &a.devices)
-                    .filter(|d| !d.admin && selected.contains(&d.id))
+                    .filter(|d| !d.admin && shared.contains(&d.id))
                     .map(|d| d.id.clone()),
             );
         }
         out
     }
 
-    /// The devices with a node selector that are available on `node`.
-    fn selected_on(&self, node: &str) -> BTreeSet<&DeviceId> {
+    /// The devices available on `node` that are not its own: of all nodes,
+    /// or selected by a node selector.
+    fn offered_not_own(&self, node: &str) -> BTreeSet<&DeviceId> {
         self.slices_on
             .get(&None)
             .into_iter()
             .flatten()
             .filter_map(|s| self.slices.get(s))
             .flatten()
-            .filter(|d| d.selector.is_some() && self.available_on(d, node))
+            .filter(|d| d.node.is_none() && self.available_on(d, node))
             .map(|d| &d.id)
             .collect()
     }
@@ -705,6 +717,12 @@ impl DraState {
         }
         out
     }
+}
+
+/// The places a slice's devices are on: their nodes, and `None` when one
+/// is on every node or the nodes of a selector.
+fn slice_places(devices: &[Device]) -> BTreeSet<Option<String>> {
+    devices.iter().map(|d| d.node.clone()).collect()
 }
 
 /// The taints of the rules that select device `id`, in rule-name order.

@@ -137,8 +137,9 @@ pub fn effective_resources(p: &Pod) -> Result<(ResourceVec, GpuRequest), Resourc
             limits: BTreeMap::new(),
         };
         let (r, _) = pod_resources(&[oc])?;
-        total.cpu_milli += r.cpu_milli;
-        total.memory += r.memory;
+        let add = gpusched_model::validate::add_checked;
+        total.cpu_milli = add(total.cpu_milli, r.cpu_milli, "overhead", "cpu")?;
+        total.memory = add(total.memory, r.memory, "overhead", "memory")?;
     }
     Ok((total, gpu))
 }

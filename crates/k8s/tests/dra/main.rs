@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 mod core_gpus;
 mod devices;
 mod extended;
+mod tenant;
 
 fn node(name: &str) -> Node {
     serde_json::from_value(json!({
