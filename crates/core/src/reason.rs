@@ -231,6 +231,23 @@ pub enum PendingReason {
         /// Members that must start together.
         need: u32,
     },
+    /// The gang can never start as written: even with every node empty,
+    /// at most `most` of its `count` required members asking `gpus` whole
+    /// GPUs each fit (the nodes that pass their filters, each holding as
+    /// many such members as it has usable GPUs for) — a gang's
+    /// "Unresolvable", as a pod bigger than any node is.
+    GangNeverFits {
+        /// The pod group.
+        group: String,
+        /// Members that must start together.
+        need: u32,
+        /// Those of them that ask `gpus` GPUs each.
+        count: u32,
+        /// GPUs each of those asks.
+        gpus: u32,
+        /// The most of those the cluster can ever hold at once.
+        most: u32,
+    },
     /// No topology domain of `level` can hold the gang's `need` pods.
     NoTopologyDomain {
         /// The pod group.
@@ -291,6 +308,7 @@ impl PendingReason {
             PendingReason::GangTimedOut { .. } => "GangTimedOut",
             PendingReason::GangIncomplete { .. } => "GangIncomplete",
             PendingReason::GangShort { .. } => "GangShort",
+            PendingReason::GangNeverFits { .. } => "GangNeverFits",
             PendingReason::NoTopologyDomain { .. } => "NoTopologyDomain",
             PendingReason::Quota(_) => "Quota",
             PendingReason::Reserved { .. } => "Reserved",
@@ -338,6 +356,16 @@ impl fmt::Display for PendingReason {
             PendingReason::GangShort { group, fit, need } => write!(
                 f,
                 "pod group {group:?}: only {fit} of the {need} required pods fit now (all-or-nothing)."
+            ),
+            PendingReason::GangNeverFits {
+                group,
+                need,
+                count,
+                gpus,
+                most,
+            } => write!(
+                f,
+                "pod group {group:?}: {need} pods must start together (all-or-nothing); {count} of them ask {gpus} GPU(s) each, and the cluster can hold at most {most} such pods even when empty: it never fits as written."
             ),
             PendingReason::NoTopologyDomain {
                 group,

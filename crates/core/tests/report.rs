@@ -330,3 +330,231 @@ fn a_bound_pod_reports_node_gpus_and_topology_score() {
     assert!(r.hints.is_empty());
     assert!(r.to_string().contains("status: Bound"), "{r}");
 }
+
+/// The surfaces the core renders, for one pod: its `explain` report (and
+/// the text), its `pending` row, and the classification the scheduler's
+/// condition, event, Queue status, doctor and metrics take theirs from.
+struct Surfaces {
+    explain_class: String,
+    explain_text: String,
+    explain_condition: Option<String>,
+    pending_row: String,
+    class: String,
+    condition: &'static str,
+    event_note: String,
+}
+
+fn surfaces(snap: &Snapshot, out: &CycleOutput, name: &str) -> Surfaces {
+    let view = CycleView {
+        snapshot: snap,
+        output: out,
+        now_ms: 10,
+    };
+    let r = report(snap, out, 10, name);
+    let PodStatus::Pending {
+        classes, condition, ..
+    } = &r.status
+    else {
+        panic!("{r:?}")
+    };
+    let list = report::pending_list(&view, None, &|_| None).unwrap();
+    let row = list.pods.iter().find(|p| p.pod == name).unwrap();
+    let (id, ps) = snap
+        .pods
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.pod.name == name)
+        .unwrap();
+    let e = out
+        .explanations
+        .iter()
+        .find(|e| e.pod as usize == id)
+        .unwrap();
+    let cs = classify::classify(e, &ps.pod, snap);
+    Surfaces {
+        explain_class: classes[0].reason_name().to_string(),
+        explain_text: r.to_string(),
+        explain_condition: condition.clone(),
+        pending_row: row.reason.clone(),
+        class: cs[0].reason_name().to_string(),
+        condition: classify::condition_reason(e, &cs),
+        event_note: classify::tagged_message(&e.message(), cs[0]),
+    }
+}
+
+/// #39: the same pod reads one name in explain, pending, the Queue status,
+/// doctor, the metrics, its event and its condition: a pod bigger than any
+/// node, a missing queue, a GPU model no node has, a pod waiting for GPUs.
+/// A parent queue's pending pods include its children's.
+#[test]
+fn one_name_for_one_reason_on_every_surface() {
+    let org = queue("org");
+    let mut team = queue("team");
+    team.parent = Some("org".into());
+    let mut snap = snapshot(
+        vec![
+            node("a").gpus(8).model("NVIDIA-H100-80GB-HBM3").build(),
+            node("b").gpus(8).model("NVIDIA-H100-80GB-HBM3").build(),
+        ],
+        vec![org, team],
+        vec![],
+        vec![
+            pod("run").gpus(8).queue("team").build(),
+            pod("run2").gpus(8).queue("team").build(),
+        ],
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 0, 1);
+    apply(&mut snap, &out, 0);
+    for p in [
+        pod("huge").gpus(16).queue("team").arrival(5).build(),
+        pod("lost").gpus(1).queue("nosuch").arrival(5).build(),
+        pod("a100")
+            .gpus(1)
+            .models(&["NVIDIA-A100-SXM4-80GB"])
+            .queue("team")
+            .arrival(5)
+            .build(),
+        pod("waits").gpus(2).queue("team").arrival(5).build(),
+    ] {
+        snap.pods.push(PodState::pending(p));
+    }
+    let out = s.cycle(&snap, 10, 2);
+    for (name, want, condition) in [
+        ("huge", "NeverFits", "Unschedulable"),
+        ("lost", "MissingQueueOrGroup", "MissingQueueOrGroup"),
+        ("a100", "NoGpuModel", "Unschedulable"),
+        ("waits", "InsufficientGpus", "Unschedulable"),
+    ] {
+        let f = surfaces(&snap, &out, name);
+        assert_eq!(f.class, want, "{name}: {}", f.explain_text);
+        assert_eq!(f.explain_class, want, "{name}: explain");
+        assert!(
+            f.explain_text.contains(&format!("status: Pending: {want}")),
+            "{name}: {}",
+            f.explain_text
+        );
+        assert!(
+            f.explain_text.contains(&format!(
+                "condition: PodScheduled=False, reason {condition}"
+            )),
+            "{name}: {}",
+            f.explain_text
+        );
+        // no other reason label of the old vocabulary
+        for old in [
+            "[NoNodeFits]",
+            "[QueueMissing]",
+            "Unresolvable",
+            "never-fits",
+        ] {
+            assert!(!f.explain_text.contains(old), "{name}: {}", f.explain_text);
+        }
+        assert_eq!(f.pending_row, want, "{name}: pending");
+        assert_eq!(f.condition, condition, "{name}: condition");
+        assert_eq!(f.explain_condition.as_deref(), Some(condition), "{name}");
+        assert!(
+            f.event_note.ends_with(&format!("[{want}]")),
+            "{name}: {}",
+            f.event_note
+        );
+        // JSON (doctor's and the debug endpoint's) and the metrics label
+        // are the same name
+        let c = classify::PendingClass::from_name(want).unwrap();
+        assert_eq!(serde_json::to_value(c).unwrap(), want);
+        assert_eq!(c.as_str(), want);
+    }
+    // the Queue status and `explain queue`: the child's, and the parent's
+    // with its children's
+    let view = CycleView {
+        snapshot: &snap,
+        output: &out,
+        now_ms: 10,
+    };
+    let team = queue_report(&view, "team").unwrap();
+    let org = queue_report(&view, "org").unwrap();
+    for q in [&team, &org] {
+        assert_eq!(q.pending_by_reason.get("NeverFits"), Some(&1), "{q:?}");
+        assert_eq!(q.pending_by_reason.get("NoGpuModel"), Some(&1), "{q:?}");
+        assert_eq!(
+            q.pending_by_reason.get("InsufficientGpus"),
+            Some(&1),
+            "{q:?}"
+        );
+        assert_eq!(q.pending_by_reason.values().sum::<u32>(), 3, "{q:?}");
+    }
+    assert!(org.to_string().contains("pending     3 pod(s)"), "{org}");
+}
+
+/// #39: a gang that can never fit (9 members of 8 GPUs, six 8-GPU nodes)
+/// reads as a pod bigger than any node does — class, message, verdict,
+/// hint and condition — not "waits for capacity".
+#[test]
+fn a_gang_that_can_never_fit_reads_as_a_pod_that_never_fits() {
+    let nodes: Vec<Node> = (0..6)
+        .map(|i| node(&format!("n{i}")).gpus(8).build())
+        .collect();
+    let mut pods: Vec<Pod> = (0..9)
+        .map(|i| {
+            pod(&format!("w-{i}"))
+                .gpus(8)
+                .group("big")
+                .queue("q")
+                .build()
+        })
+        .collect();
+    pods.push(pod("huge").gpus(16).queue("q").build());
+    // a gang that fits once the cluster is free is still short, not never
+    let mut short: Vec<Pod> = (0..6)
+        .map(|i| {
+            pod(&format!("s-{i}"))
+                .gpus(8)
+                .group("short")
+                .queue("q")
+                .build()
+        })
+        .collect();
+    pods.append(&mut short);
+    pods.push(
+        pod("hog")
+            .gpus(8)
+            .queue("q")
+            .priority(100)
+            .not_preemptible()
+            .build(),
+    );
+    let snap = snapshot(
+        nodes,
+        vec![queue("q")],
+        vec![gang("big", "q", 9), gang("short", "q", 6)],
+        pods,
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 10, 1);
+    let single = surfaces(&snap, &out, "huge");
+    let member = surfaces(&snap, &out, "w-0");
+    assert_eq!(single.class, "NeverFits");
+    assert_eq!(member.class, single.class);
+    assert_eq!(member.condition, single.condition);
+    assert_eq!(member.pending_row, "NeverFits");
+    let r = report(&snap, &out, 10, "w-0");
+    let PodStatus::Pending { verdict, .. } = &r.status else {
+        panic!("{r:?}")
+    };
+    assert_eq!(*verdict, Some(Verdict::Unresolvable));
+    assert_eq!(r.hints, vec![Hint::NeverFits], "{r:#?}");
+    assert!(
+        member
+            .explain_text
+            .contains("at most 6 such pods even when empty: it never fits"),
+        "{}",
+        member.explain_text
+    );
+    assert!(
+        !member.explain_text.contains("fit at once"),
+        "{}",
+        member.explain_text
+    );
+    let short = surfaces(&snap, &out, "s-0");
+    assert_eq!(short.class, "GangShort", "{}", short.explain_text);
+}

@@ -400,10 +400,16 @@ impl Server {
                         error: error.clone(),
                     },
                 ),
-                Problem::ClaimsPending { pod, message, .. } => (
+                Problem::ClaimsPending {
+                    pod,
+                    message,
+                    class,
+                } => (
                     pod,
                     PodStatus::Pending {
                         verdict: None,
+                        classes: vec![*class],
+                        condition: Some(class.condition_reason().to_string()),
                         message: message.clone(),
                         reasons: Vec::new(),
                         evictions: Vec::new(),
@@ -433,7 +439,17 @@ impl Server {
         // the core's classification (what the Queue's status shows), plus
         // the gated and invalid pods the core never sees
         let mut r = report::queue_report(view, name)?;
-        for (c, n) in latest.built.unseen_by_queue.get(name).into_iter().flatten() {
+        // its subtree's, as the Queue status counts them
+        let (tree, _) = report::queue_tree(&latest.built.snapshot);
+        let unseen = gpusched_core::report::classify::roll_up(
+            &tree,
+            latest
+                .built
+                .unseen_by_queue
+                .iter()
+                .map(|(q, m)| (q.as_str(), m)),
+        );
+        for (c, n) in unseen.get(name).into_iter().flatten() {
             *r.pending_by_reason
                 .entry(c.reason_name().to_string())
                 .or_default() += n;

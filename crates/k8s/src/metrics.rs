@@ -441,8 +441,8 @@ mod tests {
             "gpusched_gpus_fragmented 0.7",
             "gpusched_nodes_by_free_gpus{free=\"1\"} 1",
             // 4 GPUs asked of a node with one unhealthy: the unhealthy GPU is why
-            "gpusched_pending_pods_by_reason{reason=\"unhealthy-gpus\"} 1",
-            "gpusched_pending_pods_by_reason{reason=\"quota\"} 0",
+            "gpusched_pending_pods_by_reason{reason=\"UnhealthyGpus\"} 1",
+            "gpusched_pending_pods_by_reason{reason=\"QueueQuota\"} 0",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
@@ -599,7 +599,7 @@ mod process_tests {
             "process_open_fds ",
             "process_start_time_seconds ",
             "gpusched_binding_errors_total{kind=\"overbooked\"} 0",
-            "gpusched_pending_pods_by_reason{reason=\"quota\"} 0",
+            "gpusched_pending_pods_by_reason{reason=\"QueueQuota\"} 0",
             "gpusched_gpus{state=\"total\"} 0",
         ] {
             assert!(text.contains(want), "no {want:?} in\n{text}");

@@ -182,6 +182,19 @@ pub enum Problem {
     },
 }
 
+impl Problem {
+    /// The pending pod this problem keeps out of the core (invalid, gated,
+    /// claims pending): its explanation is the problem's.
+    pub fn pending_pod(&self) -> Option<&PodRef> {
+        match self {
+            Problem::InvalidPod { pod, .. }
+            | Problem::GatedPod { pod, .. }
+            | Problem::ClaimsPending { pod, .. } => Some(pod),
+            _ => None,
+        }
+    }
+}
+
 /// What [`World::build`] produced.
 #[derive(Clone, Debug, Default)]
 pub struct Built {

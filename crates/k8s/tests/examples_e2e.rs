@@ -295,7 +295,7 @@ async fn dashboard_queries_match_a_live_scheduler() {
     // the cluster gauges are refreshed every 2 s
     let text = wait_for(Duration::from_secs(20), || async {
         let t = scrape(addr).await?;
-        t.contains("gpusched_pending_pods_by_reason{reason=\"never-fits\"} 1")
+        t.contains("gpusched_pending_pods_by_reason{reason=\"NeverFits\"} 1")
             .then_some(t)
     })
     .await

@@ -3,7 +3,18 @@
 //! cluster autoscalers do), the pending-by-reason metrics, `explain` and
 //! `doctor`, in the scheduler and the simulator alike. The filters'
 //! refusals are told apart by their names ([`FilterName`]).
+//!
+//! One vocabulary: a class has one name, [`PendingClass::reason_name`]
+//! (CamelCase, as condition reasons are written), and every surface shows
+//! that name verbatim — `explain`, `pending`, the Queue and PodGroup
+//! status, `doctor`, the `reason` label of the pending-pods metric, the
+//! JSON of all of them, and the pod's `FailedScheduling` event and
+//! `PodScheduled` condition message ([`tagged_message`]). The condition's
+//! *reason* is the class name too, except where more nodes would help: it
+//! is then kube-scheduler's `Unschedulable`, which cluster autoscalers act
+//! on ([`PendingClass::condition_reason`]).
 
+use crate::fairshare::QueueTree;
 use crate::plugin::FilterName;
 use crate::{CycleOutput, Explanation, NodeReason, PendingReason, PodId, Snapshot};
 use gpusched_model::{GpuHealth, GpuRequest, ResourceKind};
@@ -13,7 +24,7 @@ use std::collections::BTreeSet;
 
 /// Why a pending GPU pod waits, as doctor classifies the core's reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String", into = "&'static str")]
 pub enum PendingClass {
     /// `spec.schedulingGates` present.
     Gated,
@@ -61,31 +72,18 @@ pub enum PendingClass {
 }
 
 impl PendingClass {
-    /// The kebab-case name (as in JSON).
+    /// The class's one name ([`PendingClass::reason_name`]): the same in
+    /// JSON, metrics labels, doctor, explain and the statuses.
     pub fn as_str(self) -> &'static str {
-        match self {
-            PendingClass::Gated => "gated",
-            PendingClass::InvalidSpec => "invalid-spec",
-            PendingClass::MissingQueueOrGroup => "missing-queue-or-group",
-            PendingClass::WaitingForClaim => "waiting-for-claim",
-            PendingClass::UnallocatableClaim => "unallocatable-claim",
-            PendingClass::Quota => "quota",
-            PendingClass::GangIncomplete => "gang-incomplete",
-            PendingClass::GangTimedOut => "gang-timed-out",
-            PendingClass::Topology => "topology",
-            PendingClass::GpuModel => "gpu-model",
-            PendingClass::GpuMemory => "gpu-memory",
-            PendingClass::Affinity => "affinity",
-            PendingClass::Taints => "taints",
-            PendingClass::UnhealthyGpus => "unhealthy-gpus",
-            PendingClass::NodeUnavailable => "node-unavailable",
-            PendingClass::NeverFits => "never-fits",
-            PendingClass::InsufficientGpus => "insufficient-gpus",
-            PendingClass::InsufficientResources => "insufficient-resources",
-            PendingClass::GangShort => "gang-short",
-            PendingClass::WaitingForNode => "waiting-for-node",
-            PendingClass::FitsNow => "fits-now",
-        }
+        self.reason_name()
+    }
+
+    /// The class named `name` ([`PendingClass::reason_name`]).
+    pub fn from_name(name: &str) -> Option<PendingClass> {
+        PendingClass::ALL
+            .iter()
+            .copied()
+            .find(|c| c.reason_name() == name)
     }
 
     /// Every class, in the order a pod's main class is chosen.
@@ -113,8 +111,9 @@ impl PendingClass {
         PendingClass::FitsNow,
     ];
 
-    /// The class as a condition or event reason (CamelCase), as a
-    /// PodGroup's `Scheduled` condition shows why its members wait.
+    /// The class's name (CamelCase, as a condition or event reason): the
+    /// one name every surface shows, as a PodGroup's `Scheduled` condition
+    /// shows why its members wait.
     pub fn reason_name(self) -> &'static str {
         match self {
             PendingClass::Gated => "SchedulingGated",
@@ -163,17 +162,10 @@ impl PendingClass {
     /// The `PodScheduled=False` reason for a pod whose main class this is
     /// (docs/kubernetes.md, "Pending pods and autoscalers").
     pub fn condition_reason(self) -> &'static str {
-        match self {
-            PendingClass::Gated => "SchedulingGated",
-            PendingClass::InvalidSpec => "InvalidSpec",
-            PendingClass::MissingQueueOrGroup => "MissingQueueOrGroup",
-            PendingClass::WaitingForClaim => "WaitingForResourceClaim",
-            PendingClass::Quota => "QueueQuota",
-            PendingClass::GangIncomplete => "GangIncomplete",
-            PendingClass::GangTimedOut => "GangTimedOut",
-            PendingClass::WaitingForNode => "WaitingForNode",
-            PendingClass::FitsNow => "FitsNow",
-            _ => "Unschedulable",
+        if self.more_nodes_help() {
+            "Unschedulable"
+        } else {
+            self.reason_name()
         }
     }
 
@@ -241,6 +233,34 @@ impl PendingClass {
     }
 }
 
+impl From<PendingClass> for &'static str {
+    fn from(c: PendingClass) -> &'static str {
+        c.reason_name()
+    }
+}
+
+impl TryFrom<String> for PendingClass {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        PendingClass::from_name(&s).ok_or_else(|| format!("unknown pending class {s:?}"))
+    }
+}
+
+impl std::fmt::Display for PendingClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason_name())
+    }
+}
+
+/// A pod's `FailedScheduling` event note and `PodScheduled` condition
+/// message: the explanation's message, then its main class's name in
+/// brackets — the name `explain`, `pending`, the Queue status, doctor and
+/// the metrics show (the condition's reason can be only `Unschedulable`
+/// where autoscalers should act).
+pub fn tagged_message(message: &str, class: PendingClass) -> String {
+    format!("{message} [{}]", class.reason_name())
+}
+
 /// The classes of one explanation, most specific first.
 pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> Vec<PendingClass> {
     let mut set = BTreeSet::new();
@@ -267,6 +287,10 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
             }
             PendingReason::GangShort { .. } => {
                 set.insert(PendingClass::GangShort);
+            }
+            // as a pod bigger than any node: never, whatever frees up
+            PendingReason::GangNeverFits { .. } => {
+                set.insert(PendingClass::NeverFits);
             }
             PendingReason::NoTopologyDomain { .. } => {
                 set.insert(PendingClass::Topology);
@@ -321,25 +345,59 @@ pub fn classify_cycle(out: &CycleOutput, snap: &Snapshot) -> BTreeMap<PodId, Vec
         .collect()
 }
 
-/// A queue's pending pods the cycle explained, by the reason name of
-/// their main class (what the Queue's status and `explain queue` show).
+/// A queue's pending pods the cycle explained — its own and its
+/// descendants', as its usage is its subtree's — by the name of their main
+/// class (what the Queue's status and `explain queue` show).
 pub fn queue_pending_by_reason(
     classes: &BTreeMap<PodId, Vec<PendingClass>>,
     snap: &Snapshot,
     queue: &str,
 ) -> BTreeMap<String, u32> {
-    let mut by: BTreeMap<String, u32> = BTreeMap::new();
+    let (tree, _) = QueueTree::build(&snap.queues);
+    let mut own: BTreeMap<&str, BTreeMap<PendingClass, u32>> = BTreeMap::new();
     for (p, cs) in classes {
-        if snap
-            .pods
-            .get(*p as usize)
-            .is_some_and(|ps| ps.pod.queue == queue)
-        {
+        if let Some(ps) = snap.pods.get(*p as usize) {
             let c = cs.first().copied().unwrap_or(PendingClass::FitsNow);
-            *by.entry(c.reason_name().to_string()).or_default() += 1;
+            *own.entry(ps.pod.queue.as_str())
+                .or_default()
+                .entry(c)
+                .or_default() += 1;
         }
     }
-    by
+    roll_up(&tree, own.iter().map(|(q, m)| (*q, m)))
+        .remove(queue)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(c, n)| (c.reason_name().to_string(), n))
+        .collect()
+}
+
+/// Per-queue counts summed up the queue tree: each queue's entry counts
+/// its own and every descendant's (a parent's PENDING includes its
+/// children's, as its allocation does). A queue the tree does not know
+/// (missing or invalid) keeps only its own.
+pub fn roll_up<'a, K: Ord + Copy + 'a>(
+    tree: &QueueTree,
+    own: impl IntoIterator<Item = (&'a str, &'a BTreeMap<K, u32>)>,
+) -> BTreeMap<String, BTreeMap<K, u32>> {
+    let mut out: BTreeMap<String, BTreeMap<K, u32>> = BTreeMap::new();
+    for (q, m) in own {
+        let names: Vec<&str> = match tree.idx(q) {
+            Some(i) => tree
+                .path(i)
+                .into_iter()
+                .map(|a| tree.queues[a].name.as_str())
+                .collect(),
+            None => vec![q],
+        };
+        for name in names {
+            let e = out.entry(name.to_string()).or_default();
+            for (k, n) in m {
+                *e.entry(*k).or_default() += n;
+            }
+        }
+    }
+    out
 }
 
 /// The `PodScheduled=False` reason of an explanation: `Unschedulable`
@@ -367,9 +425,16 @@ pub fn condition_reason(e: &Explanation, classes: &[PendingClass]) -> &'static s
 
 fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
     match r {
-        NodeReason::Insufficient(ResourceKind::Gpu)
-        | NodeReason::InsufficientGpuShare
-        | NodeReason::ClaimGpus { .. } => PendingClass::InsufficientGpus,
+        // GPUs of a model (or memory) the pod does not take count as no
+        // GPUs free for it: told apart by the snapshot's facts, as the GPU
+        // filter's refusals are
+        NodeReason::Insufficient(ResourceKind::Gpu) | NodeReason::InsufficientGpuShare => {
+            match gpu_fit_class(pod, snap) {
+                c @ (PendingClass::GpuModel | PendingClass::GpuMemory) => c,
+                _ => PendingClass::InsufficientGpus,
+            }
+        }
+        NodeReason::ClaimGpus { .. } => PendingClass::InsufficientGpus,
         NodeReason::Insufficient(ResourceKind::GpuMemory) => PendingClass::GpuMemory,
         NodeReason::Insufficient(_) => PendingClass::InsufficientResources,
         NodeReason::ReservedForOtherJob => PendingClass::WaitingForNode,

@@ -62,14 +62,4 @@ impl<'a> CycleIndex<'a> {
     pub(super) fn placed(&self, id: PodId) -> bool {
         self.placed.contains(&id)
     }
-
-    /// The kind of pod `id`'s main reason: its last reason's
-    /// [`PendingReason::label`], `FitsNow` when it has none, `NotExplained`
-    /// when the cycle did not explain it.
-    pub(super) fn label(&self, id: PodId) -> &'static str {
-        match self.explanation(id) {
-            Some(e) => e.reasons.last().map_or("FitsNow", |r| r.label()),
-            None => "NotExplained",
-        }
-    }
 }

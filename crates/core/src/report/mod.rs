@@ -118,6 +118,14 @@ pub enum PodStatus {
         /// Whether it may fit later (`None`: the last cycle did not explain
         /// it, e.g. it arrived after that cycle).
         verdict: Option<Verdict>,
+        /// Why it waits, most specific first ([`classify::classify`]): the
+        /// first is the name `pending`, the Queue status, doctor, the
+        /// metrics and the pod's event show.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        classes: Vec<classify::PendingClass>,
+        /// Its `PodScheduled=False` reason ([`classify::condition_reason`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        condition: Option<String>,
         /// The explanation as one message (kube-scheduler's words).
         message: String,
         /// The typed reasons behind the message.

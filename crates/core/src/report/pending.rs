@@ -22,8 +22,9 @@ pub struct PendingEntry {
     pub position: Option<u32>,
     /// Jobs of its queue this cycle.
     pub jobs: Option<u32>,
-    /// The kind of its main reason (the reason names of the Queue status
-    /// where the caller classified it, else [`PendingReason::label`]).
+    /// Its main class's name ([`classify::PendingClass::reason_name`]: the
+    /// Queue status's, doctor's and the metrics'); `NotExplained` when the
+    /// cycle did not explain it.
     pub reason: String,
     /// The explanation in kube-scheduler's words.
     pub message: String,
@@ -46,9 +47,10 @@ pub struct PendingList {
 }
 
 /// The pending pods of `queue` (`None`: of every queue) in queue order,
-/// each with its main reason: `reason_of` names it (the adapters pass the
-/// classification the Queue status uses); where it gives none, the
-/// reason's [`PendingReason::label`]. `None` when `queue` names no queue.
+/// each with its main class: `reason_of` names it where the caller
+/// classified the pod itself; where it gives none, the cycle's own
+/// classification ([`classify::classify_cycle`], the one the Queue status
+/// uses). `None` when `queue` names no queue.
 /// Pods the last cycle placed (binding in flight) are not pending.
 pub fn pending_list(
     view: &CycleView<'_>,
@@ -61,6 +63,7 @@ pub fn pending_list(
         tree.idx(q)?;
     }
     let index = CycleIndex::new(view);
+    let classes = classify::classify_cycle(view.output, snap);
     let mut pods = Vec::new();
     for (i, ps) in snap.pods.iter().enumerate() {
         let id = i as PodId;
@@ -74,7 +77,14 @@ pub fn pending_list(
             continue;
         }
         let e = index.explanation(id);
-        let reason = reason_of(id).unwrap_or_else(|| index.label(id).to_string());
+        let reason = reason_of(id).unwrap_or_else(|| {
+            match (e, classes.get(&id).and_then(|c| c.first())) {
+                (Some(_), Some(c)) => c.reason_name(),
+                (Some(_), None) => classify::PendingClass::FitsNow.reason_name(),
+                (None, _) => "NotExplained",
+            }
+            .to_string()
+        });
         pods.push(PendingEntry {
             pod: pod.name.clone(),
             queue: q.to_string(),

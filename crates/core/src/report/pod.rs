@@ -221,7 +221,10 @@ fn hints(view: &CycleView<'_>, pod: &gpusched_model::Pod, e: &Explanation) -> Ve
             | PendingReason::Reserved { node } => {
                 out.push(Hint::WaitForNode { node: node.clone() })
             }
-            PendingReason::Nominated | PendingReason::SnapshotInconsistent { .. } => {}
+            // the verdict's NeverFits says it
+            PendingReason::GangNeverFits { .. }
+            | PendingReason::Nominated
+            | PendingReason::SnapshotInconsistent { .. } => {}
         }
     }
     if e.reasons.is_empty() {
@@ -274,7 +277,7 @@ pub fn pod_report(view: &CycleView<'_>, name: &str) -> Option<PodReport> {
         (PodPhase::Pending { .. }, Some((node, gpus))) => PodStatus::Binding {
             placement: placement(snap, node, gpus),
         },
-        (PodPhase::Pending { nominated }, None) => {
+        (PodPhase::Pending { nominated, .. }, None) => {
             let nominated = view
                 .output
                 .decisions
@@ -289,8 +292,12 @@ pub fn pod_report(view: &CycleView<'_>, name: &str) -> Option<PodReport> {
             match view.output.explanations.iter().find(|e| e.pod == id) {
                 Some(e) => {
                     hint_list = hints(view, pod, e);
+                    let classes = classify::classify(e, pod, snap);
+                    let condition = classify::condition_reason(e, &classes).to_string();
                     PodStatus::Pending {
                         verdict: Some(e.verdict),
+                        classes,
+                        condition: Some(condition),
                         message: e.message(),
                         reasons: e.reasons.to_vec(),
                         evictions: e.evictions.to_vec(),
@@ -300,6 +307,8 @@ pub fn pod_report(view: &CycleView<'_>, name: &str) -> Option<PodReport> {
                 }
                 None => PodStatus::Pending {
                     verdict: None,
+                    classes: Vec::new(),
+                    condition: None,
                     message: "not explained by the last cycle".into(),
                     reasons: Vec::new(),
                     evictions: Vec::new(),

@@ -316,25 +316,45 @@ impl fmt::Display for PodReport {
                 write_placement(f, placement)?;
             }
             PodStatus::Gated { gates } => {
-                writeln!(f, "status: SchedulingGated ({})", gates.join(", "))?;
+                let c = classify::PendingClass::Gated;
+                writeln!(f, "status: Pending: {c} ({})", gates.join(", "))?;
+                writeln!(f, "  condition: PodScheduled=False, reason {c}")?;
             }
             PodStatus::Invalid { error } => {
-                writeln!(f, "status: Invalid: {error}")?;
+                let c = classify::PendingClass::InvalidSpec;
+                writeln!(f, "status: Pending: {c}")?;
+                writeln!(f, "  condition: PodScheduled=False, reason {c}")?;
+                writeln!(f, "  {error}")?;
             }
             PodStatus::Pending {
                 verdict,
+                classes,
+                condition,
                 message,
                 reasons,
                 evictions,
                 queue_position,
                 nominated,
             } => {
-                let v = match verdict {
-                    Some(Verdict::Unschedulable) => "Unschedulable",
-                    Some(Verdict::Unresolvable) => "Unresolvable",
-                    None => "Pending",
-                };
-                writeln!(f, "status: Pending ({v})")?;
+                // the class names every other surface shows; the verdict
+                // is in them (NeverFits)
+                match classes.split_first() {
+                    Some((main, rest)) => {
+                        write!(f, "status: Pending: {main}")?;
+                        if !rest.is_empty() {
+                            let rest: Vec<&str> = rest.iter().map(|c| c.reason_name()).collect();
+                            write!(f, " (also {})", rest.join(", "))?;
+                        }
+                        writeln!(f)?;
+                    }
+                    None if *verdict == Some(Verdict::Unresolvable) => {
+                        writeln!(f, "status: Pending: {}", classify::PendingClass::NeverFits)?
+                    }
+                    None => writeln!(f, "status: Pending")?,
+                }
+                if let Some(c) = condition {
+                    writeln!(f, "  condition: PodScheduled=False, reason {c}")?;
+                }
                 writeln!(f, "  {message}")?;
                 if let Some(p) = queue_position {
                     writeln!(
@@ -351,12 +371,7 @@ impl fmt::Display for PodReport {
                     for r in reasons {
                         match r {
                             PendingReason::Nodes(s) => {
-                                writeln!(
-                                    f,
-                                    "  - [{}] 0/{} nodes are available:",
-                                    r.label(),
-                                    s.total
-                                )?;
+                                writeln!(f, "  - 0/{} nodes are available:", s.total)?;
                                 for (nr, c) in &s.counts {
                                     let plugin = match nr {
                                         NodeReason::Filter { plugin, .. } => {
@@ -367,7 +382,7 @@ impl fmt::Display for PodReport {
                                     writeln!(f, "      {c} {nr}{plugin}")?;
                                 }
                             }
-                            other => writeln!(f, "  - [{}] {other}", other.label())?,
+                            other => writeln!(f, "  - {other}")?,
                         }
                     }
                 }

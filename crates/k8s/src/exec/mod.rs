@@ -19,7 +19,7 @@ use crate::crd::{PodGroupStatus, QueueStatus};
 use crate::limiter::Limiter;
 use crate::metrics::{KindLabel, Metrics};
 use crate::watch::Shared;
-use crate::world::{Assumed, Built};
+use crate::world::{Assumed, Built, Problem};
 use events::{Event, EventType, ProblemLog, Recorder};
 use gpusched_core::report::classify::PendingClass;
 use gpusched_core::{CycleOutput, Decision, GroupPhase};
@@ -442,9 +442,6 @@ impl Executor {
                     group_waiting.insert(g.clone(), (c, message.clone()));
                 }
             }
-            if !self.should_explain(&pr.uid, &message) {
-                continue;
-            }
             let own;
             let cls = match counted {
                 Some(c) => c,
@@ -457,6 +454,15 @@ impl Executor {
                     &own
                 }
             };
+            // the class's name, as explain, pending, the Queue status,
+            // doctor and the metrics show it
+            let message = gpusched_core::report::classify::tagged_message(
+                &message,
+                cls.first().copied().unwrap_or(PendingClass::FitsNow),
+            );
+            if !self.should_explain(&pr.uid, &message) {
+                continue;
+            }
             let mut reason = gpusched_core::report::classify::condition_reason(e, cls);
             if note.is_some() && reason == "Unschedulable" {
                 reason = crate::provreq::CONDITION_REASON;
@@ -481,9 +487,19 @@ impl Executor {
             self.problem(p);
         }
         self.report_problems(&built.problems);
-        // forget per-pod memory of pods that are gone
+        // forget per-pod memory of pods that are gone; the pods the core
+        // never sees (invalid, gated, claims pending) are not gone: their
+        // explanation is written once, then on change at most every
+        // EXPLAIN_INTERVAL, like any pending pod's
         let live: BTreeSet<&str> = built.pods.iter().map(|p| p.uid.as_str()).collect();
-        self.explained.retain(|k, _| live.contains(k.as_str()));
+        let unseen: BTreeSet<&str> = built
+            .problems
+            .iter()
+            .filter_map(Problem::pending_pod)
+            .map(|p| p.uid.as_str())
+            .collect();
+        self.explained
+            .retain(|k, _| live.contains(k.as_str()) || unseen.contains(k.as_str()));
         self.evicting.retain(|k| live.contains(k.as_str()));
         self.nominated.retain(|k, _| live.contains(k.as_str()));
     }

@@ -7,6 +7,7 @@ use super::events::{self, EventType};
 use super::{Executor, pod_ref};
 use crate::metrics::KindLabel;
 use crate::world::Problem;
+use gpusched_core::report::classify::{PendingClass, tagged_message};
 use std::collections::BTreeMap;
 
 impl Executor {
@@ -15,7 +16,9 @@ impl Executor {
     pub(super) fn problem(&mut self, p: &Problem) {
         match p {
             Problem::InvalidPod { pod, error } => {
-                if !self.should_explain(&pod.uid, error) {
+                let class = PendingClass::InvalidSpec;
+                let msg = tagged_message(error, class);
+                if !self.should_explain(&pod.uid, &msg) {
                     return;
                 }
                 self.metrics.attempt("error");
@@ -24,22 +27,27 @@ impl Executor {
                     EventType::Warning,
                     "FailedScheduling",
                     "Scheduling",
-                    error.clone(),
+                    msg.clone(),
                 );
-                self.pod_condition(&pod.namespace, &pod.name, "InvalidSpec", error);
+                self.pod_condition(&pod.namespace, &pod.name, class.condition_reason(), &msg);
             }
             Problem::GatedPod { pod, gates } => {
-                let msg = format!("waiting for scheduling gates: {}", gates.join(", "));
+                let class = PendingClass::Gated;
+                let msg = tagged_message(
+                    &format!("waiting for scheduling gates: {}", gates.join(", ")),
+                    class,
+                );
                 if !self.should_explain(&pod.uid, &msg) {
                     return;
                 }
-                self.pod_condition(&pod.namespace, &pod.name, "SchedulingGated", &msg);
+                self.pod_condition(&pod.namespace, &pod.name, class.condition_reason(), &msg);
             }
             Problem::ClaimsPending {
                 pod,
                 class,
                 message,
             } => {
+                let message = &tagged_message(message, *class);
                 if !self.should_explain(&pod.uid, message) {
                     return;
                 }

@@ -51,6 +51,7 @@ impl<'s> Cycle<'s> {
                 });
             }
         }
+        let mut never_fits: BTreeMap<JobId, Option<PendingReason>> = BTreeMap::new();
         let mut nominated_set = vec![false; self.snap.pods.len()];
         for d in &self.out.decisions {
             if let Decision::Nominate { pod, .. } = d {
@@ -77,8 +78,18 @@ impl<'s> Cycle<'s> {
             if self.placed[i] && !nominated {
                 continue;
             }
-            let note = self.notes.get(&p).cloned();
+            let mut note = self.notes.get(&p).cloned();
             let job = job_of[i];
+            // a gang that falls short now but could never fit at once, even
+            // on an empty cluster, is told apart (a gang's Unresolvable)
+            if let (Some(PendingReason::GangShort { .. }), Some(j)) = (&note, job) {
+                let never = never_fits
+                    .entry(j)
+                    .or_insert_with(|| self.gang_never_fits(&jobs[j]));
+                if let Some(why) = never {
+                    note = Some(why.clone());
+                }
+            }
             let evictions = job.and_then(|j| evictions.get(j)).unwrap_or(&none).clone();
             let queue_position = job.and_then(|j| position[j]);
             if nominated {
@@ -140,6 +151,7 @@ impl<'s> Cycle<'s> {
             // a quota the job alone exceeds is never met by waiting
             let verdict = match &note {
                 Some(PendingReason::Quota(v)) if v.never() => Verdict::Unresolvable,
+                Some(PendingReason::GangNeverFits { .. }) => Verdict::Unresolvable,
                 _ => verdict,
             };
             let slot = match (job, shared_sig) {
@@ -172,6 +184,54 @@ impl<'s> Cycle<'s> {
                 queue_position,
             });
         }
+    }
+}
+
+impl Cycle<'_> {
+    /// Whether `job`'s required members can never run at once, even with
+    /// every node empty: for the members of one signature asking `k` whole
+    /// GPUs each, a node that passes their filters holds at most
+    /// ⌊usable GPUs / k⌋ of them, so more members than the sum over those
+    /// nodes never fit (a necessary condition only: a gang that passes it
+    /// may still never fit, and is then told "short" as before).
+    fn gang_never_fits(&mut self, job: &Job) -> Option<PendingReason> {
+        job.group?;
+        let need = job.need.min(job.pods.len());
+        // members by signature: (count, a representative)
+        let mut by_sig: BTreeMap<usize, (u32, PodId)> = BTreeMap::new();
+        for &p in &job.pods[..need] {
+            if let GpuRequest::Whole(k) = self.pod(p).gpu
+                && k > 0
+            {
+                let s = self.sig_of(p);
+                by_sig.entry(s).or_insert((0, p)).0 += 1;
+            }
+        }
+        for (s, (count, rep)) in by_sig {
+            let pod = self.pod(rep);
+            let k = pod.gpu.whole();
+            let mut most = 0u32;
+            for &n in &self.sigs[s].ok_list {
+                let node = self.cs.node(n);
+                let usable = (0..node.gpus.len())
+                    .filter(|&g| self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g));
+                let usable = match crate::state::claim_gpus(pod) {
+                    Some(c) => c.largest_group(&node.name, usable) as u32,
+                    None => usable.count() as u32,
+                };
+                most = most.saturating_add(usable / k);
+            }
+            if count > most {
+                return Some(PendingReason::GangNeverFits {
+                    group: job.name.clone(),
+                    need: need as u32,
+                    count,
+                    gpus: k,
+                    most,
+                });
+            }
+        }
+        None
     }
 }
 

@@ -53,19 +53,8 @@ impl Executor {
             self.write_status(api, name.to_string(), from, &w, guard);
         }
         // queues
-        let (mut figures, mut invalid) = status::queue_figures(built);
-        for (q, f) in figures.iter_mut() {
-            let mut by: BTreeMap<String, u32> = BTreeMap::new();
-            for m in [self.queue_waiting.get(q), built.unseen_by_queue.get(q)]
-                .into_iter()
-                .flatten()
-            {
-                for (c, n) in m {
-                    *by.entry(c.reason_name().to_string()).or_default() += n;
-                }
-            }
-            f.pending_by_reason = by;
-        }
+        let (figures, mut invalid) =
+            status::queue_figures(built, &[&self.queue_waiting, &built.unseen_by_queue]);
         let mut wanted = BTreeMap::new();
         for (q, f) in &figures {
             let label = QueueLabel { queue: q.clone() };

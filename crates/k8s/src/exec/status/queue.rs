@@ -2,6 +2,7 @@
 //! pods by reason ([`queue_figures`]).
 
 use super::*;
+use gpusched_core::report::classify::roll_up;
 
 /// One queue's figures: what its status and metrics show.
 #[derive(Clone, Debug, PartialEq)]
@@ -10,14 +11,21 @@ pub struct QueueFigures {
     pub allocated: ResourceVec,
     /// Deserved now.
     pub fair_share: ResourceVec,
-    /// Pods waiting.
+    /// Pods waiting in its subtree (its own and its descendants', as
+    /// `allocated` is its subtree's).
     pub pending: u32,
     /// Those pods by why they wait ([`PendingClass::reason_name`]).
     pub pending_by_reason: BTreeMap<String, u32>,
 }
 
 /// Figures of every valid queue, and the error of every invalid one.
-pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap<String, String>) {
+/// `waiting`: the pending pods by queue and class (the cycle's explained
+/// ones, and those the core never sees); each queue's figures count its
+/// subtree's.
+pub fn queue_figures(
+    built: &Built,
+    waiting: &[&BTreeMap<String, BTreeMap<PendingClass, u32>>],
+) -> (BTreeMap<String, QueueFigures>, BTreeMap<String, String>) {
     let snap = &built.snapshot;
     // the fair shares the cycle computes at its start (one rule for the
     // capacity: gpusched_core::fairshare::schedulable_capacity)
@@ -32,6 +40,19 @@ pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap
                 .or_insert_with(|| error.clone());
         }
     }
+    // a parent's pending pods include its children's
+    let own: BTreeMap<&str, BTreeMap<(), u32>> = built
+        .pending_by_queue
+        .iter()
+        .map(|(q, n)| (q.as_str(), BTreeMap::from([((), *n)])))
+        .collect();
+    let pending = roll_up(&tree, own.iter().map(|(q, m)| (*q, m)));
+    let by_reason = roll_up(
+        &tree,
+        waiting
+            .iter()
+            .flat_map(|w| w.iter().map(|(q, m)| (q.as_str(), m))),
+    );
     let mut figures = BTreeMap::new();
     for q in &snap.queues {
         let Some(i) = tree.idx(&q.name) else { continue };
@@ -41,8 +62,17 @@ pub fn queue_figures(built: &Built) -> (BTreeMap<String, QueueFigures>, BTreeMap
             QueueFigures {
                 allocated: a.usage.clone(),
                 fair_share: a.deserved.clone(),
-                pending: built.pending_by_queue.get(&q.name).copied().unwrap_or(0),
-                pending_by_reason: BTreeMap::new(),
+                pending: pending
+                    .get(&q.name)
+                    .and_then(|m| m.get(&()))
+                    .copied()
+                    .unwrap_or(0),
+                pending_by_reason: by_reason
+                    .get(&q.name)
+                    .into_iter()
+                    .flatten()
+                    .map(|(c, n)| (c.reason_name().to_string(), *n))
+                    .collect(),
             },
         );
     }

@@ -274,3 +274,68 @@ fn the_pod_condition_is_a_typed_status_patch_of_podscheduled() {
     assert!(m.len() < long.len() && m.starts_with("xxx"), "{}", m.len());
     assert_eq!(c[0].as_object().unwrap().len(), 5, "{c}");
 }
+
+/// #39: every class has one name, and every surface of the scheduler shows
+/// it verbatim — the Queue status (a parent's counting its children's),
+/// the PodGroup condition, the pod's event note and condition, the
+/// metrics label, doctor's text and JSON.
+#[test]
+fn every_class_reads_one_name_on_every_surface() {
+    use crate::tools::doctor::{Finding, Report, Status, Summary};
+    use gpusched_core::report::classify::tagged_message;
+    let metrics = crate::metrics::Metrics::new();
+    let exposition = metrics.render();
+    for c in PendingClass::ALL {
+        let name = c.reason_name();
+        assert_eq!(c.as_str(), name);
+        assert_eq!(c.to_string(), name);
+        // JSON (doctor --json, the debug endpoint) round-trips the name
+        assert_eq!(serde_json::to_value(c).unwrap(), json!(name));
+        assert_eq!(
+            serde_json::from_value::<PendingClass>(json!(name)).unwrap(),
+            c
+        );
+        // metrics label
+        assert!(
+            exposition.contains(&format!(
+                "gpusched_pending_pods_by_reason{{reason=\"{name}\"}}"
+            )),
+            "{name}"
+        );
+        // Queue status: the child's and its parent's
+        let mut built = Built::default();
+        let mut team = gpusched_model::Queue::new("team");
+        team.parent = Some("org".into());
+        built.snapshot.queues = vec![gpusched_model::Queue::new("org"), team];
+        built.pending_by_queue.insert("team".into(), 1);
+        let waiting = BTreeMap::from([("team".to_string(), BTreeMap::from([(c, 1)]))]);
+        let (figures, _) = queue_figures(&built, &[&waiting]);
+        for q in ["team", "org"] {
+            let st = wanted_queue(figures.get(q), None);
+            assert_eq!(st.pending_pods, 1, "{q} {name}");
+            assert_eq!(
+                st.pending_by_reason,
+                BTreeMap::from([(name.to_string(), 1)]),
+                "{q}"
+            );
+        }
+        // PodGroup condition
+        let mut f = facts(4, 1, 3);
+        f.waiting = Some((c, "why".into()));
+        let w = wanted_group(&f, None);
+        assert_eq!(w.conditions[1].reason, name);
+        // the pod's event note and condition
+        let note = tagged_message("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.", c);
+        assert!(note.ends_with(&format!(" [{name}]")), "{note}");
+        let cond = c.condition_reason();
+        assert!(
+            cond == name || (cond == "Unschedulable" && c.more_nodes_help()),
+            "{name}"
+        );
+        // doctor
+        let mut finding = Finding::new("pending", Status::Warn, "pod/ns/p", "why", c.hint());
+        finding.class = Some(c);
+        let text = Report::new(Summary::default(), vec![finding]).render();
+        assert!(text.contains(&format!("pod/ns/p ({name}): why")), "{text}");
+    }
+}

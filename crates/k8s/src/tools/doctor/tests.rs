@@ -216,7 +216,7 @@ fn every_planted_problem_is_found_and_named() {
         text.contains("✗ node/gpu-a: the agent reports 1 unhealthy"),
         "{text}"
     );
-    assert!(text.contains("(quota)"), "{text}");
+    assert!(text.contains("(QueueQuota)"), "{text}");
     let js: Value = serde_json::to_value(&r).unwrap();
     assert_eq!(js["exitCode"], 2);
     assert!(
@@ -224,7 +224,7 @@ fn every_planted_problem_is_found_and_named() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|f| f["class"] == "gang-incomplete")
+            .any(|f| f["class"] == "GangIncomplete")
     );
 }
 
