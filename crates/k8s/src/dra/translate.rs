@@ -373,7 +373,15 @@ fn capacity_requests(
     c.and_then(|c| c.requests.as_ref())
         .into_iter()
         .flatten()
-        .map(|(k, q)| Ok((k.clone(), milli(q, &format!("{field}.requests[{k}]"))?)))
+        .map(|(k, q)| {
+            let f = format!("{field}.requests[{k}]");
+            let v = milli(q, &f)?;
+            // a negative amount would give capacity back (#38)
+            if v < 0 {
+                return Err(format!("{f}: {:?} is negative", q.0));
+            }
+            Ok((k.clone(), v))
+        })
         .collect()
 }
 

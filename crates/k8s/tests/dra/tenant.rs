@@ -159,3 +159,21 @@ fn a_per_device_node_selection_slice_offers_each_device_on_its_own_node_at_bind(
     w.remove(gpusched_k8s::world::ObjectKind::ResourceSlice, "per-device");
     assert!(on(&w, "a").is_empty() && on(&w, "b").is_empty());
 }
+
+#[test]
+fn a_negative_capacity_request_is_refused_naming_the_claim_and_request() {
+    // a device without a request policy: the amount was passed through
+    // (a negative consumption frees capacity for others)
+    let mut w = two_nodes(true);
+    w.upsert_claim(&claim("neg", json!([bandwidth("-5")])));
+    w.upsert_pod(&pod("p", &["neg"]));
+    let (class, msg) = claims_problem(&w, "p").expect("refused");
+    assert_eq!(class, PendingClass::UnallocatableClaim);
+    assert!(
+        msg.contains(
+            "ResourceClaim ml/neg: spec.devices.requests[0].exactly.capacity.requests[bw]"
+        ) && msg.contains("negative"),
+        "{msg}"
+    );
+    assert!(w.allocate_claims("uid-p", "a").is_err());
+}
