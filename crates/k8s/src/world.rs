@@ -222,6 +222,9 @@ pub struct ObservedStatus {
     pub queues: BTreeMap<String, Option<crate::crd::QueueStatus>>,
     /// gpusched PodGroups.
     pub groups: BTreeMap<String, Option<crate::crd::PodGroupStatus>>,
+    /// The uid of each gpusched PodGroup (what its events' `regarding`
+    /// names, so `kubectl describe podgroup` finds them).
+    pub group_uids: BTreeMap<String, String>,
 }
 
 /// A PodGroup: translated, its priority class, whether made for a Job.

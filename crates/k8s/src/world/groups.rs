@@ -42,6 +42,10 @@ impl World {
             .as_ref()
             .is_some_and(|a| a.contains_key(translate::ANNOTATION_FOR_JOB));
         self.observed.groups.insert(k.clone(), g.status.clone());
+        match &g.metadata.uid {
+            Some(uid) => self.observed.group_uids.insert(k.clone(), uid.clone()),
+            None => self.observed.group_uids.remove(&k),
+        };
         self.cache.dirty.groups = true;
         self.groups.insert(
             k,
@@ -74,6 +78,7 @@ impl World {
         self.groups.remove(key);
         self.cache.dirty.groups = true;
         self.observed.groups.remove(key);
+        self.observed.group_uids.remove(key);
         self.generation += 1;
     }
 

@@ -48,7 +48,8 @@ impl Executor {
                 status::phase_text(from.and_then(|f| f.phase)),
                 status::phase_text(w.phase)
             );
-            self.group_event(ns, name, from, &w);
+            let uid = observed.group_uids.get(&k).map(String::as_str);
+            self.group_event(ns, name, uid, from, &w);
             let api: Api<PodGroup> = Api::namespaced(self.client.clone(), ns);
             self.write_status(api, name.to_string(), from, &w, guard);
         }
@@ -99,6 +100,7 @@ impl Executor {
         &self,
         ns: &str,
         name: &str,
+        uid: Option<&str>,
         from: Option<&PodGroupStatus>,
         to: &PodGroupStatus,
     ) {
@@ -119,6 +121,9 @@ impl Executor {
             kind: Some("PodGroup".into()),
             namespace: Some(ns.into()),
             name: Some(name.into()),
+            // `kubectl describe podgroup` lists the events whose
+            // regarding.uid is the group's
+            uid: uid.map(str::to_string),
             ..Default::default()
         };
         let type_ = if st == "True" {
