@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use gpusched_core::report::{self, CycleView, PendingList, PodReport, QueueReport};
 use gpusched_core::{CycleOutput, Snapshot};
+use gpusched_k8s::debug::debug_path;
 use gpusched_k8s::tools::debug_client::{Target, TokenSource};
 use std::path::PathBuf;
 
@@ -163,7 +164,7 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
                         format!("{ns}/{pod}")
                     }
                 };
-                fetch_json(&source, &format!("/debug/pods/{key}"))?
+                fetch_json(&source, &debug_path(&format!("pods/{key}")))?
             };
             print(&r, source.output(), |_| r.to_string())
         }
@@ -178,7 +179,7 @@ pub fn run(cmd: ExplainCmd) -> anyhow::Result<()> {
                 report::queue_report(&view, &queue)
                     .with_context(|| format!("queue {queue} is not in the simulation"))?
             } else {
-                fetch_json(&source, &format!("/debug/queues/{queue}"))?
+                fetch_json(&source, &debug_path(&format!("queues/{queue}")))?
             };
             print(&r, source.output(), |_| r.to_string())
         }
@@ -210,8 +211,8 @@ pub fn pending(a: PendingArgs) -> anyhow::Result<()> {
         })?
     } else {
         match &a.queue {
-            Some(q) => fetch_json(source, &format!("/debug/pending/{q}"))?,
-            None => fetch_json(source, "/debug/pending")?,
+            Some(q) => fetch_json(source, &debug_path(&format!("pending/{q}")))?,
+            None => fetch_json(source, &debug_path("pending"))?,
         }
     };
     if let Some(ns) = &a.namespace {

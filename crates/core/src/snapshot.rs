@@ -53,8 +53,15 @@ impl GpuAssignment {
 pub enum PodPhase {
     /// Waiting for a node. `nominated`: a node freed for it by preemption.
     Pending {
-        /// A node freed (or reserved) for it in an earlier cycle.
+        /// A node freed (or reserved) for it in an earlier cycle. Honoured
+        /// (the node held for its job) only while the pod passes the static
+        /// filters there and fits the node's allocatable, and for at most
+        /// `SchedulerOptions::max_nomination_ms` from `nominated_at_ms`.
         nominated: Option<NodeId>,
+        /// When the runner first saw this nomination (the clock of `now`).
+        /// `None`: not known, the nomination's age is not bounded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nominated_at_ms: Option<u64>,
     },
     /// Bound to a node and holding resources.
     Running {
@@ -88,7 +95,10 @@ impl PodState {
     pub fn pending(pod: Pod) -> Self {
         PodState {
             pod,
-            phase: PodPhase::Pending { nominated: None },
+            phase: PodPhase::Pending {
+                nominated: None,
+                nominated_at_ms: None,
+            },
         }
     }
 

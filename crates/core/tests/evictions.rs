@@ -177,7 +177,10 @@ fn a_deleted_pod_holds_its_gpus_until_gone() {
         node: 0,
         gpus: GpuAssignment::Whole(vec![0, 1, 2, 3]),
     };
-    snap.pods[1].phase = PodPhase::Pending { nominated: None };
+    snap.pods[1].phase = PodPhase::Pending {
+        nominated: None,
+        nominated_at_ms: None,
+    };
     snap.pods
         .push(PodState::pending(pod("new").gpus(2).priority(5).build()));
     let mut s = sched();
@@ -196,7 +199,7 @@ fn a_deleted_pod_holds_its_gpus_until_gone() {
 /// hold), without applying binds or evictions.
 fn apply_nominations(snap: &mut Snapshot, out: &CycleOutput) {
     for p in &mut snap.pods {
-        if let PodPhase::Pending { nominated } = &mut p.phase {
+        if let PodPhase::Pending { nominated, .. } = &mut p.phase {
             *nominated = None;
         }
     }
@@ -207,6 +210,7 @@ fn apply_nominations(snap: &mut Snapshot, out: &CycleOutput) {
         {
             p.phase = PodPhase::Pending {
                 nominated: Some(*node),
+                nominated_at_ms: None,
             };
         }
     }

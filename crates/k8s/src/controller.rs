@@ -1,5 +1,5 @@
 //! `gpusched scheduler`: watches → world → cycle → executor, under a leader
-//! lease, with `/metrics`, `/healthz`, `/readyz` and `/debug/…`
+//! lease, with `/metrics`, `/healthz`, `/readyz` and `/gpusched/debug/…`
 //! ([`crate::debug`]).
 
 use crate::exec::{ExecOptions, Executor};
@@ -23,10 +23,10 @@ pub struct Options {
     pub kubeconfig: Option<std::path::PathBuf>,
     /// The scheduler configuration (the simulator's format).
     pub config: SchedulerConfig,
-    /// Address of `/metrics`, `/healthz`, `/readyz`, `/debug/…` (`None`:
+    /// Address of `/metrics`, `/healthz`, `/readyz`, `/gpusched/debug/…` (`None`:
     /// no server).
     pub http_addr: Option<SocketAddr>,
-    /// How `/metrics` and `/debug/…` are protected.
+    /// How `/metrics` and `/gpusched/debug/…` are protected.
     pub http_auth: crate::debug::HttpAuth,
     /// HTTPS for that address ([`crate::tls::Tls::Off`]: plain HTTP).
     pub tls: crate::tls::Tls,

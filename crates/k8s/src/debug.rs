@@ -1,16 +1,24 @@
 //! The scheduler's HTTP server: `/healthz` and `/readyz` (open), `/metrics`
 //! and the read-only debug endpoint behind delegated authentication:
 //!
-//! - `GET /debug/pods/NAMESPACE/NAME`: the pod's [`PodReport`] (JSON);
-//! - `GET /debug/queues/NAME`: the queue's [`QueueReport`] (JSON);
-//! - `GET /debug/pending` and `GET /debug/pending/QUEUE`: the pending pods
+//! - `GET /gpusched/debug/pods/NAMESPACE/NAME`: the pod's [`PodReport`] (JSON);
+//! - `GET /gpusched/debug/queues/NAME`: the queue's [`QueueReport`] (JSON);
+//! - `GET /gpusched/debug/pending` and `GET /gpusched/debug/pending/QUEUE`: the pending pods
 //!   (of one queue) in queue order with their reasons
 //!   ([`report::PendingList`], JSON; `kubectl gpusched pending`);
 //!
 //! all from the leader's latest cycle. A standby answers 503 naming the
 //! leader (the lease holder, which is the leader's pod name).
 //!
-//! With [`HttpAuth::Delegated`] a request to `/metrics` or `/debug/…` needs
+//! The paths sit under gpusched's own prefix ([`PATH_PREFIX`]) so that the
+//! chart's `gpusched-debug-reader` ClusterRole grants `get` on
+//! `/gpusched/*` only: a grant of `/metrics` or `/debug/*` would also open
+//! the API server's own `/metrics` and `/debug/pprof/*` (and those of other
+//! components that authorize through it; issue 38). `/metrics` is served
+//! also as `/gpusched/metrics`; the old `/debug/…` paths still answer, for
+//! callers allowed them some other way.
+//!
+//! With [`HttpAuth::Delegated`] a request to a protected path needs
 //! a bearer token: the apiserver authenticates it (TokenReview) and
 //! authorizes `get` on the request's path as a non-resource URL
 //! (SubjectAccessReview), as kube-scheduler's own secure port does. Missing
@@ -41,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How `/metrics` and `/debug/…` are protected.
+/// How `/metrics` and the debug endpoint are protected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HttpAuth {
     /// Open to anyone who reaches the port.
@@ -68,6 +76,26 @@ impl std::str::FromStr for HttpAuth {
 /// through it reaches the scheduler without one.
 pub const FORWARDED_AUTH_HEADER: &str = "x-gpusched-authorization";
 
+/// gpusched's own non-resource URL prefix: what the chart's
+/// `gpusched-debug-reader` ClusterRole grants (`/gpusched/*`).
+pub const PATH_PREFIX: &str = "/gpusched";
+
+/// The debug endpoint's prefix (`/gpusched/debug`): clients append
+/// `/pods/NAMESPACE/NAME`, `/queues/NAME` or `/pending[/QUEUE]`.
+pub const DEBUG_PREFIX: &str = "/gpusched/debug";
+
+/// The debug path of `rest` (`pods/ml/p0` → `/gpusched/debug/pods/ml/p0`).
+pub fn debug_path(rest: &str) -> String {
+    format!("{DEBUG_PREFIX}/{}", rest.trim_start_matches('/'))
+}
+
+/// The debug route's part of a protected path (after `/gpusched/debug/` or
+/// the older `/debug/`), or `None` when `path` is not a debug path.
+fn debug_rest(path: &str) -> Option<&str> {
+    path.strip_prefix("/gpusched/debug/")
+        .or_else(|| path.strip_prefix("/debug/"))
+}
+
 /// How long an authentication + authorization answer is reused.
 const AUTH_TTL: Duration = Duration::from_secs(10);
 /// At most this many cached answers (the cache is cleared when full).
@@ -75,11 +103,11 @@ const AUTH_CACHE_MAX: usize = 1024;
 
 /// A debug path.
 enum Route {
-    /// `/debug/pods/NAMESPACE/NAME`.
+    /// `/gpusched/debug/pods/NAMESPACE/NAME`.
     Pod(String),
-    /// `/debug/queues/NAME`.
+    /// `/gpusched/debug/queues/NAME`.
     Queue(String),
-    /// `/debug/pending[/QUEUE]`.
+    /// `/gpusched/debug/pending[/QUEUE]`.
     Pending(Option<String>),
 }
 
@@ -228,7 +256,8 @@ impl Server {
             }
             _ => {}
         }
-        let protected = path == "/metrics" || path.starts_with("/debug/");
+        let metrics = path == "/metrics" || path == "/gpusched/metrics";
+        let protected = metrics || debug_rest(&path).is_some();
         if !protected {
             return reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into());
         }
@@ -253,7 +282,7 @@ impl Server {
                 Verdict::Forbidden(m) => return error(StatusCode::FORBIDDEN, m, None),
             }
         }
-        if path == "/metrics" {
+        if metrics {
             return reply(
                 StatusCode::OK,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -270,7 +299,7 @@ impl Server {
     }
 
     async fn debug(&self, path: &str) -> Response<Full<Bytes>> {
-        let rest = &path["/debug/".len()..];
+        let rest = debug_rest(path).unwrap_or_default();
         let parts: Vec<&str> = rest.split('/').collect();
         let route = match parts.as_slice() {
             ["pods", ns, name] if !ns.is_empty() && !name.is_empty() => {
@@ -285,7 +314,7 @@ impl Server {
             return error(
                 StatusCode::NOT_FOUND,
                 format!(
-                    "unknown debug path {path:?}: use /debug/pods/NAMESPACE/NAME, /debug/queues/NAME or /debug/pending[/QUEUE]"
+                    "unknown debug path {path:?}: use /gpusched/debug/pods/NAMESPACE/NAME, /gpusched/debug/queues/NAME or /gpusched/debug/pending[/QUEUE]"
                 ),
                 None,
             );

@@ -255,7 +255,21 @@ pub struct World {
     /// When each assumption was made (Unix ms): the pod's bind time until
     /// the API shows it bound.
     assumed_at: BTreeMap<String, u64>,
+    /// The scheduler's own nominations (by uid) until the pod's status
+    /// shows the same node; preferred over `status.nominatedNodeName`,
+    /// which anyone who may write pod status can set.
     nominated: BTreeMap<String, String>,
+    /// When this scheduler first saw each pod bound (Unix ms, by uid): its
+    /// own bind time for pods it bound, else when the pod first came in
+    /// bound. A pod's start is never later than this, whatever its
+    /// `PodScheduled` condition says (that is anyone's with pods/status: a
+    /// time in the future would keep it "younger than its minimum runtime"
+    /// for ever, immune to preemption and reclaim; issue 38).
+    bound_seen: BTreeMap<String, u64>,
+    /// When each pod's current nomination (own or from its status) was
+    /// first seen (Unix ms), by uid: the core holds a nominated node for a
+    /// bounded time from it (`SchedulerOptions::max_nomination_ms`).
+    nominated_at: BTreeMap<String, (String, u64)>,
     /// Why each gang waits for a ProvisioningRequest, by group name
     /// ([`crate::provreq`]): added to its members' pending message.
     provisioning_notes: BTreeMap<String, String>,
@@ -341,6 +355,7 @@ impl World {
                 .on_new_node(&v.node.name, created.0.as_millisecond().max(0) as u64)
         {
             self.cache.dirty.pods.insert(uid.clone());
+            self.note_nominated(&uid, &node);
             self.nominated.insert(uid, node);
         }
         // devices of slices with a node selector follow the labels
@@ -349,6 +364,29 @@ impl World {
         }
         self.nodes.insert(v.node.name.clone(), v);
         self.generation += 1;
+    }
+
+    /// Remembers when pod `uid`'s nomination to `node` was first seen (now,
+    /// unless it was already nominated there).
+    pub(crate) fn note_nominated(&mut self, uid: &str, node: &str) {
+        if self.nominated_at.get(uid).is_some_and(|(n, _)| n == node) {
+            return;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.nominated_at
+            .insert(uid.to_string(), (node.to_string(), now));
+    }
+
+    /// When pod `v` started, for the core (`PodPhase::Running::since_ms`):
+    /// its `PodScheduled` time (else its start or creation), but never
+    /// later than when this scheduler first saw it bound.
+    pub(crate) fn bound_since(&self, v: &PodView) -> u64 {
+        match self.bound_seen.get(&v.uid) {
+            Some(&seen) => v.bound_ms.min(seen),
+            None => v.bound_ms,
+        }
     }
 
     /// Whether a Queue object of this name exists (valid or not).
@@ -404,10 +442,29 @@ impl World {
         } else {
             self.pod_claims.insert(v.uid.clone(), claims);
         }
+        if matches!(v.kind, PodKind::Bound { .. } | PodKind::Finished { .. })
+            && !self.bound_seen.contains_key(&v.uid)
+        {
+            let at = self.assumed_at.get(&v.uid).copied().unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+            });
+            self.bound_seen.insert(v.uid.clone(), at);
+        }
         match &v.kind {
             PodKind::Pending { nominated, .. } => {
-                if nominated.is_some() {
+                // the status shows the scheduler's own nomination: it is
+                // persisted; a different one (anyone with pods/status may
+                // write it) does not replace the scheduler's own
+                if nominated.is_some() && self.nominated.get(&v.uid) == nominated.as_ref() {
                     self.nominated.remove(&v.uid);
+                }
+                match self.nominated.get(&v.uid).or(nominated.as_ref()).cloned() {
+                    Some(n) => self.note_nominated(&v.uid, &n),
+                    None => {
+                        self.nominated_at.remove(&v.uid);
+                    }
                 }
             }
             PodKind::Bound {
@@ -416,6 +473,7 @@ impl World {
                 self.assumed.remove(&v.uid);
                 self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
+                self.nominated_at.remove(&v.uid);
                 self.release_volumes(&v.uid);
             }
             _ => {
@@ -423,6 +481,7 @@ impl World {
                 self.assumed.remove(&v.uid);
                 self.assumed_at.remove(&v.uid);
                 self.nominated.remove(&v.uid);
+                self.nominated_at.remove(&v.uid);
                 self.evicting.remove(&v.uid);
             }
         }
@@ -485,6 +544,8 @@ impl World {
         self.assumed.remove(uid);
         self.assumed_at.remove(uid);
         self.nominated.remove(uid);
+        self.nominated_at.remove(uid);
+        self.bound_seen.remove(uid);
         self.evicting.remove(uid);
         self.generation += 1;
     }

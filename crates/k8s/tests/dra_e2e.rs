@@ -470,8 +470,12 @@ async fn dra_gpus_count_in_quotas_gangs_preemption_and_explain() {
     };
     let last = std::sync::Mutex::new(String::new());
     let report = wait_for(Duration::from_secs(30), || async {
-        let f = gpusched_k8s::tools::debug_client::fetch(&target, None, "/debug/pods/ml/capped-1")
-            .await;
+        let f = gpusched_k8s::tools::debug_client::fetch(
+            &target,
+            None,
+            "/gpusched/debug/pods/ml/capped-1",
+        )
+        .await;
         *last.lock().unwrap() = match &f {
             Ok(f) => format!("{} {}", f.status, f.body),
             Err(e) => format!("{e:#}"),

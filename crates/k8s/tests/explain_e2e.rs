@@ -22,16 +22,19 @@ fn free_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
-/// A ClusterRole granting get on the debug URLs and `/metrics` (as the
-/// chart's `gpusched-debug-reader`), bound to the ServiceAccount `ml/sa`.
+/// The chart's `gpusched-debug-reader` ClusterRole (get on gpusched's own
+/// non-resource URLs, `/gpusched/*`), bound to the ServiceAccount `ml/sa`.
 async fn grant_debug_reader(c: &Cluster, sa: &str) {
     let roles: Api<ClusterRole> = Api::all(c.client.clone());
-    create_obj(
-        &roles,
-        json!({"metadata": {"name": "gpusched-debug-reader"},
-            "rules": [{"nonResourceURLs": ["/debug/*", "/metrics"], "verbs": ["get"]}]}),
-    )
-    .await;
+    if roles
+        .get_opt("gpusched-debug-reader")
+        .await
+        .unwrap()
+        .is_none()
+    {
+        c.install_chart_docs(&[("ClusterRole", "gpusched-debug-reader")])
+            .await;
+    }
     let bindings: Api<ClusterRoleBinding> = Api::all(c.client.clone());
     create_obj(
         &bindings,
@@ -192,15 +195,20 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
             .not(),
         "plain HTTP is answered"
     );
-    assert_eq!(get(addr, None, "/debug/pods/ml/plain").await.status, 401);
-    assert_eq!(get(addr, None, "/metrics").await.status, 401);
     assert_eq!(
-        get(addr, Some("not-a-token"), "/debug/pods/ml/plain")
+        get(addr, None, "/gpusched/debug/pods/ml/plain")
             .await
             .status,
         401
     );
-    let denied = get(addr, Some(&nobody), "/debug/pods/ml/plain").await;
+    assert_eq!(get(addr, None, "/metrics").await.status, 401);
+    assert_eq!(
+        get(addr, Some("not-a-token"), "/gpusched/debug/pods/ml/plain")
+            .await
+            .status,
+        401
+    );
+    let denied = get(addr, Some(&nobody), "/gpusched/debug/pods/ml/plain").await;
     assert_eq!(denied.status, 403, "{}", denied.body);
     assert!(
         denied.body.contains("system:serviceaccount:ml:nobody"),
@@ -208,14 +216,23 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
         denied.body
     );
     assert_eq!(get(addr, Some(&nobody), "/metrics").await.status, 403);
-    let m = get(addr, Some(&reader), "/metrics").await;
+    // issue 38, item 7: the reader role opens gpusched's prefix only (a
+    // grant of /metrics would open the API server's too)
+    assert_eq!(get(addr, Some(&reader), "/metrics").await.status, 403);
+    assert_eq!(
+        get(addr, Some(&reader), "/debug/pods/ml/plain")
+            .await
+            .status,
+        403
+    );
+    let m = get(addr, Some(&reader), "/gpusched/metrics").await;
     assert_eq!(m.status, 200);
     assert!(m.body.contains("gpusched_leader"), "{}", m.body);
     // the header the CLI forwards its token in through the service proxy
     assert_eq!(
         raw_status(
             addr,
-            "/debug/queues/capped",
+            "/gpusched/debug/queues/capped",
             Some(("x-gpusched-authorization", format!("Bearer {reader}")))
         )
         .await,
@@ -224,7 +241,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     assert_eq!(
         raw_status(
             addr,
-            "/debug/queues/capped",
+            "/gpusched/debug/queues/capped",
             Some(("x-gpusched-authorization", format!("Bearer {nobody}")))
         )
         .await,
@@ -233,7 +250,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
 
     step("auth checked");
     // a bound pod: node, GPU ids
-    let v = report_until(addr, &reader, "/debug/pods/ml/plain", |v| {
+    let v = report_until(addr, &reader, "/gpusched/debug/pods/ml/plain", |v| {
         v["status"].get("Bound").is_some()
     })
     .await;
@@ -251,7 +268,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     assert!(p["topology"]["cost"].as_u64().is_some(), "{p}");
 
     // pending on quota: the queue and the dimension
-    let v = report_until(addr, &reader, "/debug/pods/ml/capped-2", |v| {
+    let v = report_until(addr, &reader, "/gpusched/debug/pods/ml/capped-2", |v| {
         reasons(v).iter().any(|r| r.get("Quota").is_some())
     })
     .await;
@@ -269,7 +286,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     assert_eq!(v["queues"][0]["usage"]["gpuMilli"], 2000);
 
     // a gang missing members
-    let v = report_until(addr, &reader, "/debug/pods/ml/trio-0", |v| {
+    let v = report_until(addr, &reader, "/gpusched/debug/pods/ml/trio-0", |v| {
         v["gang"].is_object()
     })
     .await;
@@ -290,7 +307,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
 
     step("gang");
     // a gated pod
-    let v = report_until(addr, &reader, "/debug/pods/ml/held", |_| true).await;
+    let v = report_until(addr, &reader, "/gpusched/debug/pods/ml/held", |_| true).await;
     assert_eq!(
         v["status"],
         json!({"Gated": {"gates": ["example.com/hold"]}}),
@@ -298,13 +315,13 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     );
 
     // the queue: usage, limit, pending by reason
-    let v = report_until(addr, &reader, "/debug/queues/capped", |v| {
+    let v = report_until(addr, &reader, "/gpusched/debug/queues/capped", |v| {
         v["pendingByReason"]["QueueQuota"] == 1
     })
     .await;
     assert_eq!(v["queue"]["limit"]["gpuMilli"], 2000);
     assert_eq!(v["runningPods"], 1);
-    let v = report_until(addr, &reader, "/debug/queues/default", |v| {
+    let v = report_until(addr, &reader, "/gpusched/debug/queues/default", |v| {
         v["pendingByReason"]["SchedulingGated"] == 1
     })
     .await;
@@ -313,11 +330,15 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     step("queues");
     // unknown names
     assert_eq!(
-        get(addr, Some(&reader), "/debug/pods/ml/nope").await.status,
+        get(addr, Some(&reader), "/gpusched/debug/pods/ml/nope")
+            .await
+            .status,
         404
     );
     assert_eq!(
-        get(addr, Some(&reader), "/debug/queues/nope").await.status,
+        get(addr, Some(&reader), "/gpusched/debug/queues/nope")
+            .await
+            .status,
         404
     );
 
@@ -330,7 +351,7 @@ async fn explain_through_the_debug_endpoint_with_delegated_auth() {
     let standby = c.scheduler(o).await;
     step("standby started");
     let f = wait_for(Duration::from_secs(30), || async {
-        let f = get(addr_b, Some(&reader), "/debug/pods/ml/plain").await;
+        let f = get(addr_b, Some(&reader), "/gpusched/debug/pods/ml/plain").await;
         (f.status == 503).then_some(f)
     })
     .await
@@ -462,9 +483,13 @@ async fn explain_through_the_apiserver_service_proxy() {
     // the apiserver authenticates the reader and drops its Authorization
     // header: without the forwarded one the scheduler sees no token
     let f = wait_for(Duration::from_secs(30), || async {
-        let f = fetch(&target(None), Some(&as_reader), "/debug/pods/ml/plain")
-            .await
-            .ok()?;
+        let f = fetch(
+            &target(None),
+            Some(&as_reader),
+            "/gpusched/debug/pods/ml/plain",
+        )
+        .await
+        .ok()?;
         (f.status != 503 && f.status != 502).then_some(f)
     })
     .await
@@ -472,7 +497,13 @@ async fn explain_through_the_apiserver_service_proxy() {
     assert_eq!(f.status, 401, "{}", f.body);
     let with_token = target(Some(&reader));
     let v = report_until_with(
-        || fetch(&with_token, Some(&as_reader), "/debug/pods/ml/plain"),
+        || {
+            fetch(
+                &with_token,
+                Some(&as_reader),
+                "/gpusched/debug/pods/ml/plain",
+            )
+        },
         |v| v["status"].get("Bound").is_some(),
     )
     .await;

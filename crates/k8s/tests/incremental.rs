@@ -421,12 +421,56 @@ fn a_nomination_and_a_node_change_show_in_the_next_snapshot() {
     assert_eq!(first_difference(&s, &w.build()), None);
     assert!(s.snapshot.pods.iter().any(|p| matches!(
         p.phase,
-        gpusched_core::PodPhase::Pending { nominated: Some(_) }
+        gpusched_core::PodPhase::Pending {
+            nominated: Some(_),
+            ..
+        }
     )));
     // pod 2's decision names GPU 5: unusable on 4 GPUs, usable on 8
     w.upsert_node(&node(1, 1, 0));
     let s = w.snapshot();
     assert_eq!(first_difference(&s, &w.build()), None);
+}
+
+/// Issue 38, item 1: a `status.nominatedNodeName` anyone with pods/status
+/// may write does not replace the scheduler's own nomination, and every
+/// nomination reaches the core with the time it was first seen (the core
+/// bounds how long it holds the node).
+#[test]
+fn a_status_nomination_is_timed_and_does_not_replace_the_schedulers_own() {
+    let mut w = World::default();
+    for i in 0..NODES {
+        w.upsert_node(&node(i, 0, 0));
+    }
+    let mut p = pod(1, 0, 0, 0);
+    w.upsert_pod(&p);
+    w.nominate("u1", &node_name(2));
+    // a tenant writes another node into the status
+    p.status.get_or_insert_default().nominated_node_name = Some(node_name(3));
+    w.upsert_pod(&p);
+    let s = w.snapshot();
+    assert_eq!(first_difference(&s, &w.build()), None);
+    let node2 = s
+        .snapshot
+        .nodes
+        .iter()
+        .position(|n| n.name == node_name(2))
+        .unwrap() as u32;
+    let phase = &s
+        .snapshot
+        .pods
+        .iter()
+        .find(|x| x.pod.name.ends_with("p1"))
+        .unwrap()
+        .phase;
+    assert!(
+        matches!(
+            phase,
+            gpusched_core::PodPhase::Pending { nominated: Some(n), nominated_at_ms: Some(t) }
+                if *n == node2 && *t > 0
+        ),
+        "{phase:?}"
+    );
 }
 
 #[test]

@@ -293,3 +293,80 @@ async fn a_decision_too_large_for_the_agent_is_refused_naming_the_cap() {
     assert!(!bound(&pods).await.contains_key("all"));
     s.stop().await;
 }
+
+/// Issue 38, item 5: with the chart's admission policy, a pod asking GPUs
+/// may not be created with `spec.nodeName` (bypassing the scheduler)
+/// unless its namespace opts in; pods without GPUs, and GPU pods left to
+/// the scheduler, are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_gpu_pod_created_with_a_node_name_is_refused_unless_its_namespace_opts_in() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(c.client.clone());
+    let node = nodes.list(&Default::default()).await.unwrap().items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.client.clone());
+    create_obj(
+        &namespaces,
+        json!({"metadata": {"name": "opted-in", "labels": {"gpusched.io/allow-node-name": "true"}}}),
+    )
+    .await;
+    c.install_chart_docs(&[
+        ("ValidatingAdmissionPolicy", "gpusched-gpu-pods-scheduled"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "gpusched-gpu-pods-scheduled",
+        ),
+    ])
+    .await;
+    let bypassing = |name: &str| {
+        let mut p = gpu_pod(name, 1);
+        p["spec"]["nodeName"] = json!(node);
+        p
+    };
+    let pods = c.pods("ml");
+    // the policy takes effect once the apiserver has loaded it
+    let tries = std::sync::atomic::AtomicU32::new(0);
+    let refused = wait_for(Duration::from_secs(20), || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let r = pods
+            .create(
+                &Default::default(),
+                &serde_json::from_value(bypassing(&format!("bypass-{n}"))).unwrap(),
+            )
+            .await;
+        match r {
+            Err(kube::Error::Api(s))
+                if s.message.contains("may not be created with spec.nodeName") =>
+            {
+                Some(s.message)
+            }
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        refused.is_some(),
+        "a GPU pod was created with spec.nodeName"
+    );
+    // GPUs asked by an init container, too
+    let mut init = bypassing("init-gpu");
+    init["spec"]["initContainers"] = init["spec"]["containers"].clone();
+    init["spec"]["containers"][0]["resources"] = json!({});
+    assert!(
+        pods.create(&Default::default(), &serde_json::from_value(init).unwrap())
+            .await
+            .is_err()
+    );
+    // a pod without GPUs, and a GPU pod the scheduler places, are created
+    let mut cpu = bypassing("cpu-only");
+    cpu["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "100m"}});
+    create(&pods, cpu).await;
+    create(&pods, gpu_pod("scheduled", 1)).await;
+    // a namespace that opted in may
+    create(&c.pods("opted-in"), bypassing("allowed")).await;
+}

@@ -54,3 +54,35 @@ fn the_charts_scheduler_role_is_what_the_code_uses() {
         "Role gpusched-scheduler-lease differs from crates/k8s/src/rbac.rs"
     );
 }
+
+/// Issue 38, item 7: the debug reader role grants gpusched's own URL
+/// prefix only — `/metrics` or `/debug/*` would also open the API server's
+/// `/metrics` and `/debug/pprof/*` — and the scheduler serves its debug
+/// endpoint under that prefix.
+#[test]
+fn the_debug_reader_role_grants_only_gpuscheds_prefix() {
+    let docs = rendered();
+    let doc = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "gpusched-debug-reader")
+        .expect("ClusterRole gpusched-debug-reader");
+    let mut urls: Vec<&str> = Vec::new();
+    for rule in doc["rules"].as_array().unwrap() {
+        assert!(rule.get("resources").is_none(), "{rule}");
+        assert_eq!(rule["verbs"], serde_json::json!(["get"]), "{rule}");
+        urls.extend(
+            rule["nonResourceURLs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|u| u.as_str().unwrap()),
+        );
+    }
+    let prefix = format!("{}/*", gpusched_k8s::debug::PATH_PREFIX);
+    assert_eq!(urls, vec![prefix.as_str()]);
+    assert!(gpusched_k8s::debug::DEBUG_PREFIX.starts_with(gpusched_k8s::debug::PATH_PREFIX));
+    assert_eq!(
+        gpusched_k8s::debug::debug_path("pods/ml/p0"),
+        "/gpusched/debug/pods/ml/p0"
+    );
+}

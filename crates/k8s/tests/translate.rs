@@ -65,10 +65,14 @@ fn fractional_gpu_and_unequal_requests_are_refused_naming_the_field() {
     let PodKind::Invalid { error } = v.kind else {
         panic!("{:?}", v.kind)
     };
+    // the pod is named where the error is shown (its event, condition,
+    // explain, doctor, the log line): not again in the error (#39: "pod
+    // ml/f: pod ml/f: container …")
     assert!(
-        error.contains("ml/f") && error.contains("\"main\"") && error.contains("nvidia.com/gpu"),
+        !error.contains("ml/f") && error.contains("\"main\"") && error.contains("nvidia.com/gpu"),
         "{error}"
     );
+    assert!(error.starts_with("container \"main\""), "{error}");
     let v = translate::pod(&pod(gpu_pod(
         "u",
         json!({"nvidia.com/gpu": "2"}),
@@ -116,8 +120,13 @@ fn pods_of_other_schedulers_count_when_bound_only() {
     assert!(!mp.preemptible);
     assert!(!terminating);
     assert!(decision.is_none());
+    // finished: holds nothing unless its node's agent still lists it
+    // (the world decides; issue 38, item 6)
     p["status"]["phase"] = json!("Succeeded");
-    assert_eq!(translate::pod(&pod(p)).kind, PodKind::Ignored);
+    assert!(matches!(
+        translate::pod(&pod(p)).kind,
+        PodKind::Finished { node, pod } if node == "n1" && !pod.preemptible
+    ));
 }
 
 #[test]
@@ -381,14 +390,15 @@ fn movable_comes_from_the_label_or_annotation_and_the_queue() {
     let mut off = base.clone();
     off["metadata"]["labels"]["gpusched.io/movable"] = json!("false");
     assert!(!model(off).unwrap().movable);
-    // a typo is an error naming the pod and the field, never a silent no
+    // a typo is an error naming the field (the pod is named where it is
+    // shown), never a silent no
     let mut bad = base;
     bad["metadata"]["annotations"] = json!({"gpusched.io/movable": "yes"});
     let PodKind::Invalid { error } = translate::pod(&pod(bad)).kind else {
         panic!("a bad flag must be refused")
     };
     assert!(
-        error.contains("ml/mv")
+        !error.contains("ml/mv")
             && error.contains("metadata.annotations[gpusched.io/movable]")
             && error.contains("\"yes\""),
         "{error}"
@@ -617,4 +627,121 @@ fn affinity_namespace_selectors_resolve_to_the_namespaces_watched() {
     assert_eq!(selected(&w), ["team-a1", "team-a2", "team-b"]);
     w.remove(gpusched_k8s::world::ObjectKind::Namespace, "team-a1");
     assert_eq!(selected(&w), ["team-a2", "team-b"]);
+}
+
+/// Node `n1` (8 GPUs) whose agent lists `held` (pod uid, name, GPU
+/// positions) in its allocations annotation.
+fn node_listing(held: &[(&str, &str, &[usize])]) -> Node {
+    use gpusched_model::protocol::{ALLOCATIONS_VERSION, NodeAllocations, PodAllocation};
+    let mut n: Node = serde_json::from_value(node("n1", 8, true)).unwrap();
+    let gpus = translate::node(&n).node.gpus;
+    let a = NodeAllocations {
+        v: ALLOCATIONS_VERSION,
+        agent: String::new(),
+        pods: held
+            .iter()
+            .map(|(uid, name, g)| PodAllocation {
+                uid: uid.to_string(),
+                namespace: "ml".into(),
+                name: name.to_string(),
+                gpus: g.iter().map(|&i| gpus[i].uuid.clone()).collect(),
+                milli: None,
+                mig: Vec::new(),
+            })
+            .collect(),
+    };
+    n.metadata.annotations = Some(
+        [(
+            gpusched_model::protocol::ANNOTATION_NODE_ALLOCATIONS.to_string(),
+            a.to_annotation(),
+        )]
+        .into(),
+    );
+    n
+}
+
+fn phase_of(w: &World, name: &str) -> Option<PodPhase> {
+    let b = w.build();
+    let i = b.pods.iter().position(|p| p.name == name)?;
+    Some(b.snapshot.pods[i].phase.clone())
+}
+
+/// Issue 38, item 5: a pod created with `spec.nodeName` (no decision) is
+/// counted on the GPUs its node's agent says the kubelet gave it, not on
+/// the lowest free ones.
+#[test]
+fn a_bypassing_pod_is_counted_on_the_gpus_its_node_says_it_holds() {
+    let mut w = World::default();
+    let mut p = gpu_pod("bypass", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["nodeName"] = json!("n1");
+    p["status"]["phase"] = json!("Running");
+    w.upsert_node(&node_listing(&[("uid-bypass", "bypass", &[5])]));
+    w.upsert_pod(&pod(p));
+    assert!(
+        matches!(
+            phase_of(&w, "bypass"),
+            Some(PodPhase::Running { gpus: GpuAssignment::Whole(g), .. }) if g == vec![5]
+        ),
+        "{:?}",
+        phase_of(&w, "bypass")
+    );
+}
+
+/// Issue 38, item 6: `status.phase: Failed` (anyone's with pods/status)
+/// does not free the GPUs of a pod its node's agent still lists; once the
+/// agent no longer lists it, they are free.
+#[test]
+fn a_failed_status_frees_nothing_the_node_still_lists() {
+    let mut w = World::default();
+    let n: Node = serde_json::from_value(node("n1", 8, true)).unwrap();
+    let snap_node = translate::node(&n).node;
+    let mut p = gpu_pod("runner", json!({"nvidia.com/gpu": "2"}), json!({}));
+    p["spec"]["nodeName"] = json!("n1");
+    let d = gpusched_k8s::decision::make(
+        "uid-runner",
+        &snap_node,
+        1,
+        &GpuAssignment::Whole(vec![2, 3]),
+    );
+    p["metadata"]["annotations"] = json!({ANNOTATION_DECISION: d.to_annotation()});
+    p["status"]["phase"] = json!("Failed");
+    w.upsert_node(&node_listing(&[("uid-runner", "runner", &[2, 3])]));
+    w.upsert_pod(&pod(p));
+    let s = w.snapshot();
+    assert_eq!(gpusched_k8s::world::first_difference(&s, &w.build()), None);
+    assert!(
+        matches!(
+            phase_of(&w, "runner"),
+            Some(PodPhase::Running { gpus: GpuAssignment::Whole(g), .. }) if g == vec![2, 3]
+        ),
+        "{:?}",
+        phase_of(&w, "runner")
+    );
+    // the agent no longer lists it: it holds nothing
+    w.upsert_node(&node_listing(&[]));
+    let s = w.snapshot();
+    assert_eq!(gpusched_k8s::world::first_difference(&s, &w.build()), None);
+    assert_eq!(phase_of(&w, "runner"), None);
+}
+
+/// Issue 38, item 6: a `PodScheduled` time in the future does not make a
+/// pod "younger than its minimum runtime" for ever: its start is never
+/// later than when the scheduler first saw it bound.
+#[test]
+fn a_scheduled_time_in_the_future_is_clamped_to_when_it_was_seen() {
+    let mut w = World::default();
+    w.upsert_node(&serde_json::from_value(node("n1", 8, true)).unwrap());
+    let mut p = gpu_pod("forever-young", json!({"nvidia.com/gpu": "1"}), json!({}));
+    p["spec"]["nodeName"] = json!("n1");
+    p["status"] = json!({"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2100-01-01T00:00:00Z"}]});
+    w.upsert_pod(&pod(p));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let Some(PodPhase::Running { since_ms, .. }) = phase_of(&w, "forever-young") else {
+        panic!("{:?}", phase_of(&w, "forever-young"))
+    };
+    assert!(since_ms <= now, "since {since_ms} > now {now}");
 }

@@ -397,6 +397,20 @@ pub fn allocations(ledger: &crate::decisions::Ledger) -> NodeAllocations {
             mig,
         });
     }
+    // pods without a decision (that bypassed the scheduler, or finished by
+    // their status) that the kubelet shows holding whole GPUs: the
+    // scheduler counts them there, not on GPUs of its own guess
+    for (p, gpus) in ledger.held_by_others() {
+        pods.push(PodAllocation {
+            uid: p.uid.clone(),
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            gpus: gpus.into_iter().map(uuid).collect(),
+            milli: None,
+            mig: Vec::new(),
+        });
+    }
+    pods.sort_by(|a, b| a.uid.cmp(&b.uid));
     NodeAllocations {
         v: ALLOCATIONS_VERSION,
         agent: env!("CARGO_PKG_VERSION").to_string(),

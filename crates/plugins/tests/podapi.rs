@@ -669,7 +669,10 @@ fn a_pod_nominated_to_a_node_counts_there_for_other_pods_checks() {
         gpus: GpuAssignment::Whole((0..5).collect()),
         since_ms: 0,
     };
-    snap.pods[1].phase = PodPhase::Pending { nominated: Some(0) };
+    snap.pods[1].phase = PodPhase::Pending {
+        nominated: Some(0),
+        nominated_at_ms: None,
+    };
     let out = run(&mut sched(), &snap);
     let placed = node_of(&snap, &out);
     assert!(!placed.contains_key("pre"), "still waiting: {placed:?}");

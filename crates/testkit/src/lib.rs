@@ -553,7 +553,7 @@ impl Packer for TestBestFit {
 /// cycle).
 pub fn apply(snap: &mut Snapshot, out: &CycleOutput, now_ms: u64) {
     for p in &mut snap.pods {
-        if let PodPhase::Pending { nominated } = &mut p.phase {
+        if let PodPhase::Pending { nominated, .. } = &mut p.phase {
             *nominated = None;
         }
     }
@@ -567,11 +567,15 @@ pub fn apply(snap: &mut Snapshot, out: &CycleOutput, now_ms: u64) {
                 };
             }
             Decision::Evict { pod, .. } => {
-                snap.pods[*pod as usize].phase = PodPhase::Pending { nominated: None };
+                snap.pods[*pod as usize].phase = PodPhase::Pending {
+                    nominated: None,
+                    nominated_at_ms: None,
+                };
             }
             Decision::Nominate { pod, node } => {
                 snap.pods[*pod as usize].phase = PodPhase::Pending {
                     nominated: Some(*node),
+                    nominated_at_ms: Some(now_ms),
                 };
             }
             Decision::Group { .. } => {}
@@ -599,7 +603,10 @@ pub fn terminate_evicted(snap: &mut Snapshot, out: &CycleOutput) {
 pub fn finish_terminating(snap: &mut Snapshot) {
     for p in &mut snap.pods {
         if matches!(p.phase, PodPhase::Terminating { .. }) {
-            p.phase = PodPhase::Pending { nominated: None };
+            p.phase = PodPhase::Pending {
+                nominated: None,
+                nominated_at_ms: None,
+            };
         }
     }
 }

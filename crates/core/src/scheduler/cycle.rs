@@ -243,7 +243,7 @@ impl<'s> Cycle<'s> {
             );
         }
         c.out.warnings = problems;
-        let jobs = build_jobs(
+        let mut jobs = build_jobs(
             snap,
             (&c.tree, &c.pod_queue),
             &pod_group,
@@ -253,6 +253,25 @@ impl<'s> Cycle<'s> {
             &mut c.notes,
         );
         c.out.stats.pending = snap.pods.iter().filter(|p| p.is_pending()).count() as u32;
+        // Nominations from earlier cycles (the scheduler's, or anyone's who
+        // may write pod status) hold their nodes for their job only while
+        // the pod could fit there and for a bounded time: one that never
+        // can, or went stale, is dropped (kube-scheduler likewise treats a
+        // nominated pod as a claim only where it passes the filters).
+        for job in &mut jobs {
+            let mut kept = Vec::new();
+            for &p in &job.pods {
+                if let PodPhase::Pending {
+                    nominated: Some(n),
+                    nominated_at_ms,
+                } = snap.pods[p as usize].phase
+                    && c.nomination_holds(p, n, nominated_at_ms)
+                {
+                    kept.push(n);
+                }
+            }
+            job.nominated = kept;
+        }
         c.order = per_queue_order(&jobs, c.tree.queues.len());
         c.evict_notes = vec![Vec::new(); jobs.len()];
 

@@ -24,7 +24,8 @@ pub(super) struct Job {
     /// How many of `pods` must be placed together (the rest are extras).
     pub need: usize,
     pub topology: Option<TopologyConstraint>,
-    /// Nodes nominated for this job in the snapshot.
+    /// Nodes nominated for this job in the snapshot (only those still
+    /// honoured: `Cycle::new` drops the rest).
     pub nominated: Vec<NodeId>,
     /// What the `need` pods that must start together ask for (summed once
     /// when the job is built).
@@ -84,7 +85,7 @@ pub(super) fn build_jobs(
     // per group index (visited in index order below)
     let mut group_pending: Vec<Vec<PodId>> = vec![Vec::new(); snap.groups.len()];
     for (i, p) in snap.pods.iter().enumerate() {
-        let PodPhase::Pending { nominated } = p.phase else {
+        let PodPhase::Pending { nominated, .. } = p.phase else {
             continue;
         };
         let id = i as PodId;
@@ -201,7 +202,7 @@ pub(super) fn build_jobs(
         let nominated: Vec<NodeId> = pods
             .iter()
             .filter_map(|&p| match snap.pods[p as usize].phase {
-                PodPhase::Pending { nominated } => nominated,
+                PodPhase::Pending { nominated, .. } => nominated,
                 _ => None,
             })
             .collect();

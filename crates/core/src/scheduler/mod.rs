@@ -66,6 +66,13 @@ pub struct SchedulerOptions {
     pub reserve_after_ms: u64,
     /// How many jobs may hold reservations at once.
     pub max_reservations: u32,
+    /// The longest a nomination (a pod's `PodPhase::Pending::nominated`,
+    /// whoever wrote it) holds its node for the pod's job, from
+    /// `nominated_at_ms` (ms). A nomination is also honoured only while
+    /// the pod passes the static filters on that node and fits its
+    /// allocatable; otherwise, or once older, the node is not held (the
+    /// job may still be placed, reserve or preempt again).
+    pub max_nomination_ms: u64,
     /// Preempt lower-priority pods of the same queue.
     pub preemption: bool,
     /// Reclaim borrowed capacity across queues.
@@ -126,6 +133,7 @@ impl Default for SchedulerOptions {
             backfill: true,
             reserve_after_ms: 300_000,
             max_reservations: 1,
+            max_nomination_ms: 600_000,
             preemption: true,
             reclaim: true,
             max_evictions_per_cycle: 256,

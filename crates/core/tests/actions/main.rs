@@ -8,6 +8,7 @@ use gpusched_testkit::*;
 // shares on one GPU)
 mod filters;
 mod gangs;
+mod nominations;
 mod preemption;
 mod queues;
 mod reasons;

@@ -17,7 +17,10 @@ fn preemption_evicts_minimal_lower_priority_victims() {
         ],
     );
     // place the three low pods first
-    snap.pods[3].phase = PodPhase::Pending { nominated: None };
+    snap.pods[3].phase = PodPhase::Pending {
+        nominated: None,
+        nominated_at_ms: None,
+    };
     let vip = snap.pods.remove(3);
     let mut s = sched();
     let out = run(&mut s, &snap, 0);

@@ -547,7 +547,7 @@ fn a_node_that_registers_for_a_provisioned_gang_is_its_in_the_first_snapshot() {
         .iter()
         .zip(&built.snapshot.pods)
         .map(|(r, ps)| match ps.phase {
-            gpusched_core::PodPhase::Pending { nominated } => (r.name.clone(), nominated),
+            gpusched_core::PodPhase::Pending { nominated, .. } => (r.name.clone(), nominated),
             _ => (r.name.clone(), None),
         })
         .collect();
@@ -558,6 +558,9 @@ fn a_node_that_registers_for_a_provisioned_gang_is_its_in_the_first_snapshot() {
     let built = w.build();
     assert!(built.snapshot.pods.iter().all(|ps| matches!(
         ps.phase,
-        gpusched_core::PodPhase::Pending { nominated: None }
+        gpusched_core::PodPhase::Pending {
+            nominated: None,
+            nominated_at_ms: None
+        }
     )));
 }

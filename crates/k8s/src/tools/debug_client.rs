@@ -82,7 +82,7 @@ async fn get(client: &Client, uri: &str, token: Option<&str>) -> anyhow::Result<
     })
 }
 
-/// GETs `path` (e.g. `/debug/pods/ml/p0`) from the scheduler. `kube`: the
+/// GETs `path` (e.g. `/gpusched/debug/pods/ml/p0`) from the scheduler. `kube`: the
 /// client for the proxy (from the kubeconfig).
 pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow::Result<Fetched> {
     match target {

@@ -169,7 +169,7 @@ impl SnapshotFile {
         }
         for (i, p) in s.pods.iter().enumerate() {
             let (node, gpus) = match &p.phase {
-                PodPhase::Pending { nominated } => match nominated {
+                PodPhase::Pending { nominated, .. } => match nominated {
                     Some(n) => (*n, None),
                     None => continue,
                 },

@@ -35,7 +35,17 @@ pub enum PodKind {
         /// Being deleted (still holds resources until gone).
         terminating: bool,
     },
-    /// Finished, or not ours and not on a node: holds nothing.
+    /// On a node with `status.phase` Succeeded or Failed: holds nothing,
+    /// unless its node's agent still lists it holding GPUs (the kubelet
+    /// shows its devices in use; `status.phase` is anyone's with
+    /// pods/status, issue 38).
+    Finished {
+        /// The pod in the core's vocabulary (not preemptible).
+        pod: MPod,
+        /// `spec.nodeName`.
+        node: String,
+    },
+    /// Not ours and not on a node (or finished nowhere): holds nothing.
     Ignored,
 }
 
@@ -379,25 +389,33 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
         extended: crate::dra::extended::asked(p),
         kind: PodKind::Ignored,
     };
+    let bound_pod = || match model_pod(p) {
+        Ok(pod) => pod,
+        Err(_) => {
+            // A bound pod still holds what its containers ask; count
+            // its native requests leniently, GPUs by nvidia.com/gpu.
+            let mut pod = MPod::new(format!("{}/{}", view.namespace, view.name), "");
+            pod.gpu = lenient_gpu(p);
+            // other pods' affinity and spread still see it
+            pod.namespace = view.namespace.clone();
+            pod.labels = labels.clone();
+            pod
+        }
+    };
     if phase == "Succeeded" || phase == "Failed" {
+        if let Some(node) = node_name {
+            let mut pod = bound_pod();
+            pod.preemptible = false;
+            if !ours && view.queue_label.is_none() {
+                pod.queue = String::new();
+            }
+            view.kind = PodKind::Finished { pod, node };
+        }
         return view;
     }
     view.kind = match node_name {
         Some(node) => {
-            let pod = match model_pod(p) {
-                Ok(pod) => pod,
-                Err(_) => {
-                    // A bound pod still holds what its containers ask; count
-                    // its native requests leniently, GPUs by nvidia.com/gpu.
-                    let mut pod = MPod::new(format!("{}/{}", view.namespace, view.name), "");
-                    pod.gpu = lenient_gpu(p);
-                    // other pods' affinity and spread still see it
-                    pod.namespace = view.namespace.clone();
-                    pod.labels = labels.clone();
-                    pod
-                }
-            };
-            let mut pod = pod;
+            let mut pod = bound_pod();
             if !ours && view.queue_label.is_none() {
                 pod.queue = String::new();
             }

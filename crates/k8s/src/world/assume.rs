@@ -37,6 +37,7 @@ impl World {
     /// stops pending), so the next cycle sees it at once.
     pub fn nominate(&mut self, uid: &str, node: &str) {
         self.cache.dirty.pods.insert(uid.to_string());
+        self.note_nominated(uid, node);
         self.nominated.insert(uid.to_string(), node.to_string());
     }
 
@@ -56,6 +57,7 @@ impl World {
         let changed = !noms.is_empty();
         for (uid, node) in noms {
             self.cache.dirty.pods.insert(uid.clone());
+            self.note_nominated(&uid, &node);
             self.nominated.insert(uid, node);
         }
         if changed {
@@ -71,6 +73,7 @@ impl World {
         let changed = !uids.is_empty();
         for uid in uids {
             self.nominated.remove(&uid);
+            self.nominated_at.remove(&uid);
             self.cache.dirty.pods.insert(uid);
         }
         if changed {

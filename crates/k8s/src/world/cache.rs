@@ -246,22 +246,34 @@ impl Cache {
         };
         let mut dra: Option<DraCtx<'_>> = None;
         for u in &pods {
-            if let Some(k) = self.keys.remove(u)
-                && let Some(Entry::Placed(p)) = self.entries.remove(&k)
-                && let Some(n) = &p.node
-                && let Some(on) = self.on_node.get_mut(n)
-            {
-                on.remove(u);
-                if on.is_empty() {
-                    self.on_node.remove(n);
+            // a finished pod's entry follows its node's allocations
+            // whether it holds anything or not (its node never changes)
+            let finished_on = |v: Option<&PodView>| match v.map(|v| &v.kind) {
+                Some(PodKind::Finished { node, .. }) => Some(node.clone()),
+                _ => None,
+            };
+            if let Some(k) = self.keys.remove(u) {
+                let old = match self.entries.remove(&k) {
+                    Some(Entry::Placed(p)) => p.node.clone(),
+                    _ => finished_on(w.pods.get(u)),
+                };
+                if let Some(n) = old
+                    && let Some(on) = self.on_node.get_mut(&n)
+                {
+                    on.remove(u);
+                    if on.is_empty() {
+                        self.on_node.remove(&n);
+                    }
                 }
             }
             let Some(v) = w.pods.get(u) else { continue };
             let e = w.pod_entry(v, np, hp, &mut dra);
-            if let Entry::Placed(p) = &e
-                && let Some(n) = &p.node
-            {
-                self.on_node.entry(n.clone()).or_default().insert(u.clone());
+            let node = match &e {
+                Entry::Placed(p) => p.node.clone(),
+                _ => finished_on(Some(v)),
+            };
+            if let Some(n) = node {
+                self.on_node.entry(n).or_default().insert(u.clone());
             }
             let k = order_key(v);
             self.keys.insert(u.clone(), k.clone());

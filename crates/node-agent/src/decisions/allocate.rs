@@ -3,6 +3,16 @@
 use super::*;
 
 impl Ledger {
+    /// A call that pod `p`, which has no decision, may be making.
+    fn undecided_miss(&self, p: &PodInfo, what: &str) -> Miss {
+        Miss::NoDecision(format!(
+            "pod {} on node {} has no gpusched decision and asks {what} like this call: the kubelet does not say which pod calls, so it is charged to no pod's decision; {}",
+            p.key(),
+            self.node,
+            self.summary()
+        ))
+    }
+
     pub(super) fn no_whole(&self, want: &[usize]) -> Miss {
         Miss::NoDecision(format!(
             "no pod placed on node {} by gpusched holds GPUs {}; {}",
@@ -37,6 +47,12 @@ impl Ledger {
             }
         }
         let n = new.len();
+        if reuse.is_none()
+            && n > 0
+            && let Some(p) = self.undecided_caller(n as u32, false)
+        {
+            return Err(self.undecided_miss(p, &format!("{n} GPU(s)")));
+        }
         let target = match &reuse {
             Some(u) => {
                 let free = match &self.entries[u].state {
@@ -168,6 +184,11 @@ impl Ledger {
         hint: Option<usize>,
         healthy: &[bool],
     ) -> Result<ShareGrant, Miss> {
+        if resource.is_none()
+            && let Some(p) = self.undecided_caller(n, true)
+        {
+            return Err(self.undecided_miss(p, &format!("{n} milli-GPU")));
+        }
         let cands = self.share_candidates(n, resource);
         let same_gpu =
             |e: &Entry| matches!(&e.state, Ok(Grant::Share { gpu, .. }) if Some(*gpu) == hint);
@@ -202,6 +223,18 @@ impl Ledger {
             return Err(Miss::Refused(format!(
                 "GPU {} ({}) recorded for pod {key} is unhealthy",
                 self.gpus[*gpu].index, self.gpus[*gpu].uuid
+            )));
+        }
+        // the kubelet still counts the GPU in use by a pod holding it whole
+        // (whatever that pod's status says): no share of it is handed out
+        let g = *gpu;
+        if let Some(((ns, name), _)) = self.last_held.iter().find(|((ns, name), h)| {
+            h.whole.contains(&g)
+                && (ns.as_str(), name.as_str()) != (e.pod.namespace.as_str(), e.pod.name.as_str())
+        }) {
+            return Err(Miss::Refused(format!(
+                "GPU {} ({}) recorded for pod {key} is still held whole by pod {ns}/{name} (PodResources)",
+                self.gpus[g].index, self.gpus[g].uuid
             )));
         }
         *served_milli += n;

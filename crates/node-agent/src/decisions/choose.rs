@@ -5,7 +5,11 @@ use super::*;
 
 impl Ledger {
     pub(super) fn live_order(&self) -> Vec<&Entry> {
-        let mut v: Vec<&Entry> = self.entries.values().filter(|e| e.state.is_ok()).collect();
+        let mut v: Vec<&Entry> = self
+            .entries
+            .values()
+            .filter(|e| e.state.is_ok() && !e.pod.terminal)
+            .collect();
         v.sort_by(|a, b| (&a.pod.created, a.seq).cmp(&(&b.pod.created, b.seq)));
         v
     }

@@ -325,6 +325,14 @@ pub struct Ledger {
     /// The decision the last call was charged to (a pod's containers come
     /// one after the other).
     last: Option<String>,
+    /// Pods of this node without a live entry (no decision, or finished),
+    /// by UID: a pod that bypassed the scheduler (`spec.nodeName` set by
+    /// its creator) may make a call the ledger must not charge to another
+    /// pod's decision, and what such pods hold is published as theirs.
+    others: BTreeMap<String, PodInfo>,
+    /// What the kubelet said at the last PodResources read, by
+    /// `(namespace, name)` (empty before the first).
+    last_held: BTreeMap<(String, String), HeldPod>,
 }
 
 impl Ledger {
@@ -335,7 +343,54 @@ impl Ledger {
             gpus,
             entries: BTreeMap::new(),
             last: None,
+            others: BTreeMap::new(),
+            last_held: BTreeMap::new(),
         }
+    }
+
+    /// Pods of this node without a live decision that the last
+    /// PodResources read showed holding whole GPUs (inventory positions):
+    /// pods that bypassed the scheduler, or whose status says they
+    /// finished while the kubelet still counts their devices in use.
+    /// Published with the allocations so that the scheduler counts them on
+    /// the GPUs they really hold.
+    pub fn held_by_others(&self) -> Vec<(&PodInfo, Vec<usize>)> {
+        self.others
+            .values()
+            .filter_map(|p| {
+                let h = self.last_held.get(&(p.namespace.clone(), p.name.clone()))?;
+                let v: Vec<usize> = h
+                    .whole
+                    .iter()
+                    .copied()
+                    .filter(|&g| g < self.gpus.len())
+                    .collect();
+                (!v.is_empty()).then_some((p, v))
+            })
+            .collect()
+    }
+
+    /// A pod of this node without a decision that may be the caller of an
+    /// `Allocate` adding `n` devices (whole GPUs, or milli of
+    /// `gpusched.io/gpu-milli` when `share`): not finished, one of its
+    /// containers asks exactly that, and PodResources does not show it
+    /// holding anything yet. The kubelet does not say which pod calls, so
+    /// such a call is charged to no decision (issue 38, item 5).
+    pub(super) fn undecided_caller(&self, n: u32, share: bool) -> Option<&PodInfo> {
+        self.others.values().find(|p| {
+            if p.terminal || p.decision.is_some() {
+                return false;
+            }
+            let calls = if share {
+                new_devices_per_call(&p.containers, |a| a.milli)
+            } else {
+                new_devices_per_call(&p.containers, |a| a.gpus)
+            };
+            calls.contains(&n)
+                && !self
+                    .last_held
+                    .contains_key(&(p.namespace.clone(), p.name.clone()))
+        })
     }
 
     /// The Node this ledger is of.

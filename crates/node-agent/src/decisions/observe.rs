@@ -6,10 +6,35 @@ impl Ledger {
     /// Takes in a pod (added or changed). Returns a refusal to report when
     /// the pod's decision is newly refused.
     pub fn observe(&mut self, pod: PodInfo) -> Option<Refusal> {
-        if pod.node != self.node || pod.terminal || pod.decision.is_none() {
+        if pod.node != self.node {
             self.forget(&pod.uid);
             return None;
         }
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if pod.terminal
+            && self.last_held.contains_key(&key)
+            && let Some(e) = self.entries.get_mut(&pod.uid)
+            && e.state.as_ref().is_ok_and(Grant::served_any)
+            && e.pod.decision == pod.decision
+        {
+            // `status.phase` is anyone's with pods/status: while the
+            // kubelet still shows the pod's devices in use, its decision
+            // keeps them (no call is charged to it any more; the next
+            // PodResources read without it ends it: `reconcile`)
+            e.pod.terminal = true;
+            return None;
+        }
+        if pod.terminal || pod.decision.is_none() {
+            // kept as one of the node's other pods: what PodResources shows
+            // it holding is published as its, and a pod without a decision
+            // is never charged to another's
+            if self.entries.remove(&pod.uid).is_some() {
+                self.recheck();
+            }
+            self.others.insert(pod.uid.clone(), pod);
+            return None;
+        }
+        self.others.remove(&pod.uid);
         let text = pod.decision.clone().unwrap_or_default();
         if let Some(old) = self.entries.get_mut(&pod.uid) {
             if old.pod.decision.as_deref() == Some(text.as_str()) {
@@ -53,6 +78,7 @@ impl Ledger {
 
     /// The pod is gone.
     pub fn forget(&mut self, uid: &str) {
+        self.others.remove(uid);
         if self.entries.remove(uid).is_some() {
             self.recheck();
         }
@@ -63,6 +89,7 @@ impl Ledger {
     pub fn replace_all(&mut self, pods: Vec<PodInfo>) -> Vec<Refusal> {
         let keep: BTreeSet<String> = pods.iter().map(|p| p.uid.clone()).collect();
         self.entries.retain(|uid, _| keep.contains(uid));
+        self.others.retain(|uid, _| keep.contains(uid));
         let mut out = Vec::new();
         for p in pods {
             if let Some(r) = self.observe(p) {

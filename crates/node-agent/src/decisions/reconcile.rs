@@ -20,6 +20,23 @@ impl Ledger {
         held: &BTreeMap<(String, String), HeldPod>,
         restart: bool,
     ) -> Option<Reconciled> {
+        // what the kubelet counts in use, whoever holds it (pods without a
+        // decision included: `held_by_others`, `undecided_caller`)
+        self.last_held = held.clone();
+        // finished pods whose devices the kubelet no longer lists end
+        let ended: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.pod.terminal && !held.contains_key(&(e.pod.namespace.clone(), e.pod.name.clone()))
+            })
+            .map(|(u, _)| u.clone())
+            .collect();
+        for uid in ended {
+            if let Some(e) = self.entries.remove(&uid) {
+                self.others.insert(uid, e.pod);
+            }
+        }
         let by_key: BTreeMap<(String, String), String> = self
             .entries
             .iter()

@@ -497,3 +497,120 @@ fn pod_resources_names_the_real_holder_while_running() {
     assert_eq!(l.held()[0].0, None);
     assert_eq!(l.held()[1].0.as_deref(), Some("ns/a"));
 }
+
+/// A pod bound by its creator (`spec.nodeName`) with no decision.
+fn bypassing(name: &str, gpus: u32, milli: u32) -> PodInfo {
+    PodInfo {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("u-{name}"),
+        node: "n".into(),
+        created: "2026-01-01T00:00:00Z".into(),
+        decision: None,
+        terminal: false,
+        containers: vec![ContainerAsk {
+            gpus,
+            milli,
+            ..Default::default()
+        }],
+    }
+}
+
+fn whole_held(v: &[(&str, &[usize])]) -> BTreeMap<(String, String), HeldPod> {
+    v.iter()
+        .map(|(name, g)| {
+            (
+                ("ns".to_string(), name.to_string()),
+                HeldPod {
+                    whole: g.iter().copied().collect(),
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+/// Issue 38, item 5: while a pod without a decision that asks a call of
+/// the same size may be the caller, the call is charged to no decision
+/// (the victim's decision would be served to the bypassing pod).
+#[test]
+fn a_pod_without_a_decision_is_never_charged_to_anothers_decision() {
+    let mut l = Ledger::new("n", gpus(4));
+    l.observe(pod("victim", "2026-01-01T00:00:01Z", &[0], None));
+    l.observe(bypassing("sneak", 1, 0));
+    let r = l.allocate_whole(&[0], &[true; 4]);
+    match &r {
+        Err(Miss::NoDecision(m)) => assert!(m.contains("pod ns/sneak"), "{m}"),
+        other => panic!("charged to a decision: {other:?}"),
+    }
+    // a bypassing share asks the same milli: a share call is not charged
+    l.observe(pod("sharer", "2026-01-01T00:00:01Z", &[1], Some((500, 0))));
+    l.observe(bypassing("sneak-share", 0, 500));
+    assert!(matches!(
+        l.allocate_share(500, None, None, &[true; 4]),
+        Err(Miss::NoDecision(_))
+    ));
+    // once PodResources shows the bypassing pod holding its GPU (it was
+    // served as asked, or refused and gone), decisions are served again
+    let held = whole_held(&[("sneak", &[3])]);
+    assert!(l.reconcile(&held, false).is_some());
+    l.forget("u-sneak-share");
+    assert!(l.allocate_whole(&[0], &[true; 4]).is_ok());
+    // and what it holds is listed as its (published for the scheduler)
+    let others: Vec<(String, Vec<usize>)> = l
+        .held_by_others()
+        .into_iter()
+        .map(|(p, g)| (p.name.clone(), g))
+        .collect();
+    assert_eq!(others, vec![("sneak".to_string(), vec![3])]);
+}
+
+/// Issue 38, item 6: a pod whose status says Failed while the kubelet
+/// still lists its devices keeps them: no share of its GPU is handed out.
+#[test]
+fn a_failed_status_does_not_free_gpus_the_kubelet_still_lists() {
+    let mut l = Ledger::new("n", gpus(2));
+    l.observe(pod("runner", "2026-01-01T00:00:01Z", &[0], Some((600, 0))));
+    assert!(l.allocate_share(600, None, None, &[true; 2]).is_ok());
+    let mut held = BTreeMap::new();
+    held.insert(
+        ("ns".to_string(), "runner".to_string()),
+        HeldPod {
+            milli: 600,
+            ..Default::default()
+        },
+    );
+    assert!(l.reconcile(&held, false).is_some());
+    let mut forged = pod("runner", "2026-01-01T00:00:01Z", &[0], Some((600, 0)));
+    forged.terminal = true;
+    l.observe(forged);
+    // a new share of 600 on the same GPU would pass the GPU: refused
+    let r = l.observe(pod("late", "2026-01-01T00:00:02Z", &[0], Some((600, 0))));
+    assert!(
+        r.as_ref().is_some_and(|r| r.message.starts_with(CONFLICT)),
+        "{r:?}"
+    );
+    assert!(l.allocate_share(600, None, None, &[true; 2]).is_err());
+    // the kubelet no longer lists it: it ends, the GPU is free
+    assert!(l.reconcile(&BTreeMap::new(), false).is_some());
+    assert!(l.allocate_share(600, None, None, &[true; 2]).is_ok());
+}
+
+/// Issue 38, item 6: a share is not served on a GPU PodResources shows
+/// held whole by another pod (whatever that pod's status says).
+#[test]
+fn no_share_on_a_gpu_the_kubelet_shows_held_whole() {
+    let mut l = Ledger::new("n", gpus(2));
+    let mut done = pod("whole", "2026-01-01T00:00:01Z", &[1], None);
+    done.terminal = true;
+    l.observe(done);
+    assert!(
+        l.reconcile(&whole_held(&[("whole", &[1])]), false)
+            .is_some()
+    );
+    l.observe(pod("share", "2026-01-01T00:00:02Z", &[1], Some((300, 0))));
+    match l.allocate_share(300, None, None, &[true; 2]) {
+        Err(Miss::Refused(m)) => assert!(m.contains("held whole by pod ns/whole"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -37,7 +37,7 @@ impl<'a> Sim<'a> {
         for &id in &self.active {
             let p = &self.pods[id.ix()];
             let same = |ph: &PodPhase| match (&p.phase, ph) {
-                (Ph::Pending { nominated }, PodPhase::Pending { nominated: sn }) => {
+                (Ph::Pending { nominated }, PodPhase::Pending { nominated: sn, .. }) => {
                     nominated.and_then(|n| rev[n.ix()]) == *sn
                 }
                 (
@@ -56,6 +56,7 @@ impl<'a> Sim<'a> {
             let phase = || match &p.phase {
                 Ph::Pending { nominated } => Some(PodPhase::Pending {
                     nominated: nominated.and_then(|n| rev[n.ix()]),
+                    nominated_at_ms: None,
                 }),
                 Ph::Running { node, gpus, since } => rev[node.ix()].map(|sn| PodPhase::Running {
                     node: sn,
@@ -129,6 +130,7 @@ impl<'a> Sim<'a> {
             let phase = match &p.phase {
                 Ph::Pending { nominated } => PodPhase::Pending {
                     nominated: nominated.and_then(|n| rev[n.ix()]),
+                    nominated_at_ms: None,
                 },
                 Ph::Running { node, gpus, since } => match rev[node.ix()] {
                     Some(sn) => PodPhase::Running {

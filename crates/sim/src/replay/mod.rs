@@ -214,13 +214,11 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
                 }
                 Decision::Nominate { pod, node } => {
                     let p = &mut snap.pods[*pod as usize];
-                    if p.phase
-                        != (PodPhase::Pending {
-                            nominated: Some(*node),
-                        })
+                    if !matches!(p.phase, PodPhase::Pending { nominated: Some(n), .. } if n == *node)
                     {
                         p.phase = PodPhase::Pending {
                             nominated: Some(*node),
+                            nominated_at_ms: None,
                         };
                         t.nominations += 1;
                         decisions.push(ReplayDecision {
@@ -264,7 +262,10 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
         for (i, p) in snap.pods.iter_mut().enumerate() {
             if matches!(p.phase, PodPhase::Terminating { .. }) {
                 if evicted.contains(&p.pod.name) {
-                    p.phase = PodPhase::Pending { nominated: None };
+                    p.phase = PodPhase::Pending {
+                        nominated: None,
+                        nominated_at_ms: None,
+                    };
                     t.requeues += 1;
                 } else {
                     keep[i] = false;

@@ -6,11 +6,61 @@ use crate::decision::Decision;
 use crate::reason::PendingReason;
 use crate::scheduler::cycle::Cycle;
 use crate::scheduler::jobs::{Job, JobId};
-use crate::snapshot::NodeId;
+use crate::snapshot::{NodeId, PodId};
 use gpusched_model::{GpuRequest, ResourceVec};
 use std::cmp::Reverse;
 
 impl<'s> Cycle<'s> {
+    /// How many pods like `p` node `n` could hold once drained: 0 when the
+    /// static filters refuse `p` there, its requests (GPU dimensions
+    /// aside) pass the node's allocatable, or no usable GPU there may
+    /// serve it (wrong model, too small, unhealthy).
+    pub(super) fn slots_when_empty(&mut self, p: PodId, n: NodeId) -> usize {
+        let s = self.sig_of(p);
+        if !self.sigs[s].ok.get(n as usize).copied().unwrap_or(false) {
+            return 0;
+        }
+        let pod = self.pod(p);
+        let node = self.cs.node(n);
+        if !pod.requests.fits_in(&ResourceVec {
+            gpu_milli: u64::MAX,
+            gpu_mem_mib: u64::MAX,
+            ..node.allocatable.clone()
+        }) {
+            return 0;
+        }
+        if pod.gpu.is_none() {
+            return 1;
+        }
+        let usable = (0..node.gpus.len())
+            .filter(|&g| self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g))
+            .count();
+        match pod.gpu {
+            GpuRequest::Share { .. } => usable.min(1),
+            _ => usable / pod.gpu.whole().max(1) as usize,
+        }
+    }
+
+    /// Whether pod `p`'s nomination to node `n`, made at `at_ms`, still
+    /// holds the node (`SchedulerOptions::max_nomination_ms`,
+    /// [`Cycle::slots_when_empty`]).
+    pub(in crate::scheduler) fn nomination_holds(
+        &mut self,
+        p: PodId,
+        n: NodeId,
+        at_ms: Option<u64>,
+    ) -> bool {
+        if n as usize >= self.snap.nodes.len() {
+            return false;
+        }
+        if let Some(at) = at_ms
+            && self.now_ms.saturating_sub(at) > self.opts.max_nomination_ms
+        {
+            return false;
+        }
+        self.slots_when_empty(p, n) > 0
+    }
+
     /// Reserves nodes for a job that has waited too long: nodes that could
     /// hold its members when empty, most free first.
     pub(super) fn reserve(&mut self, j: JobId, job: &Job) -> bool {
@@ -18,33 +68,13 @@ impl<'s> Cycle<'s> {
             return false;
         };
         let s = self.sig_of(first);
-        let pod = self.pod(first);
-        let per_pod_gpu = pod.gpu.whole().max(1) as usize;
         let mut cands: Vec<(bool, u64, NodeId, usize)> = Vec::new();
-        for &n in &self.sigs[s].ok_list {
+        for i in 0..self.sigs[s].ok_list.len() {
+            let n = self.sigs[s].ok_list[i];
             if self.reserved[n as usize].is_some_and(|r| r != j) {
                 continue;
             }
-            let node = self.cs.node(n);
-            let alloc = &node.allocatable;
-            if !pod.requests.fits_in(&ResourceVec {
-                gpu_milli: u64::MAX,
-                gpu_mem_mib: u64::MAX,
-                ..alloc.clone()
-            }) {
-                continue;
-            }
-            let slots = if pod.gpu.is_none() {
-                1
-            } else {
-                let usable = (0..node.gpus.len())
-                    .filter(|&g| self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g))
-                    .count();
-                match pod.gpu {
-                    GpuRequest::Share { .. } => usable.min(1),
-                    _ => usable / per_pod_gpu,
-                }
-            };
+            let slots = self.slots_when_empty(first, n);
             if slots == 0 {
                 continue;
             }

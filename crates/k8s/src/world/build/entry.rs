@@ -19,6 +19,43 @@ impl World {
         };
         match &v.kind {
             PodKind::Ignored => Entry::Skip,
+            PodKind::Finished { pod, node } => {
+                // `status.phase` is anyone's with pods/status: a pod whose
+                // node's agent still lists it (the kubelet shows its
+                // devices in use) holds them there, whatever its status
+                let Some(&n) = np.ids.get(node.as_str()) else {
+                    return Entry::Skip;
+                };
+                let nv = &np.nodes[n as usize];
+                let Some(gpus) = self
+                    .served(node, &v.uid, nv)
+                    .filter(|g| g.milli() == pod.gpu.milli())
+                else {
+                    return Entry::Skip;
+                };
+                let mut pod = pod.clone();
+                pod.group = self.group_of(v);
+                self.inherit_queue(v, &mut pod);
+                group_queue(&hp.groups, &mut pod);
+                Entry::Placed(Box::new(Placed {
+                    pref: pref(v),
+                    state: PodState {
+                        pod,
+                        phase: PodPhase::Running {
+                            node: n,
+                            gpus,
+                            since_ms: self.bound_since(v),
+                        },
+                    },
+                    replicas: None,
+                    problems: Vec::new(),
+                    pending_queue: None,
+                    bound: true,
+                    whole: None,
+                    undecided: false,
+                    node: Some(node.clone()),
+                }))
+            }
             PodKind::Gated { gates } => unseen(
                 Some(PendingClass::Gated),
                 Problem::GatedPod {
@@ -42,7 +79,7 @@ impl World {
                             Some(PendingClass::InvalidSpec),
                             Problem::InvalidPod {
                                 pod: pref(v),
-                                error: format!("pod {}/{}: {why}", v.namespace, v.name),
+                                error: why.to_string(),
                             },
                         );
                     }
@@ -176,11 +213,19 @@ impl World {
                     },
                     None => {
                         pending_queue = Some(self.queue_name(v));
+                        // the scheduler's own nomination first (the
+                        // status field is anyone's with pods/status); the
+                        // core checks that it can still fit and bounds
+                        // its age
+                        let name = self.nominated.get(&v.uid).or(nominated.as_ref());
                         PodPhase::Pending {
-                            nominated: nominated
-                                .as_ref()
-                                .or_else(|| self.nominated.get(&v.uid))
-                                .and_then(|n| np.ids.get(n.as_str()).copied()),
+                            nominated: name.and_then(|n| np.ids.get(n.as_str()).copied()),
+                            nominated_at_ms: name.and_then(|n| {
+                                self.nominated_at
+                                    .get(&v.uid)
+                                    .filter(|(at, _)| at == n)
+                                    .map(|(_, ms)| *ms)
+                            }),
                         }
                     }
                 };
@@ -320,6 +365,11 @@ impl World {
                     {
                         Some(real)
                     }
+                    // no decision (it bypassed the scheduler): the GPUs the
+                    // agent says the kubelet gave it, not a guess
+                    (None, Some(real)) if !pod.gpu.is_none() && real.milli() == pod.gpu.milli() => {
+                        Some(real)
+                    }
                     (g, _) => g,
                 };
                 let mut undecided = false;
@@ -336,7 +386,7 @@ impl World {
                     PodPhase::Running {
                         node: n,
                         gpus,
-                        since_ms: v.bound_ms,
+                        since_ms: self.bound_since(v),
                     }
                 };
                 if let Some(claims) = self.pod_claims.get(&v.uid) {
