@@ -177,3 +177,100 @@ fn a_negative_capacity_request_is_refused_naming_the_claim_and_request() {
     );
     assert!(w.allocate_claims("uid-p", "a").is_err());
 }
+
+/// `n` nodes of 8 GPUs, with the fabric.
+fn many_nodes(n: usize) -> World {
+    let mut w = World::default();
+    for i in 0..n {
+        let name = format!("n{i:04}");
+        w.upsert_node(&node(&name));
+        w.upsert_slice(&slice(&name, 8, "H100"));
+    }
+    w.upsert_device_class(&device_class());
+    w.upsert_device_class(&fabric_class());
+    w.upsert_slice(&fabric(false));
+    w
+}
+
+fn one_gpu(name: &str) -> Value {
+    json!({"name": name, "exactly": {"deviceClassName": dra::DEVICE_CLASS, "count": 1}})
+}
+
+/// #38 item 4: 9 requests of one GPU on 8-GPU nodes searched 10⁵
+/// device choices per node, on every node, for every change.
+#[test]
+fn nine_one_gpu_requests_on_eight_gpu_nodes_are_answered_without_a_search() {
+    let mut w = many_nodes(200);
+    let requests: Vec<Value> = (0..9).map(|i| one_gpu(&format!("g{i}"))).collect();
+    w.upsert_claim(&claim("nine", Value::Array(requests)));
+    w.upsert_pod(&pod("p", &["nine"]));
+    let t = std::time::Instant::now();
+    let (class, msg) = claims_problem(&w, "p").expect("never fits");
+    let took = t.elapsed();
+    eprintln!("9 x 1 GPU on 200 nodes of 8: {took:?}: {msg}");
+    assert_eq!(class, PendingClass::UnallocatableClaim);
+    assert!(
+        msg.contains("ask 9 devices") && msg.contains("only 8"),
+        "{msg}"
+    );
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+}
+
+/// A claim the cheap checks cannot answer (8 GPUs and the channel, the
+/// channel to share the first GPU's model, which it has not): the search
+/// stops at the claim's bound per cycle, and the pod is told so.
+#[test]
+fn a_claim_over_the_allocators_bound_is_unallocatable_saying_so() {
+    let mut w = many_nodes(200);
+    let ask = |prefix: &str| -> Value {
+        let mut r: Vec<Value> = (0..8).map(|i| one_gpu(&format!("{prefix}{i}"))).collect();
+        r.push(json!({"name": format!("{prefix}ch"), "exactly": {"deviceClassName": "fabric"}}));
+        Value::Array(r)
+    };
+    let constrained = |name: &str, prefix: &str| -> ResourceClaim {
+        let mut c = claim(name, ask(prefix));
+        c.spec
+            .as_mut()
+            .unwrap()
+            .devices
+            .as_mut()
+            .unwrap()
+            .constraints = Some(vec![
+            serde_json::from_value(
+                json!({"requests": [format!("{prefix}0"), format!("{prefix}ch")],
+                "matchAttribute": format!("{}/{}", dra::DRIVER, dra::ATTR_MODEL)}),
+            )
+            .unwrap(),
+        ]);
+        c
+    };
+    w.upsert_claim(&constrained("x", "g"));
+    w.upsert_claim(&constrained("y", "other"));
+    w.upsert_pod(&pod("px", &["x"]));
+    w.upsert_pod(&pod("py", &["y"]));
+    let t = std::time::Instant::now();
+    let b = w.build();
+    let took = t.elapsed();
+    let why = |pod: &str| -> String {
+        b.problems
+            .iter()
+            .find_map(|p| match p {
+                Problem::ClaimsPending {
+                    pod: r, message, ..
+                } if r.name == pod => Some(message.clone()),
+                _ => None,
+            })
+            .expect("unallocatable")
+    };
+    let (mx, my) = (why("px"), why("py"));
+    eprintln!("two pods, 200 nodes: {took:?}: {mx}");
+    assert!(
+        mx.contains("bound of 300000 device choices per scheduling cycle")
+            && mx.contains("of 200 node(s) tried"),
+        "{mx}"
+    );
+    // the same ask under other names: answered from the memo, named its own
+    assert!(my.contains("bound of 300000"), "{my}");
+    assert!(!my.contains("ml/x") && !mx.contains("ml/y"), "{mx} / {my}");
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}

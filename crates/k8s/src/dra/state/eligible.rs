@@ -55,12 +55,7 @@ impl DraState {
         }
         // the nodes follow from the ask unless an allocated claim pins them
         let pinned = open.len() != keys.len();
-        let mut memo_key = format!(
-            "{:?}",
-            open.iter()
-                .map(|c| (&c.requests, &c.constraints))
-                .collect::<Vec<_>>()
-        );
+        let mut memo_key = super::pods::ask_key(&open);
         if pinned {
             memo_key.push_str(&format!("{nodes:?}"));
         }

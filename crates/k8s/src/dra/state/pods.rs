@@ -43,8 +43,12 @@ impl DraState {
     /// nodes the scheduler knows, sorted).
     ///
     /// `memo` keeps the answers of one build: pods whose unallocated
-    /// claims ask the same (requests and constraints; the names aside) get
-    /// the same nodes, so replicas of one job are looked at once.
+    /// claims ask the same ([`ask_key`]: requests and constraints, the
+    /// claims' and requests' names aside) get the same nodes, so replicas
+    /// of one job are looked at once. The allocator spends at most
+    /// [`alloc::MAX_CLAIM_STEPS`] device choices on one ask per build, over
+    /// all nodes; an ask that spends it before any node fits is
+    /// unallocatable, saying so.
     #[allow(clippy::too_many_arguments)]
     pub fn pod_claims(
         &self,
@@ -88,23 +92,12 @@ impl DraState {
             }
         }
         // same ask, same answer (claim names put back in the message)
-        let memo_key = (pinned.is_none() && !open.is_empty()).then(|| {
-            format!(
-                "{:?}",
-                open.iter()
-                    .map(|c| (&c.requests, &c.constraints))
-                    .collect::<Vec<_>>()
-            )
-        });
+        let memo_key = (pinned.is_none() && !open.is_empty()).then(|| ask_key(&open));
         let named = |r: &PodClaims, to_slot: bool| -> PodClaims {
             match r {
                 PodClaims::Unallocatable(m) => {
                     let mut m = m.clone();
-                    for (i, c) in open.iter().enumerate() {
-                        let (name, slot) = (
-                            format!("ResourceClaim {}", c.key()),
-                            format!("ResourceClaim #{i}#"),
-                        );
+                    for (name, slot) in names_and_slots(&open) {
                         m = if to_slot {
                             m.replace(&name, &slot)
                         } else {
@@ -159,8 +152,22 @@ impl DraState {
         let mut why: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         let mut failed = 0;
         let mut gpus: Option<ClaimDemand> = None;
+        let mut budget = alloc::MAX_CLAIM_STEPS;
+        let (all, mut tried) = (candidates.len(), 0);
         for n in candidates {
-            match self.allocate_on(open, n, by_node, in_use, Some(core_pods), &mut sel) {
+            if budget == 0 {
+                break;
+            }
+            tried += 1;
+            match self.allocate_on(
+                open,
+                n,
+                by_node,
+                in_use,
+                Some(core_pods),
+                &mut sel,
+                &mut budget,
+            ) {
                 Ok(allocs) => {
                     let local = by_node.get(&Some(n)).map_or(&[][..], Vec::as_slice);
                     let g = self.demand_in(&allocs, local);
@@ -179,6 +186,19 @@ impl DraState {
                     why.entry(e).or_default().push(n);
                 }
             }
+        }
+        if ok.is_empty() && budget == 0 {
+            // #38: the claims' work for this cycle is spent
+            let (e, ns) = why
+                .iter()
+                .find(|(e, _)| e.contains(alloc::GAVE_UP))
+                .or_else(|| why.iter().next())
+                .map(|(e, ns)| (e.as_str(), ns.first().copied().unwrap_or_default()))
+                .unwrap_or_default();
+            return PodClaims::Unallocatable(format!(
+                "its ResourceClaims were not allocated within the allocator's bound of {} device choices per scheduling cycle: {tried} of {all} node(s) tried, none fits (node {ns}: {e}); simplify the claims' requests and constraints",
+                alloc::MAX_CLAIM_STEPS
+            ));
         }
         if ok.is_empty() {
             if why.is_empty() {
@@ -219,7 +239,7 @@ impl DraState {
                 .iter()
                 .filter_map(|n| {
                     let allocs = self
-                        .allocate_on(open, n, by_node, &held, None, &mut sel)
+                        .allocate_on(open, n, by_node, &held, None, &mut sel, &mut budget)
                         .ok()?;
                     let local = by_node
                         .get(&Some(n.as_str()))
@@ -325,6 +345,7 @@ impl DraState {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn allocate_on(
         &self,
         open: &[&Claim],
@@ -333,6 +354,7 @@ impl DraState {
         in_use: &BTreeSet<DeviceId>,
         core_pods: Option<&BTreeSet<String>>,
         sel: &mut Selectors,
+        budget: &mut u32,
     ) -> Result<Vec<Allocation>, String> {
         let mut devices: Vec<&Device> = Vec::new();
         devices.extend(by_node.get(&Some(node)).into_iter().flatten());
@@ -353,7 +375,7 @@ impl DraState {
             counter_sets: &self.counter_sets,
             shared: &shared,
         };
-        alloc::allocate(open, &inp, sel)
+        alloc::allocate_within(open, &inp, sel, budget)
     }
 
     /// Allocates the pod's claims on `node` now (the core placed it there)
@@ -403,7 +425,9 @@ impl DraState {
             let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
             let in_use = self.in_use_on(node);
             let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
-            let mut allocs = self.allocate_on(&open, node, &by_node, &in_use, None, &mut sel)?;
+            let mut budget = alloc::MAX_CLAIM_STEPS;
+            let mut allocs =
+                self.allocate_on(&open, node, &by_node, &in_use, None, &mut sel, &mut budget)?;
             if let Some(a) =
                 self.core_choice(&open, node, &by_node, &in_use, &allocs, core_gpus, &mut sel)
             {
@@ -490,7 +514,9 @@ impl DraState {
                 (*k, v)
             })
             .collect();
-        self.allocate_on(open, node, &only, &held, None, sel).ok()
+        let mut budget = alloc::MAX_CLAIM_STEPS;
+        self.allocate_on(open, node, &only, &held, None, sel, &mut budget)
+            .ok()
     }
 
     /// Extended resource name → DeviceClass (KEP-5004).
@@ -515,8 +541,17 @@ impl DraState {
         let by_node = BTreeMap::from([(Some(node), self.devices_on(node))]);
         let in_use = self.in_use_on(node);
         let mut sel = self.selectors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut budget = alloc::MAX_CLAIM_STEPS;
         let mut allocs = self
-            .allocate_on(&[&claim], node, &by_node, &in_use, None, &mut sel)
+            .allocate_on(
+                &[&claim],
+                node,
+                &by_node,
+                &in_use,
+                None,
+                &mut sel,
+                &mut budget,
+            )
             .map_err(|e| format!("the pod's extended resources through DRA: {e}"))?;
         // the core's GPUs, when the claim can have exactly them (as for
         // the pod's own claims)
@@ -562,4 +597,74 @@ impl DraState {
                     .is_some_and(|c| !c.deleting)
         })
     }
+}
+
+/// What decides where claims can be allocated, as a memo key: per claim,
+/// its requests' alternatives (class, selectors, count, admin access,
+/// tolerations, capacity) and its constraints with the requests they name
+/// by position — not the claims' or requests' names (#38: a name per pod
+/// made every pod's claims a new search).
+pub(crate) fn ask_key(open: &[&Claim]) -> String {
+    use std::fmt::Write;
+    let mut k = String::new();
+    for c in open {
+        let Ok(requests) = &c.requests else {
+            let _ = write!(k, "E{:?};", c.requests);
+            continue;
+        };
+        k.push('C');
+        for r in requests {
+            k.push('R');
+            for a in &r.alternatives {
+                let _ = write!(
+                    k,
+                    "A{:?}{:?}{:?}{}{:?}{:?};",
+                    a.class, a.selectors, a.count, a.admin, a.tolerations, a.capacity
+                );
+            }
+        }
+        let position = |name: &str| -> String {
+            for (j, r) in requests.iter().enumerate() {
+                if r.name == name {
+                    return format!("#{j}");
+                }
+                if let Some(i) = r.alternatives.iter().position(|a| a.name == name) {
+                    return format!("#{j}/{i}");
+                }
+            }
+            format!("{name:?}")
+        };
+        for x in &c.constraints {
+            let named: Vec<String> = x.requests.iter().map(|n| position(n)).collect();
+            let _ = write!(
+                k,
+                "K{named:?}{:?}{:?};",
+                x.match_attribute, x.distinct_attribute
+            );
+        }
+    }
+    k
+}
+
+/// The names messages give the claims and their requests, with the slots
+/// a memoized message holds instead (`ResourceClaim #i#`, `request
+/// #i.j.k#:`), longest names first.
+fn names_and_slots(open: &[&Claim]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, c) in open.iter().enumerate() {
+        out.push((
+            format!("ResourceClaim {}", c.key()),
+            format!("ResourceClaim #{i}#"),
+        ));
+        for (j, r) in c.requests.iter().flatten().enumerate() {
+            for (k, a) in r.alternatives.iter().enumerate() {
+                out.push((
+                    format!("request {}:", a.name),
+                    format!("request #{i}.{j}.{k}#:"),
+                ));
+            }
+        }
+    }
+    out.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.0.cmp(&b.0)));
+    out
 }
