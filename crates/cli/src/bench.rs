@@ -43,6 +43,15 @@ pub struct BenchArgs {
     /// Zones of the Pod API case.
     #[arg(long, default_value_t = 50)]
     pub zones: u32,
+    /// Pending pods of the one-arrival case (0: skip): 8-GPU pods that
+    /// cannot fit on `--nodes` full 8-GPU nodes, beside which
+    /// `--arrivals` 1-GPU pods that fit arrive one at a time, each timed
+    /// in the cycle that places it.
+    #[arg(long, default_value_t = 10_000)]
+    pub backlog: u32,
+    /// Arrivals of the one-arrival case.
+    #[arg(long, default_value_t = 100)]
+    pub arrivals: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -87,6 +96,8 @@ struct Report {
     /// every 2 s: pending by reason, GPUs by state, fragmentation) on the
     /// throughput cluster after its cycle.
     status_refresh_seconds: f64,
+    /// The one-arrival case.
+    arrival: Option<crate::bench_arrival::Arrival>,
     curve: Vec<Run>,
     bytes_per_node: u64,
     bytes_per_pod: u64,
@@ -358,6 +369,17 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         None
     };
 
+    let arrival = if a.backlog > 0 {
+        Some(crate::bench_arrival::run(
+            &cfg,
+            snap.nodes.clone(),
+            a.backlog,
+            a.arrivals,
+        )?)
+    } else {
+        None
+    };
+
     let mut curve = Vec::new();
     for &n in &a.curve.0 {
         let csnap = Snapshot {
@@ -376,6 +398,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         consolidation,
         anti_affinity,
         status_refresh_seconds,
+        arrival,
         curve,
         bytes_per_node: r1.saturating_sub(r0) / a.nodes.max(1) as u64,
         bytes_per_pod: r2.saturating_sub(r1) / a.pods.max(1) as u64,
@@ -410,6 +433,18 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         println!(
             "anti-affinity: 1-GPU pods in groups of 100, required hostname anti-affinity to the group and a DoNotSchedule zone spread (maxSkew 1) over {} zones",
             a.zones
+        );
+    }
+    if let Some(r) = &report.arrival {
+        println!(
+            "one arrival: {} full nodes ({} running pods), {} pending 8-GPU pods that cannot fit; each of {} 1-GPU pods placed in its own cycle: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            r.nodes,
+            r.running,
+            r.backlog,
+            r.arrivals,
+            r.p50_seconds * 1e3,
+            r.p99_seconds * 1e3,
+            r.max_seconds * 1e3
         );
     }
     println!(

@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod agent;
 mod bench;
+mod bench_arrival;
 mod doctor;
 mod explain;
 mod kubectl;

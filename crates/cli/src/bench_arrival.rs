@@ -1,0 +1,182 @@
+//! `gpusched bench`'s one-arrival case (issue #37's first goal): a full
+//! cluster of 8-GPU nodes, a deep backlog of pods that cannot fit, then pods
+//! that fit arriving one at a time. Each arrival gets its own cycle on the
+//! whole state (the backlog, the running pods, the arrivals placed before
+//! it); the case reports the cycle that places it — p50, p99 and max — so
+//! the cost of a quiet queue's one new pod can be compared with the size of
+//! the cluster and the backlog it sits beside.
+
+use gpusched_core::{Decision, GpuAssignment, PodPhase, PodState, Snapshot};
+use gpusched_model::{GpuRequest, Node, Pod, Queue, ResourceVec};
+use gpusched_plugins::SchedulerConfig;
+use serde::Serialize;
+use std::time::Instant;
+
+/// What the one-arrival case measured.
+#[derive(Serialize, Debug)]
+pub struct Arrival {
+    /// Nodes (8 GPUs each; all but `arrivals` of them full).
+    pub nodes: u32,
+    /// Running 1-GPU pods filling the nodes.
+    pub running: u32,
+    /// Pending pods that cannot fit (8 GPUs each, while no node has 8 free).
+    pub backlog: u32,
+    /// Arrivals timed (1-GPU pods, each fitting one free GPU).
+    pub arrivals: u32,
+    /// The arriving pod's cycle, seconds: median.
+    pub p50_seconds: f64,
+    /// 99th percentile (nearest rank).
+    pub p99_seconds: f64,
+    /// The slowest.
+    pub max_seconds: f64,
+}
+
+fn running(node: u32, gpu: u32, i: usize) -> PodState {
+    let mut p = Pod::new(format!("bench/r{i:06}"), "default");
+    p.requests = ResourceVec::new(2000, 8 << 30, 0);
+    p.gpu = GpuRequest::Whole(1);
+    PodState {
+        pod: p,
+        phase: PodPhase::Running {
+            node,
+            gpus: GpuAssignment::Whole(vec![gpu]),
+            since_ms: 0,
+        },
+    }
+}
+
+/// Runs the case: `nodes` nodes of which the first `arrivals` keep one GPU
+/// free, `backlog` pending 8-GPU pods, then `arrivals` 1-GPU pods one at a
+/// time. Fails if an arrival is not bound in its own cycle (the case would
+/// then time something else).
+pub fn run(
+    cfg: &SchedulerConfig,
+    nodes: Vec<Node>,
+    backlog: u32,
+    arrivals: u32,
+) -> anyhow::Result<Arrival> {
+    let n = nodes.len() as u32;
+    anyhow::ensure!(
+        arrivals > 0 && arrivals <= n,
+        "--arrivals {arrivals}: between 1 and the node count {n}"
+    );
+    let mut pods = Vec::new();
+    for node in 0..n {
+        let used = if node < arrivals { 7 } else { 8 };
+        for gpu in 0..used {
+            let i = pods.len();
+            pods.push(running(node, gpu, i));
+        }
+    }
+    let running_count = pods.len() as u32;
+    for i in 0..backlog {
+        let mut p = Pod::new(format!("bench/b{i:06}"), "default");
+        p.requests = ResourceVec::new(16_000, 64 << 30, 0);
+        p.gpu = GpuRequest::Whole(8);
+        p.arrival_ms = i as u64;
+        pods.push(PodState::pending(p));
+    }
+    let mut snap = Snapshot {
+        nodes,
+        queues: vec![Queue::new("default")],
+        groups: vec![],
+        pods,
+    };
+    // One scheduler across the arrivals, as the running scheduler keeps
+    // one: whatever it carries between cycles helps it here too.
+    let mut s = gpusched_plugins::build(cfg)?;
+    // the backlog's first cycle (nothing fits), untimed
+    let now0 = backlog as u64 + 1;
+    let out = s.cycle(&snap, now0, 42);
+    let placed = out
+        .decisions
+        .iter()
+        .filter(|d| matches!(d, Decision::Bind { .. }))
+        .count();
+    anyhow::ensure!(
+        placed == 0,
+        "the backlog placed {placed} pods: the cluster is not full"
+    );
+    let mut secs = Vec::with_capacity(arrivals as usize);
+    for k in 0..arrivals {
+        let mut p = Pod::new(format!("bench/new{k:05}"), "default");
+        p.requests = ResourceVec::new(2000, 8 << 30, 0);
+        p.gpu = GpuRequest::Whole(1);
+        let now = now0 + 1 + k as u64;
+        p.arrival_ms = now;
+        let id = snap.pods.len() as u32;
+        snap.pods.push(PodState::pending(p));
+        let t = Instant::now();
+        let out = s.cycle(&snap, now, 42);
+        secs.push(t.elapsed().as_secs_f64());
+        let bound = out.decisions.iter().find_map(|d| match d {
+            Decision::Bind { pod, node, gpus } if *pod == id => Some((*node, gpus.clone())),
+            _ => None,
+        });
+        let Some((node, gpus)) = bound else {
+            anyhow::bail!("arrival {k} was not bound in its cycle");
+        };
+        snap.pods[id as usize].phase = PodPhase::Running {
+            node,
+            gpus,
+            since_ms: now,
+        };
+    }
+    secs.sort_by(f64::total_cmp);
+    let rank = |q: f64| secs[((q * secs.len() as f64).ceil() as usize).clamp(1, secs.len()) - 1];
+    Ok(Arrival {
+        nodes: n,
+        running: running_count,
+        backlog,
+        arrivals,
+        p50_seconds: rank(0.50),
+        p99_seconds: rank(0.99),
+        max_seconds: secs[secs.len() - 1],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
+
+    fn nodes(n: u32) -> Vec<Node> {
+        ClusterSpec {
+            nodes: vec![NodeGroupSpec {
+                name: "node".into(),
+                count: n,
+                cpu: "224".into(),
+                memory: "2Ti".into(),
+                gpus: Some(GpuLayoutSpec {
+                    count: 8,
+                    model: "H100-SXM5-80GB".into(),
+                    memory: "80Gi".into(),
+                    interconnect: Interconnect::Nvswitch,
+                    pcie_switches: 4,
+                    numa_nodes: 2,
+                    devices: vec![],
+                }),
+                ..Default::default()
+            }],
+        }
+        .nodes()
+        .unwrap()
+    }
+
+    #[test]
+    fn every_arrival_is_placed_in_its_own_cycle_beside_a_backlog_that_cannot_fit() {
+        let cfg = SchedulerConfig::default();
+        let r = run(&cfg, nodes(12), 40, 5).unwrap();
+        assert_eq!((r.nodes, r.backlog, r.arrivals), (12, 40, 5));
+        // 7 GPUs busy on the 5 arrival nodes, 8 on the other 7
+        assert_eq!(r.running, 5 * 7 + 7 * 8);
+        assert!(r.p50_seconds <= r.p99_seconds && r.p99_seconds <= r.max_seconds);
+    }
+
+    #[test]
+    fn more_arrivals_than_free_gpus_is_refused() {
+        let cfg = SchedulerConfig::default();
+        let e = run(&cfg, nodes(3), 10, 4).unwrap_err().to_string();
+        assert!(e.contains("--arrivals 4"), "{e}");
+    }
+}
