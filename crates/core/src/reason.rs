@@ -560,6 +560,16 @@ impl fmt::Display for EvictionAttempt {
         };
         match &self.outcome {
             EvictionOutcome::Skipped(s) => write!(f, "{pass}: {s}"),
+            // no node passes the pod's filters: nothing to free ("0/0
+            // nodes are available" said nothing)
+            EvictionOutcome::NoNode {
+                considered: 0,
+                counts,
+                ..
+            } if counts.is_empty() => write!(
+                f,
+                "{pass}: no node passes the pod's filters, so evicting pods would not help."
+            ),
             EvictionOutcome::NoNode {
                 considered, counts, ..
             } => {

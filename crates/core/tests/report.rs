@@ -558,3 +558,59 @@ fn a_gang_that_can_never_fit_reads_as_a_pod_that_never_fits() {
     let short = surfaces(&snap, &out, "s-0");
     assert_eq!(short.class, "GangShort", "{}", short.explain_text);
 }
+
+/// #39 item 9: a 4-GPU pod on a whole 4-GPU PCIe node read "link cost 160
+/// (best possible 60)" — the all-NVLink ideal, not what that node allows;
+/// and every queue line carried "cpu 0m, memory 0".
+#[test]
+fn link_cost_is_judged_against_the_best_on_that_node_and_zeros_are_left_out() {
+    let snap = snapshot(
+        vec![node("l").gpus(4).pcie(2).build()],
+        vec![queue("default")],
+        vec![],
+        vec![pod("p").gpus(4).build()],
+    );
+    let mut s = sched();
+    let out = s.cycle(&snap, 0, 1);
+    let mut snap2 = snap.clone();
+    apply(&mut snap2, &out, 0);
+    let out2 = s.cycle(&snap2, 5, 2);
+    let r = report(&snap2, &out2, 5, "p");
+    let PodStatus::Bound { placement, .. } = &r.status else {
+        panic!("{r:?}")
+    };
+    let t = placement.topology.unwrap();
+    assert!(t.cost > t.ideal, "PCIe: above the all-NVLink ideal {t:?}");
+    assert_eq!(t.cost, t.node_best, "the whole node: its best {t:?}");
+    let text = r.to_string();
+    assert!(
+        text.contains(&format!(
+            "topology: link cost {}: the best 4 GPUs of this node allow\n",
+            t.cost
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("best possible"), "{text}");
+    assert!(
+        !text.contains("cpu 0m") && !text.contains("memory 0"),
+        "{text}"
+    );
+    assert!(text.contains("guarantee   gpu 0\n"), "{text}");
+}
+
+/// #39 item 9: "preemption: 0/0 nodes are available." said nothing.
+#[test]
+fn an_eviction_pass_with_no_candidate_node_says_why() {
+    let a = EvictionAttempt {
+        kind: EvictionKind::Preempt,
+        outcome: EvictionOutcome::NoNode {
+            pod: "p".into(),
+            considered: 0,
+            counts: Vec::new(),
+        },
+    };
+    assert_eq!(
+        a.to_string(),
+        "preemption: no node passes the pod's filters, so evicting pods would not help."
+    );
+}

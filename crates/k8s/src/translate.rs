@@ -99,6 +99,32 @@ pub enum TranslateError {
     },
 }
 
+impl TranslateError {
+    /// The object it is about (`pod ns/name`, `node name`, …).
+    pub fn object(&self) -> &str {
+        match self {
+            TranslateError::Resources { object, .. }
+            | TranslateError::Field { object, .. }
+            | TranslateError::Decision { object, .. } => object,
+        }
+    }
+
+    /// The message without the object it is about: for the surfaces that
+    /// already name it (the object's own event and condition, `explain`,
+    /// doctor's finding, a log line that names it) — "pod default/x: pod
+    /// default/x: container …" said it twice.
+    pub fn detail(&self) -> String {
+        let s = self.to_string();
+        match s
+            .strip_prefix(self.object())
+            .and_then(|r| r.strip_prefix(": "))
+        {
+            Some(rest) => rest.to_string(),
+            None => s,
+        }
+    }
+}
+
 pub(crate) fn field_err(object: &str, field: &str, what: impl Into<String>) -> TranslateError {
     TranslateError::Field {
         object: object.to_string(),

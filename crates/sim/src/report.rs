@@ -798,7 +798,7 @@ fn idle_section(r: &SimResult) -> String {
     }
     let _ = write!(
         h,
-        r#"<section class="card"><h2>Why GPUs sat idle while pods waited</h2><p class="note">{:.1} GPU-hours of schedulable capacity ({:.1}% of it over the run) sat idle while GPU pods were pending. While at least one whole GPU was idle, the waiting pods could not use it because of:</p><table class="left"><tr><th>reason</th><th>pod-hours</th><th>share</th><th>why the idle GPUs did not help</th></tr>"#,
+        r#"<section class="card"><h2>Why GPUs sat idle while pods waited</h2><p class="note">{:.1} GPU-hours (idle GPUs × hours) of schedulable capacity ({:.1}% of it over the run) sat idle while GPU pods were pending. While at least one whole GPU was idle, the waiting pods could not use it because of the reasons below, weighed in pod-hours (waiting pods × hours, whatever each asked; not comparable with GPU-hours):</p><table class="left"><tr><th>reason</th><th>pod-hours</th><th>share</th><th>why the idle GPUs did not help</th></tr>"#,
         i.gpu_hours, i.capacity_pct
     );
     for x in &i.by_reason {
@@ -890,11 +890,15 @@ pub fn render(r: &SimResult, wall: Option<&WallTiming>) -> String {
             "bad"
         },
     );
+    // the terminal's "N pods evicted": every pod stopped by a preemption
+    // or reclaim, a victim gang's other members included (#39: the card
+    // counted the scheduler's eviction decisions plus moves, another
+    // figure under the same word)
     h += &kpi(
-        "evictions",
-        (t.preemptions + t.reclaims + t.moves).to_string(),
+        "pods evicted",
+        t.evicted_pods.to_string(),
         format!(
-            "{} preempted · {} reclaimed · {} moved",
+            "{} preempted · {} reclaimed (scheduler's decisions; a victim gang's members stop with it) · {} moved",
             t.preemptions, t.reclaims, t.moves
         ),
         "",

@@ -92,3 +92,33 @@ jobs:
     // reclaimed at 30 min, not before; bound at the next cycle (a 30 s tick)
     assert!((1200.0..=1230.0).contains(&prod.wait_p50_s), "{prod:#?}");
 }
+
+/// #39 item 9: the HTML report's "Evictions" card counted the scheduler's
+/// eviction decisions (plus moves) while the terminal's "N pods evicted"
+/// counted every pod stopped, a victim gang's members included: two
+/// figures under one word. Both now show the pods evicted.
+#[test]
+fn the_html_report_and_the_terminal_count_the_same_pods_evicted() {
+    let sc = common::tiny_with(
+        "queues:
+  - {name: train}
+  - {name: prod, guaranteed: {gpu: \"16\"}}
+jobs:
+  - {name: g, queue: train, pods: 2, gang: {}, duration: 2h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+  - {name: p, queue: prod, count: 2, arrival: 10m, duration: 1h,
+     requests: {cpu: \"8\", nvidia.com/gpu: \"8\"}}
+",
+    );
+    let r = common::run_verified(sc, 1);
+    let t = &r.totals;
+    assert_eq!(t.evicted_pods, 2, "the gang's two members: {t:#?}");
+    assert_ne!(t.evicted_pods, t.preemptions + t.reclaims + t.moves);
+    let term = gpusched_sim::table::render(&r);
+    assert!(term.contains("2 pods evicted"), "{term}");
+    let html = gpusched_sim::report::render(&r, None);
+    assert!(
+        html.contains(r#"<div class="kv">2</div><div class="kl">pods evicted</div>"#),
+        "the card shows the terminal's figure"
+    );
+}

@@ -18,7 +18,7 @@ use crate::reason::{
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, Snapshot};
 use crate::state::ClusterState;
 use gpusched_model::duration::fmt_duration;
-use gpusched_model::topology::{ideal_cost, set_cost};
+use gpusched_model::topology::{choose, ideal_cost, set_cost};
 use gpusched_model::{
     GPU_MILLI, GpuRequest, ResourceKind, ResourceLimit, ResourceVec, TopologyConstraint,
     TopologyLevel,
@@ -63,14 +63,20 @@ pub struct GpuRef {
 }
 
 /// How well a multi-GPU set is connected: the sum of its pairwise link
-/// costs against the best possible for its size (`gpusched_model::topology`;
-/// equal means every pair shares an NVLink domain and NUMA node).
+/// costs (`gpusched_model::topology`) against the best a set of its size
+/// can have on that node — what the placement is judged by — and against
+/// the all-NVLink ideal (every pair sharing an NVLink domain and NUMA
+/// node), which a PCIe node never reaches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TopologyScore {
     /// The set's cost.
     pub cost: u64,
-    /// The best cost a set of this size can have.
+    /// The lowest cost of a set of this size among all the node's GPUs,
+    /// free or not (the scheduler's own choice, `topology::choose`).
+    #[serde(default)]
+    pub node_best: u64,
+    /// The all-NVLink ideal for a set of this size.
     pub ideal: u64,
 }
 

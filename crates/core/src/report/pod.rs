@@ -40,9 +40,17 @@ fn placement(snap: &Snapshot, node: NodeId, gpus: &GpuAssignment) -> Placement {
                 node: n.name.clone(),
                 gpus: v.iter().filter_map(|&i| gref(i)).collect(),
                 share: None,
-                topology: (set.len() >= 2).then(|| TopologyScore {
-                    cost: set_cost(&topos, &set),
-                    ideal: ideal_cost(set.len()),
+                topology: (set.len() >= 2).then(|| {
+                    let cost = set_cost(&topos, &set);
+                    let all: Vec<usize> = (0..topos.len()).collect();
+                    let node_best = choose(&topos, &all, &[], set.len())
+                        .map_or(cost, |b| set_cost(&topos, &b))
+                        .min(cost);
+                    TopologyScore {
+                        cost,
+                        node_best,
+                        ideal: ideal_cost(set.len()),
+                    }
                 }),
                 mig: Vec::new(),
             }

@@ -144,17 +144,23 @@ impl fmt::Display for Hint {
     }
 }
 
+/// GPU always; CPU, memory and the rest only where not zero (a line of
+/// "cpu 0m, memory 0" says nothing).
 fn res_text(r: &ResourceVec) -> String {
-    let mut parts = vec![
-        format!("gpu {}", gpus_text(r.gpu_milli)),
-        format!("cpu {}m", r.cpu_milli),
-        format!("memory {}", mem_text(r.memory)),
-    ];
+    let mut parts = vec![format!("gpu {}", gpus_text(r.gpu_milli))];
+    if r.cpu_milli > 0 {
+        parts.push(format!("cpu {}m", r.cpu_milli));
+    }
+    if r.memory > 0 {
+        parts.push(format!("memory {}", mem_text(r.memory)));
+    }
     if r.gpu_mem_mib > 0 {
         parts.push(format!("gpu memory {} MiB", r.gpu_mem_mib));
     }
     for (k, v) in &r.ext {
-        parts.push(format!("{k} {v}"));
+        if *v > 0 {
+            parts.push(format!("{k} {v}"));
+        }
     }
     parts.join(", ")
 }
@@ -255,13 +261,27 @@ fn write_placement(f: &mut fmt::Formatter<'_>, p: &Placement) -> fmt::Result {
         )?;
     }
     if let Some(t) = p.topology {
-        writeln!(
-            f,
-            "  topology: link cost {} (best possible {}{})",
-            t.cost,
-            t.ideal,
-            if t.cost == t.ideal { ": ideal" } else { "" }
-        )?;
+        // judged against what this node allows, not the all-NVLink ideal
+        // a PCIe node never reaches
+        let n = p.gpus.len();
+        if t.cost <= t.node_best {
+            writeln!(
+                f,
+                "  topology: link cost {}: the best {n} GPUs of this node allow{}",
+                t.cost,
+                if t.cost == t.ideal {
+                    " (all NVLink)"
+                } else {
+                    ""
+                }
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  topology: link cost {} (the best {n} GPUs of this node allow {})",
+                t.cost, t.node_best
+            )?;
+        }
     }
     Ok(())
 }

@@ -453,9 +453,8 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
                             .and_then(|s| s.nominated_node_name.clone())
                             .filter(|n| !n.is_empty()),
                     },
-                    Err(e) => PodKind::Invalid {
-                        error: e.to_string(),
-                    },
+                    // the pod is named wherever this is shown
+                    Err(e) => PodKind::Invalid { error: e.detail() },
                 }
             }
         }
