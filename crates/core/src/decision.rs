@@ -136,7 +136,16 @@ impl Explanation {
         if self.reasons.is_empty() {
             return "fits now; it will be placed in a following cycle".to_string();
         }
-        let parts: Vec<String> = self.reasons.iter().map(|r| r.to_string()).collect();
+        let mut parts: Vec<String> = self.reasons.iter().map(|r| r.to_string()).collect();
+        // a pass that found victims but waits for their minimum runtime:
+        // said in the message (kube-scheduler's "preemption: …" part), with
+        // when it ends, not left to "Insufficient nvidia.com/gpu" alone
+        parts.extend(
+            self.evictions
+                .iter()
+                .filter(|a| a.waits_for_min_runtime())
+                .map(|a| a.to_string()),
+        );
         parts.join(" ")
     }
 }

@@ -538,7 +538,22 @@ pub enum EvictionOutcome {
         considered: u32,
         /// Why each was not used, with node counts.
         counts: Vec<(CandidateRejection, u32)>,
+        /// Where nodes were refused only because their victims are younger
+        /// than their queue's minimum runtime: how long until the first of
+        /// them reaches it (ms from the cycle), when the pass may evict it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
     },
+}
+
+impl EvictionAttempt {
+    /// Whether the pass found victims but waits for their minimum runtime:
+    /// the pod's message says so, and until when (kube-scheduler would
+    /// preempt at once; docs/kubernetes.md, deliberate differences).
+    pub fn waits_for_min_runtime(&self) -> bool {
+        matches!(&self.outcome, EvictionOutcome::NoNode { counts, .. }
+            if counts.iter().any(|(r, c)| *r == CandidateRejection::VictimsTooYoung && *c > 0))
+    }
 }
 
 /// One eviction pass tried (or skipped) for a pending pod's job.
@@ -571,12 +586,24 @@ impl fmt::Display for EvictionAttempt {
                 "{pass}: no node passes the pod's filters, so evicting pods would not help."
             ),
             EvictionOutcome::NoNode {
-                considered, counts, ..
+                considered,
+                counts,
+                wait_ms,
+                ..
             } => {
                 write!(f, "{pass}: 0/{considered} nodes are available")?;
                 for (i, (r, c)) in counts.iter().enumerate() {
                     f.write_str(if i == 0 { ": " } else { ", " })?;
                     write!(f, "{c} {r}")?;
+                    if *r == CandidateRejection::VictimsTooYoung
+                        && let Some(w) = wait_ms
+                    {
+                        write!(
+                            f,
+                            " (the first reaches it in {})",
+                            gpusched_model::duration::fmt_duration(*w)
+                        )?;
+                    }
                 }
                 f.write_str(".")
             }

@@ -249,26 +249,23 @@ fn low_then_high() -> Snapshot {
 
 /// Issue #22, item 6: a pod is not a victim before its minimum runtime
 /// (from its bind); the pending pod says why; at the minimum it is.
+/// #39 item 6: its message (event, condition), not only explain, names
+/// the wait and when it ends.
 #[test]
 fn a_victim_is_protected_for_its_minimum_runtime() {
     let snap = low_then_high();
     let mut s = with_min_runtime(60_000);
-    for t in [1000, 30_000, 59_999] {
+    for (t, left) in [(1000, "59s"), (30_000, "30s"), (59_999, "1ms")] {
         let out = run(&mut s, &snap, t);
         assert!(evictions(&snap, &out).is_empty(), "t={t}");
-        let why: Vec<String> = out
-            .explanations
-            .iter()
-            .find(|e| e.pod == 1)
-            .map(|e| e.evictions.iter().map(|a| a.to_string()).collect())
-            .unwrap_or_default();
-        assert!(
-            why.contains(
-                &"preemption: 0/1 nodes are available: 1 node(s) had only victims that started less than their minimum runtime ago."
-                    .to_string()
-            ),
-            "t={t}: {why:?}"
+        let e = out.explanations.iter().find(|e| e.pod == 1).unwrap();
+        let why: Vec<String> = e.evictions.iter().map(|a| a.to_string()).collect();
+        let want = format!(
+            "preemption: 0/1 nodes are available: 1 node(s) had only victims that started less than their minimum runtime ago (the first reaches it in {left})."
         );
+        assert!(why.contains(&want), "t={t}: {why:?}");
+        let message = e.message();
+        assert!(message.ends_with(&want), "t={t}: {message}");
     }
     let out = run(&mut s, &snap, 60_000);
     assert_eq!(evictions(&snap, &out), ["low"]);

@@ -278,6 +278,7 @@ fn a_rejected_preemption_candidate_reports_why() {
                 (CandidateRejection::NoVictims, 1),
                 (CandidateRejection::NotEnoughGpus, 1)
             ],
+            wait_ms: None,
         }
     );
     assert_eq!(
@@ -607,6 +608,7 @@ fn an_eviction_pass_with_no_candidate_node_says_why() {
             pod: "p".into(),
             considered: 0,
             counts: Vec::new(),
+            wait_ms: None,
         },
     };
     assert_eq!(

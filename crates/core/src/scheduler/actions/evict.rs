@@ -213,6 +213,9 @@ impl<'s> Cycle<'s> {
             // why candidate nodes were not used, for the explanation
             // (indexed like REJECTIONS; counting is all the hot loop does)
             let mut rejected = [0u32; REJECTIONS.len()];
+            // when the first victim that is merely too young on a node
+            // refused for that reaches its minimum runtime
+            let mut young_until: Option<u64> = None;
             // candidate victims on one node (reused: this loop is hot)
             let mut vs: Vec<PodId> = Vec::new();
             for &n in &cands {
@@ -223,12 +226,17 @@ impl<'s> Cycle<'s> {
                 vs.clear();
                 // victims but for their minimum runtime: how many, what GPU
                 let (mut young, mut young_gpu) = (0u32, 0u64);
+                let mut young_end = u64::MAX;
                 for &v in &self.on_node[n as usize] {
                     match self.victim(pass, job, v, &surplus) {
                         Victim::Yes => vs.push(v),
                         Victim::TooYoung => {
                             young += 1;
                             young_gpu += self.pod(v).gpu.milli();
+                            let vq = self.pod_queue[v as usize].unwrap_or_default();
+                            young_end = young_end.min(
+                                self.unit_since[v as usize].saturating_add(self.min_runtime[vq]),
+                            );
                         }
                         Victim::No => {}
                     }
@@ -248,6 +256,7 @@ impl<'s> Cycle<'s> {
                 }
                 if vs.is_empty() {
                     rejected[2] += 1;
+                    young_until = Some(young_until.map_or(young_end, |u| u.min(young_end)));
                     continue;
                 }
                 vs.sort_by_key(|&v| {
@@ -366,10 +375,15 @@ impl<'s> Cycle<'s> {
                     .filter(|(_, c)| *c > 0)
                     .map(|(r, c)| (*r, c))
                     .collect();
+                let now = self.now_ms;
+                let wait_ms = young_until
+                    .filter(|&u| u != u64::MAX)
+                    .map(|u| u.saturating_sub(now));
                 self.note_eviction(pass, j, || EvictionOutcome::NoNode {
                     pod: name.clone(),
                     considered,
                     counts: counts.clone(),
+                    wait_ms,
                 });
                 return;
             };
