@@ -44,6 +44,14 @@ pub enum NodeReason {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         distinct: Vec<String>,
     },
+    /// The node has no GPU of a model the pod asks (`asked`); it has
+    /// `has`. Said with both lists, so a typo or a wrong product name shows.
+    NoGpuOfModel {
+        /// The models the pod may run on.
+        asked: Vec<String>,
+        /// The node's models.
+        has: Vec<String>,
+    },
 }
 
 impl fmt::Display for NodeReason {
@@ -68,6 +76,16 @@ impl fmt::Display for NodeReason {
                     ..Default::default()
                 }
                 .shortage(*count, true),
+            ),
+            NodeReason::NoGpuOfModel { asked, has } => write!(
+                f,
+                "node(s) had no GPU of the requested model(s) {} (they have {})",
+                asked.join(", "),
+                if has.is_empty() {
+                    "none".to_string()
+                } else {
+                    has.join(", ")
+                }
             ),
         }
     }

@@ -465,6 +465,15 @@ fn one_name_for_one_reason_on_every_surface() {
         assert_eq!(serde_json::to_value(c).unwrap(), want);
         assert_eq!(c.as_str(), want);
     }
+    // a GPU-model mismatch names the models asked and those the nodes have
+    let a100 = surfaces(&snap, &out, "a100");
+    assert!(
+        a100.event_note.contains(
+            "2 node(s) had no GPU of the requested model(s) NVIDIA-A100-SXM4-80GB (they have NVIDIA-H100-80GB-HBM3)"
+        ),
+        "{}",
+        a100.event_note
+    );
     // the Queue status and `explain queue`: the child's, and the parent's
     // with its children's
     let view = CycleView {

@@ -22,6 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod groups;
+pub mod keys;
 mod pods;
 
 pub use groups::{PdbView, group, pdb, queue, selects, sp_group};

@@ -173,6 +173,14 @@ pub enum Problem {
         /// Why, naming the claim.
         message: String,
     },
+    /// A pod of ours names a `gpusched.io/` label or annotation key
+    /// gpusched does not know (a typo ignored in silence otherwise).
+    PodKeyWarning {
+        /// The pod.
+        pod: PodRef,
+        /// The key and the nearest known one.
+        warning: String,
+    },
     /// A node's objects had unreadable parts.
     NodeWarning {
         /// Node name.

@@ -745,3 +745,39 @@ fn a_scheduled_time_in_the_future_is_clamped_to_when_it_was_seen() {
     };
     assert!(since_ms <= now, "since {since_ms} > now {now}");
 }
+
+/// #39 item 4: a typo in a gpusched.io/ key (`gpusched.io/gpu-model`) was
+/// ignored in silence; it is a problem of the pod, named with the key
+/// meant (a warning event on the pod, once, and doctor's config finding).
+#[test]
+fn an_unknown_gpusched_key_on_our_pod_is_a_problem_naming_the_nearest_key() {
+    use gpusched_k8s::world::Problem;
+    let mut w = World::default();
+    w.upsert_node(&serde_json::from_value(node("n1", 8, true)).unwrap());
+    let mut typo = gpu_pod("typo", json!({"nvidia.com/gpu": "1"}), json!({}));
+    typo["metadata"]["annotations"] = json!({"gpusched.io/gpu-model": "NVIDIA-A100"});
+    w.upsert_pod(&pod(typo));
+    // another scheduler's pod: not ours to warn about
+    let mut other = gpu_pod("other", json!({"nvidia.com/gpu": "1"}), json!({}));
+    other["spec"]["schedulerName"] = json!("default-scheduler");
+    other["metadata"]["annotations"] = json!({"gpusched.io/gpu-model": "x"});
+    w.upsert_pod(&pod(other));
+    let b = w.build();
+    let warnings: Vec<(&str, &str)> = b
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::PodKeyWarning { pod, warning } => Some((pod.name.as_str(), warning.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:#?}", b.problems);
+    assert_eq!(warnings[0].0, "typo");
+    assert!(
+        warnings[0].1.contains("gpusched.io/gpu-model")
+            && warnings[0]
+                .1
+                .ends_with("did you mean gpusched.io/gpu-models?"),
+        "{warnings:?}"
+    );
+}

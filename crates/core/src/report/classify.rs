@@ -435,6 +435,7 @@ fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> Pen
             }
         }
         NodeReason::ClaimGpus { .. } => PendingClass::InsufficientGpus,
+        NodeReason::NoGpuOfModel { .. } => PendingClass::GpuModel,
         NodeReason::Insufficient(ResourceKind::GpuMemory) => PendingClass::GpuMemory,
         NodeReason::Insufficient(_) => PendingClass::InsufficientResources,
         NodeReason::ReservedForOtherJob => PendingClass::WaitingForNode,

@@ -272,8 +272,8 @@ impl PreparedEvent {
 }
 
 /// Every `kind` label of the problem metrics.
-pub const PROBLEM_KINDS: [&str; 7] = [
-    "pod", "gated", "claims", "decision", "queue", "group", "node",
+pub const PROBLEM_KINDS: [&str; 8] = [
+    "pod", "gated", "claims", "decision", "queue", "group", "node", "key",
 ];
 
 /// The kind of object a problem is about, as the metrics label it.
@@ -286,6 +286,7 @@ pub fn problem_kind(p: &Problem) -> &'static str {
         Problem::InvalidQueue { .. } => "queue",
         Problem::InvalidGroup { .. } => "group",
         Problem::NodeWarning { .. } => "node",
+        Problem::PodKeyWarning { .. } => "key",
     }
 }
 
@@ -295,6 +296,7 @@ fn problem_key(p: &Problem) -> (&'static str, String, String) {
         Problem::InvalidPod { pod, error } | Problem::BadDecision { pod, error } => {
             (pod.uid.clone(), error.clone())
         }
+        Problem::PodKeyWarning { pod, warning } => (pod.uid.clone(), warning.clone()),
         Problem::GatedPod { pod, gates } => (pod.uid.clone(), gates.join(",")),
         Problem::ClaimsPending { pod, message, .. } => (pod.uid.clone(), message.clone()),
         Problem::InvalidQueue { queue, error } => (queue.clone(), error.clone()),

@@ -66,6 +66,7 @@ impl Executor {
             Problem::BadDecision { .. }
             | Problem::InvalidQueue { .. }
             | Problem::InvalidGroup { .. }
+            | Problem::PodKeyWarning { .. }
             | Problem::NodeWarning { .. } => {}
         }
     }
@@ -114,6 +115,17 @@ impl Executor {
                 }
                 Problem::InvalidPod { pod, error } => {
                     tracing::info!("pod {}/{}: {error}", pod.namespace, pod.name)
+                }
+                // once while it lasts: a warning the user sees on the pod
+                Problem::PodKeyWarning { pod, warning } => {
+                    tracing::info!("pod {}/{}: {warning}", pod.namespace, pod.name);
+                    self.event(
+                        pod_ref(&pod.namespace, &pod.name, &pod.uid),
+                        EventType::Warning,
+                        "UnknownKey",
+                        "Scheduling",
+                        warning.clone(),
+                    );
                 }
                 Problem::GatedPod { .. } | Problem::ClaimsPending { .. } => continue,
             }

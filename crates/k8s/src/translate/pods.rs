@@ -87,6 +87,9 @@ pub struct PodView {
     /// DeviceClass may map to DRA devices (KEP-5004,
     /// [`crate::dra::extended`]).
     pub extended: Vec<crate::dra::extended::Asked>,
+    /// Its `gpusched.io/` label and annotation keys gpusched does not know,
+    /// each with the nearest known one ([`super::keys::unknown_keys`]).
+    pub key_warnings: Vec<String>,
     /// What to do with it.
     pub kind: PodKind,
 }
@@ -387,6 +390,10 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
         labels: labels.clone(),
         claims: crate::dra::translate::pod_claims(p),
         extended: crate::dra::extended::asked(p),
+        key_warnings: super::keys::unknown_keys(
+            &labels,
+            meta.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        ),
         kind: PodKind::Ignored,
     };
     let bound_pod = || match model_pod(p) {

@@ -312,7 +312,17 @@ fn diagnose(
                 miss.push(NodeReason::Insufficient(ResourceKind::Extended(k.clone())));
             }
         }
-        if !pod.gpu.is_none() && crate::place(packer, pod, n, cs).is_none() {
+        if !pod.gpu.is_none()
+            && !pod.gpu_models.is_empty()
+            && !node.gpus.iter().any(|g| pod.allows_model(&g.model))
+        {
+            // no GPU of the models it asks: say which it asks and which
+            // the node has, not "Insufficient nvidia.com/gpu"
+            miss.push(NodeReason::NoGpuOfModel {
+                asked: pod.gpu_models.clone(),
+                has: node.gpu_models().into_iter().map(str::to_string).collect(),
+            });
+        } else if !pod.gpu.is_none() && crate::place(packer, pod, n, cs).is_none() {
             miss.push(match (&pod.mig, pod.gpu) {
                 (Some(m), _) => {
                     NodeReason::Insufficient(ResourceKind::Extended(m.resource.clone()))

@@ -22,6 +22,19 @@ impl World {
         out.snapshot.groups = hp.groups.clone();
         out.problems.extend(np.problems.iter().cloned());
         out.problems.extend(hp.problems.iter().cloned());
+        // gpusched.io/ keys of our pods it does not know (typos)
+        for v in self.pods.values().filter(|v| v.ours) {
+            for w in &v.key_warnings {
+                out.problems.push(Problem::PodKeyWarning {
+                    pod: PodRef {
+                        uid: v.uid.clone(),
+                        namespace: v.namespace.clone(),
+                        name: v.name.clone(),
+                    },
+                    warning: w.clone(),
+                });
+            }
+        }
         for w in self.dra.warnings() {
             out.problems.push(Problem::NodeWarning {
                 node: "(resourceslices)".into(),

@@ -163,6 +163,15 @@ fn config(built: &Built, namespace: Option<&str>, out: &mut Vec<Finding>) {
                 warning.clone(),
                 "",
             ),
+            Problem::PodKeyWarning { pod, warning } if in_ns(namespace, &pod.namespace) => {
+                Finding::new(
+                    "config",
+                    Status::Warn,
+                    format!("pod/{}/{}", pod.namespace, pod.name),
+                    warning.clone(),
+                    "fix the key: an unknown gpusched.io/ key is ignored",
+                )
+            }
             Problem::BadDecision { pod, error } if in_ns(namespace, &pod.namespace) => {
                 Finding::new(
                     "config",
