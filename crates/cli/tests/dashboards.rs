@@ -47,7 +47,7 @@ fn registered() -> BTreeMap<String, String> {
         kind: "conflict".into(),
     });
     let _ = m.pending_by_reason.get_or_create(&ReasonLabel {
-        reason: "quota".into(),
+        reason: "QueueQuota".into(),
     });
     let _ = m.gpus.get_or_create(&StateLabel {
         state: "total".into(),

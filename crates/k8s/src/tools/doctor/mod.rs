@@ -172,11 +172,45 @@ impl Report {
             s.pending_pods
         );
         let mut last = "";
-        for f in &self.findings {
+        // the same finding on many nodes is one line with a count (ten
+        // identical "no gpusched-agent pod" lines said one thing ten times)
+        let same = |a: &Finding, b: &Finding| {
+            (&a.check, a.status, &a.message, &a.hint, a.class)
+                == (&b.check, b.status, &b.message, &b.hint, b.class)
+        };
+        let mut shown = vec![false; self.findings.len()];
+        for (i, f) in self.findings.iter().enumerate() {
+            if shown[i] {
+                continue;
+            }
             if f.check != last {
                 let _ = writeln!(out, "\n[{}]", f.check);
                 last = &f.check;
             }
+            let mut subjects = vec![f.subject.as_str()];
+            if f.subject.starts_with("node/") {
+                for (j, g) in self.findings.iter().enumerate().skip(i + 1) {
+                    if !shown[j] && g.subject.starts_with("node/") && same(f, g) {
+                        shown[j] = true;
+                        subjects.push(g.subject.as_str());
+                    }
+                }
+            }
+            let subject = match subjects.len() {
+                1 => f.subject.clone(),
+                n => {
+                    let names: Vec<&str> = subjects
+                        .iter()
+                        .map(|s| s.trim_start_matches("node/"))
+                        .collect();
+                    let listed = if n > 4 {
+                        format!("{}, … ({} more)", names[..3].join(", "), n - 3)
+                    } else {
+                        names.join(", ")
+                    };
+                    format!("{n} nodes ({listed})")
+                }
+            };
             let class = f
                 .class
                 .map(|c| format!(" ({})", c.as_str()))
@@ -185,7 +219,7 @@ impl Report {
                 out,
                 "{} {}{}: {}",
                 f.status.symbol(),
-                f.subject,
+                subject,
                 class,
                 f.message
             );

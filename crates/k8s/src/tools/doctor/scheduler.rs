@@ -72,6 +72,10 @@ pub struct SchedulerFacts {
     pub denied: Result<Vec<String>, String>,
     /// How many permissions were checked.
     pub checked: usize,
+    /// Whether the ServiceAccount exists (`None`: could not read it). When
+    /// it does not, its permissions are not checked: one finding says so,
+    /// not every verb denied.
+    pub service_account: Option<bool>,
 }
 
 /// Reads the facts (each failure is kept, not fatal).
@@ -111,6 +115,23 @@ pub async fn gather(client: &Client, t: &SchedulerTarget, now_s: i64) -> Schedul
     );
     let mut denied = Ok(Vec::new());
     let mut checked = 0;
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &t.namespace);
+    let service_account = accounts
+        .get_opt(&t.service_account)
+        .await
+        .ok()
+        .map(|a| a.is_some());
+    if service_account == Some(false) {
+        return SchedulerFacts {
+            deployment,
+            lease,
+            readyz,
+            denied,
+            checked,
+            service_account,
+        };
+    }
     let sars: Api<SubjectAccessReview> = Api::all(client.clone());
     let wanted = rbac::CLUSTER
         .iter()
@@ -163,6 +184,7 @@ pub async fn gather(client: &Client, t: &SchedulerTarget, now_s: i64) -> Schedul
         readyz,
         denied,
         checked,
+        service_account,
     }
 }
 
@@ -293,12 +315,21 @@ pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
                 t.namespace
             ),
         ),
+        // run outside the cluster and named by --scheduler-endpoint: no
+        // Deployment is expected
+        Ok(None) if t.endpoint.is_some() => Finding::new(
+            CHECK,
+            Status::Ok,
+            &dep,
+            "none in the cluster: the scheduler at --scheduler-endpoint is checked instead",
+            "",
+        ),
         Ok(None) => Finding::new(
             CHECK,
             Status::Warn,
             &dep,
             "not found (a scheduler installed elsewhere, or run outside the cluster?)",
-            "--scheduler-namespace names where the chart is installed",
+            "--scheduler-namespace names where the chart is installed; --scheduler-endpoint URL checks a scheduler run outside the cluster",
         ),
         Err(e) => Finding::new(
             CHECK,
@@ -381,6 +412,21 @@ pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
     });
     let sa = format!("serviceaccount/{}/{}", t.namespace, t.service_account);
     out.push(match &f.denied {
+        // one line, not every verb "denied" to an account that is not there
+        _ if f.service_account == Some(false) && t.endpoint.is_some() => Finding::new(
+            CHECK,
+            Status::Ok,
+            &sa,
+            "none in the cluster: the scheduler at --scheduler-endpoint runs with its own credentials; permissions not checked",
+            "",
+        ),
+        _ if f.service_account == Some(false) => Finding::new(
+            CHECK,
+            Status::Warn,
+            &sa,
+            "not found: permissions not checked (a scheduler installed elsewhere, or run outside the cluster?)",
+            "--scheduler-namespace names where the chart is installed",
+        ),
         Ok(d) if d.is_empty() => Finding::new(
             CHECK,
             Status::Ok,
@@ -421,6 +467,7 @@ mod tests {
             readyz: Ok("ok (leader)".into()),
             denied: Ok(vec![]),
             checked: 20,
+            service_account: Some(true),
         }
     }
 
@@ -474,5 +521,28 @@ mod tests {
         f.deployment = Ok(None);
         f.readyz = Err("no Service".into());
         assert_eq!(statuses(&f)[..3], [Status::Warn, Status::Ok, Status::Warn]);
+    }
+
+    /// #39 item 1: a ServiceAccount that does not exist is one line, not
+    /// some 35 verbs "denied"; with --scheduler-endpoint (the try-out's
+    /// scheduler runs outside the cluster) neither it nor the Deployment
+    /// is expected.
+    #[test]
+    fn a_missing_account_is_one_line_and_expected_outside_the_cluster() {
+        let mut f = healthy();
+        f.deployment = Ok(None);
+        f.service_account = Some(false);
+        f.denied = Ok(Vec::new());
+        let fs = findings(&f, &SchedulerTarget::default());
+        assert_eq!(fs[3].status, Status::Warn);
+        assert!(fs[3].message.starts_with("not found"), "{:?}", fs[3]);
+        assert!(!fs[3].message.contains("denied"), "{:?}", fs[3]);
+        let t = SchedulerTarget {
+            endpoint: Some("http://127.0.0.1:1234".into()),
+            ..Default::default()
+        };
+        let fs = findings(&f, &t);
+        assert_eq!(fs[0].status, Status::Ok, "{:?}", fs[0]);
+        assert_eq!(fs[3].status, Status::Ok, "{:?}", fs[3]);
     }
 }

@@ -377,3 +377,45 @@ fn the_probe_pod_asks_one_gpu_of_gpusched() {
         Some(&["nvidia-smi".to_string(), "-L".to_string()][..])
     );
 }
+
+/// #39 item 1: the same finding on ten nodes was ten lines; it is one line
+/// with a count (the JSON keeps every finding).
+#[test]
+fn repeated_per_node_findings_are_one_line_with_a_count() {
+    let mut findings: Vec<Finding> = (0..10)
+        .map(|i| {
+            Finding::new(
+                "agent",
+                Status::Warn,
+                format!("node/gpu-{i}"),
+                "no gpusched-agent pod on this node",
+                "check the DaemonSet",
+            )
+        })
+        .collect();
+    findings.push(Finding::new(
+        "agent",
+        Status::Warn,
+        "node/odd",
+        "another message",
+        "",
+    ));
+    let r = Report::new(Summary::default(), findings);
+    let text = r.render();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("no gpusched-agent pod"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["! 10 nodes (gpu-0, gpu-1, gpu-2, … (7 more)): no gpusched-agent pod on this node"],
+        "{text}"
+    );
+    assert!(text.contains("! node/odd: another message"), "{text}");
+    assert_eq!(
+        text.matches("hint: check the DaemonSet").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(r.findings.len(), 11);
+}

@@ -142,7 +142,19 @@ pub(super) fn agent(n: &Node, pods: &[Pod], out: &mut Vec<Finding>) {
         .map(|a| a.agent)
         .filter(|v| !v.is_empty());
     let before = out.len();
-    if agents.is_empty() {
+    // a kwok node (the try-out, the e2e cluster) runs no pods: no agent is
+    // expected there
+    let kwok =
+        annotation(n, crate::kwok::KWOK_ANNOTATION.0) == Some(crate::kwok::KWOK_ANNOTATION.1);
+    if agents.is_empty() && kwok {
+        out.push(Finding::new(
+            "agent",
+            Status::Ok,
+            &subject,
+            "a kwok node: no gpusched-agent pod expected (its GPUs are the node's labels and annotations)",
+            "",
+        ));
+    } else if agents.is_empty() {
         out.push(Finding::new(
             "agent",
             Status::Warn,
