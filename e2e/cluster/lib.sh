@@ -182,11 +182,12 @@ stop_one() { # stop_one DIR NAME
   fi
   pid="$(cat "$dir/$name.pid")"
   t0=$(now_ms)
-  kill -TERM "$pid" 2>/dev/null || true
+  # STOP_TIMEOUT 0: no graceful stop (a test's throwaway cluster), SIGKILL.
+  [[ "$STOP_TIMEOUT" == 0 ]] || kill -TERM "$pid" 2>/dev/null || true
   deadline=$(( $(date +%s) + STOP_TIMEOUT ))
   while kill -0 "$pid" 2>/dev/null && [[ $(date +%s) -lt $deadline ]]; do sleep 0.2; done
   if kill -0 "$pid" 2>/dev/null; then
-    log "$name (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; SIGKILL"
+    [[ "$STOP_TIMEOUT" == 0 ]] || log "$name (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     deadline=$(( $(date +%s) + 5 ))
     while kill -0 "$pid" 2>/dev/null && [[ $(date +%s) -lt $deadline ]]; do sleep 0.1; done
