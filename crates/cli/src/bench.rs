@@ -103,7 +103,7 @@ struct Report {
     bytes_per_pod: u64,
 }
 
-fn cluster(n: u32) -> anyhow::Result<Vec<gpusched_model::Node>> {
+pub(crate) fn cluster(n: u32) -> anyhow::Result<Vec<gpusched_model::Node>> {
     let spec = ClusterSpec {
         nodes: vec![NodeGroupSpec {
             name: "node".into(),

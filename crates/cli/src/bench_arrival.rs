@@ -138,29 +138,9 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpusched_model::spec::{ClusterSpec, GpuLayoutSpec, Interconnect, NodeGroupSpec};
 
     fn nodes(n: u32) -> Vec<Node> {
-        ClusterSpec {
-            nodes: vec![NodeGroupSpec {
-                name: "node".into(),
-                count: n,
-                cpu: "224".into(),
-                memory: "2Ti".into(),
-                gpus: Some(GpuLayoutSpec {
-                    count: 8,
-                    model: "H100-SXM5-80GB".into(),
-                    memory: "80Gi".into(),
-                    interconnect: Interconnect::Nvswitch,
-                    pcie_switches: 4,
-                    numa_nodes: 2,
-                    devices: vec![],
-                }),
-                ..Default::default()
-            }],
-        }
-        .nodes()
-        .unwrap()
+        crate::bench::cluster(n).unwrap()
     }
 
     #[test]
