@@ -255,6 +255,7 @@ fn list_config() -> watcher::Config {
 
 async fn run_watch<K>(
     api: Api<K>,
+    cfg: watcher::Config,
     health: Arc<WatchHealth>,
     shared: Shared,
     key: fn(&K) -> String,
@@ -263,7 +264,6 @@ async fn run_watch<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let kind = health.kind;
-    let cfg = list_config();
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut seen: Option<BTreeSet<String>> = None;
     let mut log = FailureLog::default();
@@ -439,13 +439,17 @@ pub fn decode<K: DeserializeOwned>(o: &DynamicObject) -> Result<K, String> {
 pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<WatchHealth>> {
     let mut out = Vec::new();
     macro_rules! spawn {
-        ($k:ty, $kind:expr, $key:expr, $apply:expr) => {{
-            let h = Arc::new(WatchHealth::new($kind, true));
+        ($k:ty, $kind:expr, $key:expr, $apply:expr) => {
+            spawn!($k, $kind, true, list_config(), $key, $apply)
+        };
+        ($k:ty, $kind:expr, $required:expr, $cfg:expr, $key:expr, $apply:expr) => {{
+            let h = Arc::new(WatchHealth::new($kind, $required));
             out.push(h.clone());
             let shared = shared.clone();
             let api: Api<$k> = Api::all(client.clone());
+            let cfg = $cfg;
             tasks.spawn(async move {
-                run_watch::<$k>(api, h, shared, $key, $apply).await;
+                run_watch::<$k>(api, cfg, h, shared, $key, $apply).await;
             });
         }};
     }
@@ -504,6 +508,17 @@ pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<Wat
         ObjectKind::CsiStorageCapacity,
         ns_key,
         |w, o| w.upsert_storage_capacity(o)
+    );
+    // Jobs labelled gpusched.io/gang (any value): a value that is not a
+    // flag keeps the Job's pods waiting (the leader's run_job_gangs makes
+    // the PodGroups of the "true" ones)
+    spawn!(
+        k8s_openapi::api::batch::v1::Job,
+        ObjectKind::Job,
+        false,
+        list_config().labels(crate::translate::LABEL_GANG),
+        ns_key,
+        |w, o| w.upsert_gang_job(o)
     );
     macro_rules! optional {
         ($k:ty, $kind:expr, $apply:expr) => {{

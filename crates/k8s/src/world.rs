@@ -50,8 +50,10 @@ pub enum ObjectKind {
     PriorityClass,
     /// PodDisruptionBudgets (by `namespace/name`).
     Pdb,
-    /// `batch/v1` Jobs labelled as gangs (watched for their PodGroups;
-    /// the world keeps none).
+    /// `batch/v1` Jobs labelled `gpusched.io/gang` (by `namespace/name`):
+    /// the leader makes a PodGroup for each `"true"` one; the world keeps
+    /// each one's value, so the pods of a Job whose value is not a flag
+    /// wait, told why.
     Job,
     /// JobSets (by `namespace/name`), whose pods are gangs
     /// ([`crate::workloads`]).
@@ -251,6 +253,10 @@ pub struct World {
     queues: BTreeMap<String, Result<MQueue, String>>,
     groups: BTreeMap<String, GroupEntry>,
     sp_groups: BTreeMap<String, Result<MGroup, String>>,
+    /// `batch/v1` Jobs labelled `gpusched.io/gang`, by `namespace/name`:
+    /// the value read (`Err`: not a flag, naming the Job, the key, the
+    /// value and the values accepted).
+    gang_jobs: BTreeMap<String, Result<bool, String>>,
     /// JobSets and LeaderWorkerSets, by kind and `namespace/name`.
     workloads: BTreeMap<(WorkloadKind, String), Result<Workload, String>>,
     /// The upstream PodGroup each pod names (`spec.schedulingGroup`), by uid.
@@ -570,7 +576,7 @@ impl World {
             ObjectKind::SpPodGroup => self.sp_groups.keys().cloned().collect(),
             ObjectKind::PriorityClass => self.priority_classes.keys().cloned().collect(),
             ObjectKind::Pdb => self.pdbs.keys().cloned().collect(),
-            ObjectKind::Job => Vec::new(),
+            ObjectKind::Job => self.gang_jobs.keys().cloned().collect(),
             ObjectKind::Namespace => self.namespaces.keys().cloned().collect(),
             ObjectKind::Pvc => self.volumes.claims.keys().cloned().collect(),
             ObjectKind::Pv => self.volumes.volumes.keys().cloned().collect(),
@@ -623,7 +629,7 @@ impl World {
                 self.pdbs.remove(key);
                 self.generation += 1;
             }
-            ObjectKind::Job => {}
+            ObjectKind::Job => self.delete_gang_job(key),
             ObjectKind::Namespace => {
                 self.namespaces.remove(key);
                 self.cache.dirty.namespaces = true;

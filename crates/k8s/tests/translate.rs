@@ -781,3 +781,159 @@ fn an_unknown_gpusched_key_on_our_pod_is_a_problem_naming_the_nearest_key() {
         "{warnings:?}"
     );
 }
+
+/// #39 item 4: a known key with a value outside its vocabulary was read
+/// as something else in silence (`gpusched.io/gang: "yes"` lost the gang,
+/// `gpusched.io/preemptible: "no"` left the pod evictable). A pending pod
+/// with such a value is refused: its error names the key, the value and
+/// the values accepted. A pod already bound keeps its place, read on the
+/// safe side (not evicted).
+#[test]
+fn a_value_outside_its_keys_vocabulary_is_refused_naming_key_value_and_accepted_values() {
+    let with = |name: &str, labels: Value, annotations: Value| {
+        let mut p = gpu_pod(name, json!({"nvidia.com/gpu": "1"}), json!({}));
+        p["metadata"]["labels"] = labels;
+        p["metadata"]["annotations"] = annotations;
+        p
+    };
+    let cases = [
+        (
+            with("gang", json!({"gpusched.io/gang": "yes"}), json!({})),
+            "metadata.labels[gpusched.io/gang]: \"yes\"",
+            "use \"true\" or \"false\"",
+        ),
+        (
+            with("gang-a", json!({}), json!({"gpusched.io/gang": "on"})),
+            "metadata.annotations[gpusched.io/gang]: \"on\"",
+            "use \"true\" or \"false\"",
+        ),
+        (
+            with("keep", json!({}), json!({"gpusched.io/preemptible": "no"})),
+            "metadata.annotations[gpusched.io/preemptible]: \"no\"",
+            "use \"true\" or \"false\"",
+        ),
+        (
+            with("move", json!({"gpusched.io/movable": "maybe"}), json!({})),
+            "metadata.labels[gpusched.io/movable]: \"maybe\"",
+            "use \"true\" or \"false\"",
+        ),
+        (
+            with(
+                "mem",
+                json!({}),
+                json!({"gpusched.io/min-gpu-memory": "lots"}),
+            ),
+            "metadata.annotations[gpusched.io/min-gpu-memory]: invalid quantity \"lots\"",
+            "a memory quantity, such as 40Gi",
+        ),
+    ];
+    for (p, field, accepted) in cases {
+        let v = translate::pod(&pod(p));
+        let PodKind::Invalid { error } = &v.kind else {
+            panic!("{}: {:?}", v.name, v.kind)
+        };
+        assert!(
+            error.contains(field) && error.contains(accepted),
+            "{}: {error}",
+            v.name
+        );
+    }
+    // the values of the vocabulary are read as before
+    let ok = translate::pod(&pod(with(
+        "ok",
+        json!({"gpusched.io/gang": "false", "gpusched.io/movable": "true"}),
+        json!({"gpusched.io/preemptible": "false", "gpusched.io/min-gpu-memory": "40Gi"}),
+    )));
+    let PodKind::Pending { pod: p, .. } = ok.kind else {
+        panic!("{:?}", ok.kind)
+    };
+    assert!(!p.preemptible && p.movable && p.min_gpu_memory_mib == 40 * 1024);
+    // bound: kept where it is, and not evicted for a value it meant as "no"
+    let mut bound = with("bound", json!({}), json!({"gpusched.io/preemptible": "no"}));
+    bound["spec"]["nodeName"] = json!("n1");
+    bound["status"]["phase"] = json!("Running");
+    let v = translate::pod(&pod(bound));
+    let PodKind::Bound { pod: p, .. } = v.kind else {
+        panic!("{:?}", v.kind)
+    };
+    assert!(!p.preemptible);
+    assert_eq!(p.queue, "default");
+}
+
+/// #39 item 4: a Job labelled `gpusched.io/gang: "yes"` got no PodGroup
+/// (only `"true"` makes one) and its pods ran as independent pods. Its
+/// pending pods now wait, their problem naming the Job, the key, the value
+/// and the values accepted; the Job is reported; fixed (or gone), they are
+/// scheduled again. The incremental snapshot follows each change.
+#[test]
+fn the_pods_of_a_job_whose_gang_label_is_not_a_flag_wait_naming_it() {
+    use k8s_openapi::api::batch::v1::Job;
+    let job = |value: &str| -> Job {
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ddp", "namespace": "ml", "labels": {"gpusched.io/gang": value}},
+            "spec": {"template": {"spec": {"containers": []}}}
+        }))
+        .unwrap()
+    };
+    let mut w = World::default();
+    w.upsert_node(&serde_json::from_value(node("n1", 8, true)).unwrap());
+    for i in 0..2 {
+        let mut p = gpu_pod(
+            &format!("ddp-{i}"),
+            json!({"nvidia.com/gpu": "1"}),
+            json!({}),
+        );
+        p["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("ddp");
+        w.upsert_pod(&pod(p));
+    }
+    // another Job's pod, and a pod of no Job: not concerned
+    let mut other = gpu_pod("other-0", json!({"nvidia.com/gpu": "1"}), json!({}));
+    other["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!("other");
+    w.upsert_pod(&pod(other));
+    let pending = |w: &mut World| -> Vec<String> {
+        let b = w.snapshot();
+        assert_eq!(
+            gpusched_k8s::world::first_difference(&b, &w.build()),
+            None,
+            "incremental = full"
+        );
+        b.pods.iter().map(|p| p.name.clone()).collect()
+    };
+    assert_eq!(pending(&mut w), ["ddp-0", "ddp-1", "other-0"]);
+    w.upsert_gang_job(&job("yes"));
+    assert_eq!(pending(&mut w), ["other-0"]);
+    let b = w.build();
+    let refused: Vec<(&str, &str)> = b
+        .problems
+        .iter()
+        .filter_map(|p| match p {
+            Problem::InvalidPod { pod, error } => Some((pod.name.as_str(), error.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 2, "{:#?}", b.problems);
+    for (name, error) in &refused {
+        assert!(name.starts_with("ddp-"));
+        assert!(
+            error.starts_with("Job ml/ddp: metadata.labels[gpusched.io/gang]: \"yes\"")
+                && error.contains("use \"true\" or \"false\"")
+                && error.contains("never placed as independent pods"),
+            "{error}"
+        );
+    }
+    assert!(b.problems.iter().any(|p| matches!(p,
+        Problem::InvalidGroup { group, error } if group == "Job ml/ddp" && error.contains("\"yes\""))));
+    assert_eq!(
+        b.unseen_by_queue["research"][&gpusched_core::report::classify::PendingClass::InvalidSpec],
+        2
+    );
+    // fixed to "false": placed one by one again
+    w.upsert_gang_job(&job("false"));
+    assert_eq!(pending(&mut w), ["ddp-0", "ddp-1", "other-0"]);
+    // broken again, then deleted
+    w.upsert_gang_job(&job("True"));
+    assert_eq!(pending(&mut w), ["other-0"]);
+    w.remove(gpusched_k8s::world::ObjectKind::Job, "ml/ddp");
+    assert_eq!(pending(&mut w), ["ddp-0", "ddp-1", "other-0"]);
+}

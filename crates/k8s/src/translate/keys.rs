@@ -3,6 +3,15 @@
 //! (`gpusched.io/gpu-model`, `gpusched.io/min-gpu-memroy`), so it is named
 //! with the nearest known key ([`unknown_keys`]); the world reports it as
 //! a warning event on the pod, once ([`crate::world::Problem::PodKeyWarning`]).
+//! A known key where gpusched does not read it (`gpusched.io/preemptible`
+//! as a label, `gpusched.io/queue` as an annotation) is named the same way.
+//!
+//! Values: a key with a closed vocabulary (the flags `gpusched.io/gang`,
+//! `gpusched.io/movable`, `gpusched.io/preemptible`; the quantity
+//! `gpusched.io/min-gpu-memory`) with a value outside it is refused where it
+//! is read ([`super::model_pod`], a Job's gang label in the world): the pod
+//! waits, its event and condition naming the key, the value and the values
+//! accepted, rather than being placed as something the user did not ask.
 
 use std::collections::BTreeMap;
 
@@ -77,8 +86,28 @@ pub fn nearest(key: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+/// Where gpusched reads a key on a pod (the keys it reads on pods; the
+/// others are read on other objects or not on pods at all).
+const POD_KEYS: &[(&str, Where)] = &[
+    ("gpusched.io/queue", Where::Label),
+    ("gpusched.io/pod-group", Where::Label),
+    ("gpusched.io/movable", Where::Either),
+    ("gpusched.io/preemptible", Where::Annotation),
+    ("gpusched.io/gpu-models", Where::Annotation),
+    ("gpusched.io/min-gpu-memory", Where::Annotation),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Label,
+    Annotation,
+    Either,
+}
+
 /// A warning for each `gpusched.io/` label or annotation key of a pod that
-/// gpusched does not know, naming the nearest known key.
+/// gpusched does not know, naming the nearest known key; and for each
+/// known pod key in the place gpusched does not read it (a label read as
+/// an annotation, or the other way).
 pub fn unknown_keys(
     labels: &BTreeMap<String, String>,
     annotations: &BTreeMap<String, String>,
@@ -86,7 +115,19 @@ pub fn unknown_keys(
     let mut out = Vec::new();
     for (what, m) in [("label", labels), ("annotation", annotations)] {
         for k in m.keys() {
-            if !k.starts_with(PREFIX) || KNOWN_KEYS.contains(&k.as_str()) {
+            if !k.starts_with(PREFIX) {
+                continue;
+            }
+            if KNOWN_KEYS.contains(&k.as_str()) {
+                let read = POD_KEYS.iter().find(|(key, _)| key == k).map(|(_, w)| *w);
+                let other = match (what, read) {
+                    ("label", Some(Where::Annotation)) => "an annotation",
+                    ("annotation", Some(Where::Label)) => "a label",
+                    _ => continue,
+                };
+                out.push(format!(
+                    "{what} {k} is ignored: gpusched reads {k} as {other}; move it there"
+                ));
                 continue;
             }
             out.push(match nearest(k) {
@@ -153,5 +194,31 @@ mod tests {
         for k in KNOWN_KEYS {
             assert_eq!(nearest(k), Some(*k));
         }
+    }
+
+    /// #39 item 4: a known key where gpusched does not read it is ignored
+    /// as silently as a typo (`gpusched.io/preemptible: "false"` as a label
+    /// left the pod evictable): named, with where it belongs.
+    #[test]
+    fn a_known_key_in_the_wrong_place_is_named_with_where_it_is_read() {
+        let w = unknown_keys(
+            &map(&[
+                ("gpusched.io/preemptible", "false"),
+                ("gpusched.io/movable", "true"),
+                ("gpusched.io/queue", "a"),
+            ]),
+            &map(&[
+                ("gpusched.io/queue", "a"),
+                ("gpusched.io/movable", "true"),
+                ("gpusched.io/min-gpu-memory", "40Gi"),
+            ]),
+        );
+        assert_eq!(
+            w,
+            [
+                "label gpusched.io/preemptible is ignored: gpusched reads gpusched.io/preemptible as an annotation; move it there",
+                "annotation gpusched.io/queue is ignored: gpusched reads gpusched.io/queue as a label; move it there",
+            ]
+        );
     }
 }

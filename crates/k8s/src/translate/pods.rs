@@ -306,14 +306,59 @@ pub fn model_pod(p: &Pod) -> Result<MPod, TranslateError> {
             field_err(
                 &obj,
                 &format!("metadata.annotations[{ANNOTATION_MIN_GPU_MEMORY}]"),
-                e.to_string(),
+                format!("{e} (a memory quantity, such as 40Gi or 81920Mi)"),
             )
         })?;
     }
-    pod.preemptible = annotations.get(ANNOTATION_PREEMPTIBLE).map(String::as_str) != Some("false");
+    // an unreadable value (refused while pending, [`closed_values`]) is
+    // read on the safe side for a pod already bound: not evicted
+    pod.preemptible = annotations
+        .get(ANNOTATION_PREEMPTIBLE)
+        .is_none_or(|v| v.trim() != "false" && parse_flag(v).is_ok());
     pod.may_evict = spec.and_then(|s| s.preemption_policy.as_deref()) != Some("Never");
     pod.movable = movable(&labels, &annotations, &obj)?;
     Ok(pod)
+}
+
+/// The pod's `gpusched.io/` values with a closed vocabulary that
+/// [`model_pod`] reads leniently (a pod already bound keeps its place): a
+/// pending pod with a value outside it is refused, naming the key, the
+/// value and the values accepted, rather than placed as something it did
+/// not ask — `gpusched.io/preemptible: "no"` evictable, a pod's own
+/// `gpusched.io/gang: "yes"` (a Job template's label) without its gang.
+fn closed_values(p: &Pod) -> Result<(), TranslateError> {
+    let meta = &p.metadata;
+    let obj = format!(
+        "pod {}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    );
+    let none = BTreeMap::new();
+    let labels = meta.labels.as_ref().unwrap_or(&none);
+    let annotations = meta.annotations.as_ref().unwrap_or(&none);
+    if let Some(v) = annotations.get(ANNOTATION_PREEMPTIBLE) {
+        parse_flag(v).map_err(|e| {
+            field_err(
+                &obj,
+                &format!("metadata.annotations[{ANNOTATION_PREEMPTIBLE}]"),
+                format!("{e} (\"false\": never evicted)"),
+            )
+        })?;
+    }
+    for (where_, map) in [("labels", labels), ("annotations", annotations)] {
+        if let Some(v) = map.get(LABEL_GANG) {
+            parse_flag(v).map_err(|e| {
+                field_err(
+                    &obj,
+                    &format!("metadata.{where_}[{LABEL_GANG}]"),
+                    format!(
+                        "{e} (a gang is never placed as independent pods: the pod waits until the value is fixed)"
+                    ),
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the pod opted in to consolidation moves: the label or the
@@ -451,7 +496,7 @@ pub fn pod_for<S: AsRef<str>>(p: &Pod, scheduler_names: &[S]) -> PodView {
             if !gates.is_empty() {
                 PodKind::Gated { gates }
             } else {
-                match model_pod(p) {
+                match closed_values(p).and_then(|()| model_pod(p)) {
                     Ok(pod) => PodKind::Pending {
                         pod,
                         nominated: p

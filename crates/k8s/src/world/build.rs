@@ -482,6 +482,14 @@ impl World {
             g.priority = g.priority.max(priority);
         }
         out.groups.extend(made.into_values());
+        for (key, r) in &self.gang_jobs {
+            if let Err(e) = r {
+                out.problems.push(Problem::InvalidGroup {
+                    group: format!("Job {key}"),
+                    error: e.clone(),
+                });
+            }
+        }
         for ((kind, key), w) in &self.workloads {
             if let Err(e) = w {
                 out.problems.push(Problem::InvalidGroup {

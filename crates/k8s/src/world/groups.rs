@@ -114,6 +114,52 @@ impl World {
         self.generation += 1;
     }
 
+    /// A `batch/v1` Job labelled `gpusched.io/gang` was added or changed
+    /// (its PodGroup is made by the leader, [`crate::watch::run_job_gangs`]):
+    /// a value that is not a flag keeps the Job's pending pods waiting,
+    /// told why, rather than placed as independent pods.
+    pub fn upsert_gang_job(&mut self, j: &k8s_openapi::api::batch::v1::Job) {
+        let k = key(j.metadata.namespace.as_ref(), j.metadata.name.as_ref());
+        let Some(v) = j
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(translate::LABEL_GANG))
+        else {
+            self.delete_gang_job(&k);
+            return;
+        };
+        let r = gpusched_model::labels::parse_flag(v).map_err(|e| {
+            format!(
+                "Job {k}: metadata.labels[{}]: {e} (a gang is never placed as independent pods: the Job's pods wait until the value is fixed)",
+                translate::LABEL_GANG
+            )
+        });
+        if self.gang_jobs.get(&k) != Some(&r) {
+            self.gang_jobs.insert(k, r);
+            self.cache.dirty.groups = true;
+            self.generation += 1;
+        }
+    }
+
+    /// A Job labelled `gpusched.io/gang` is gone (or lost the label).
+    pub(super) fn delete_gang_job(&mut self, key: &str) {
+        if self.gang_jobs.remove(key).is_some() {
+            self.cache.dirty.groups = true;
+            self.generation += 1;
+        }
+    }
+
+    /// Why a pod's Job keeps it waiting: the Job's `gpusched.io/gang`
+    /// label is not a flag.
+    pub(super) fn gang_job_error(&self, v: &PodView) -> Option<&str> {
+        let job = v.job.as_ref()?;
+        match self.gang_jobs.get(&format!("{}/{job}", v.namespace))? {
+            Err(e) => Some(e),
+            Ok(_) => None,
+        }
+    }
+
     /// A PodDisruptionBudget was added or changed.
     pub fn upsert_pdb(&mut self, p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) {
         let k = key(p.metadata.namespace.as_ref(), p.metadata.name.as_ref());

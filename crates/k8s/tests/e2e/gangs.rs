@@ -167,3 +167,89 @@ async fn jobs_become_gangs_and_failed_gpus_and_nodes_get_no_pods() {
     assert!(st.is_some(), "PodGroup status counts members");
     s.stop().await;
 }
+
+/// #39 item 4: a Job labelled `gpusched.io/gang: "yes"` got no PodGroup and
+/// its pods ran as independent pods, no word said. On a real API server:
+/// its pods wait with a `FailedScheduling` warning and `PodScheduled=False`
+/// naming the Job, the key, the value and the values accepted (so does a
+/// pod whose own label says "yes"); fixed to "true", the Job gets its
+/// PodGroup and the pods bind as one gang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the e2e control plane: e2e/run"]
+async fn a_gang_label_outside_its_vocabulary_is_refused_not_ignored() {
+    let c = Cluster::up().await;
+    c.nodes_from_yaml(H100).await;
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    create_obj(&jobs, json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "ddp", "labels": {"gpusched.io/gang": "yes"}},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {
+            "schedulerName": "gpusched", "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}))
+    .await;
+    let s = c.scheduler(opts()).await;
+    // no Job controller here: make its pods the way it would
+    let pods = c.pods("ml");
+    for i in 0..2 {
+        let mut p = gpu_pod(&format!("ddp-{i}"), 1);
+        p["metadata"]["labels"] = json!({"batch.kubernetes.io/job-name": "ddp"});
+        create(&pods, p).await;
+    }
+    let mut own = gpu_pod("own", 1);
+    own["metadata"]["labels"] = json!({"gpusched.io/gang": "yes"});
+    create(&pods, own).await;
+    let job_msg = "Job ml/ddp: metadata.labels[gpusched.io/gang]: \"yes\" is not a flag: use \"true\" or \"false\"";
+    for (name, expected) in [
+        ("ddp-0", job_msg),
+        ("ddp-1", job_msg),
+        (
+            "own",
+            "metadata.labels[gpusched.io/gang]: \"yes\" is not a flag: use \"true\" or \"false\"",
+        ),
+    ] {
+        let ev = wait_event(&c, "ml", name, "FailedScheduling", 30)
+            .await
+            .unwrap_or_else(|| panic!("{name}: no FailedScheduling event"));
+        assert!(
+            ev.iter()
+                .any(|e| e.starts_with("FailedScheduling") && e.contains(expected)),
+            "{name}: {ev:?}"
+        );
+        let cond = wait_for(Duration::from_secs(10), || async {
+            scheduled_reason(&pods.get(name).await.ok()?)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{name}: no PodScheduled condition"));
+        assert_eq!(cond.0, "InvalidSpec", "{name}: {cond:?}");
+        assert!(cond.1.contains(expected), "{name}: {cond:?}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        bound(&pods).await.is_empty(),
+        "nothing placed as something else"
+    );
+    // fixed: the Job becomes a gang (its PodGroup made) and binds whole
+    jobs.patch(
+        "ddp",
+        &Default::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"labels": {"gpusched.io/gang": "true"}}})),
+    )
+    .await
+    .unwrap();
+    let groups: kube::Api<gpusched_k8s::crd::PodGroup> =
+        kube::Api::namespaced(c.client.clone(), "ml");
+    let pg = wait_for(Duration::from_secs(20), || async {
+        groups.get("ddp").await.ok()
+    })
+    .await
+    .expect("PodGroup created for the fixed Job");
+    assert_eq!(pg.spec.min_member, 2);
+    let b = wait_for(Duration::from_secs(30), || async {
+        let b = bound(&pods).await;
+        (b.len() == 2).then_some(b)
+    })
+    .await
+    .expect("the Job's pods bind once its label is fixed");
+    assert!(b.contains_key("ddp-0") && b.contains_key("ddp-1"), "{b:?}");
+    s.stop().await;
+}

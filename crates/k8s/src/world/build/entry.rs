@@ -71,6 +71,18 @@ impl World {
                 },
             ),
             PodKind::Pending { pod, nominated } => {
+                // its Job asked a gang with a value that is not a flag
+                if !self.assumed.contains_key(&v.uid)
+                    && let Some(e) = self.gang_job_error(v)
+                {
+                    return unseen(
+                        Some(PendingClass::InvalidSpec),
+                        Problem::InvalidPod {
+                            pod: pref(v),
+                            error: e.to_string(),
+                        },
+                    );
+                }
                 let mut pod = pod.clone();
                 let replicas = match crate::sharing::resolve(&mut pod, &np.sharing) {
                     Ok(r) => r,
