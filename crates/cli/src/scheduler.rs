@@ -47,7 +47,8 @@ pub struct SchedulerArgs {
     /// DRA drivers whose ResourceSlice devices are GPUs: they become the
     /// scheduler's GPUs of their node, counted like device-plugin GPUs
     /// (repeat, or separate with commas; e.g. `gpu.gpusched.io,gpu.nvidia.com`;
-    /// docs/dra.md).
+    /// docs/dra.md). A DeviceClass mapping `nvidia.com/gpu`
+    /// (`extendedResourceName`) adds the driver its selectors name.
     #[arg(long, default_value = "gpu.gpusched.io", value_delimiter = ',')]
     dra_gpu_driver: Vec<String>,
     /// Elect a leader on a Lease before scheduling (for more than one replica).

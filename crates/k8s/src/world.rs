@@ -672,7 +672,11 @@ impl World {
                         }
                         self.dra.delete_slice(key);
                     }
-                    ObjectKind::DeviceClass => self.dra.delete_class(key),
+                    ObjectKind::DeviceClass => {
+                        if self.dra.delete_class(key) {
+                            self.cache.dirty.nodes.extend(self.dra.slice_nodes());
+                        }
+                    }
                     _ => {
                         self.dra.delete_taint_rule(key);
                         self.cache.dirty.nodes.extend(self.dra.slice_nodes());

@@ -340,3 +340,90 @@ async fn kep_5004_a_pod_asking_nvidia_gpu_on_a_dra_node_gets_its_special_claim()
     .await;
     assert_eq!(bound(&pods, "more", 5).await, None);
 }
+
+/// #39 item 8, on a real API server: NVIDIA's DRA driver publishes the
+/// GPUs (`gpu.nvidia.com`) and its DeviceClass maps `nvidia.com/gpu` to
+/// them. gpusched, started without `--dra-gpu-driver`, said "node(s) had
+/// no GPUs"; the class now makes those devices GPUs: the pod is bound with
+/// its special claim allocated from NVIDIA's devices.
+#[tokio::test]
+#[ignore = "needs the e2e control plane (e2e/run)"]
+async fn another_drivers_class_mapping_nvidia_gpu_serves_it_without_the_flag() {
+    const NV: &str = "gpu.nvidia.com";
+    let c = Cluster::up().await;
+    let nodes = c.nodes_from_yaml(NODES).await;
+    let node = &nodes[0];
+    let client = c.client.clone();
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    create_obj(
+        &classes,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": NV},
+               "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {"expression":
+                   format!("device.driver == '{NV}' && device.attributes['{NV}'].type == 'gpu'")}}]}}),
+    )
+    .await;
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let devices: Vec<Value> = (0..4u32)
+        .map(|i| {
+            json!({"name": format!("gpu-{i}"), "attributes": {
+                "type": {"string": "gpu"}, "index": {"int": i},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "uuid": {"string": format!("GPU-nv-{i}")}},
+                "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    create_obj(
+        &slices,
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+               "metadata": {"name": format!("{node}-{NV}")},
+               "spec": {"driver": NV, "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": devices}}),
+    )
+    .await;
+    let pods = c.pods("ml");
+    let mut o = opts();
+    o.dra_gpu_drivers = Vec::new();
+    let _s = c.scheduler(o).await;
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "train"},
+               "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "main", "image": "cuda", "resources": {
+                            "requests": {"cpu": "100m", "nvidia.com/gpu": "2"},
+                            "limits": {"nvidia.com/gpu": "2"}}}]}}),
+    )
+    .await;
+    if bound(&pods, "train", 30).await.as_deref() != Some(node.as_str()) {
+        let why = pods
+            .get("train")
+            .await
+            .ok()
+            .and_then(|p| scheduled_reason(&p));
+        panic!("train not bound to {node}; PodScheduled: {why:?}");
+    }
+    let p = pods.get("train").await.unwrap();
+    let st = p
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.clone())
+        .expect("status.extendedResourceClaimStatus written before the Binding");
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "ml");
+    let claim = allocated(&claims, &st.resource_claim_name).await;
+    let r = results(&claim);
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(r.iter().all(|r| r["driver"] == NV), "{r:?}");
+    // the node's 4 GPUs: 2 left, so a pod asking 3 waits, told why
+    create(
+        &pods,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "more"},
+               "spec": {"schedulerName": "gpusched", "terminationGracePeriodSeconds": 0,
+                        "containers": [{"name": "main", "image": "cuda", "resources": {
+                            "requests": {"cpu": "100m", "nvidia.com/gpu": "3"},
+                            "limits": {"nvidia.com/gpu": "3"}}}]}}),
+    )
+    .await;
+    let why = pending_because(&pods, "more", "Insufficient nvidia.com/gpu").await;
+    assert!(!why.contains("had no GPUs"), "{why}");
+}

@@ -50,6 +50,18 @@ impl GpuDrivers {
         GpuDrivers(drivers.iter().cloned().collect())
     }
 
+    /// These drivers and `more`.
+    pub fn with<'a>(&self, more: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut s = self.0.clone();
+        s.extend(more.into_iter().map(str::to_string));
+        GpuDrivers(s)
+    }
+
+    /// The drivers, by name.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
     /// Whether `d` is a whole GPU of a GPU driver on one node (not a
     /// partitionable device consuming shared counters, nor one that allows
     /// several allocations unless it is a shared GPU ([`is_shared_gpu`]):
@@ -80,6 +92,68 @@ impl GpuDrivers {
                 Some(AttrValue::Str(t)) if t == "mig"
             )
     }
+}
+
+/// The drivers whose devices are GPUs because a DeviceClass maps a GPU
+/// resource name to them: each class whose `spec.extendedResourceName` is
+/// [`gpusched_model::labels::RESOURCE_GPU`] names, in its selectors, the
+/// driver(s) it selects (`device.driver == "gpu.nvidia.com"`). Such a
+/// class says that a pod asking `nvidia.com/gpu` may be served by those
+/// devices (KEP-5004): they are that node's GPUs, with or without
+/// `--dra-gpu-driver`. A class whose selectors name no driver that way
+/// makes none (its devices are left to the allocator).
+pub fn class_gpu_drivers<'a>(
+    classes: impl IntoIterator<Item = &'a super::Class>,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for c in classes {
+        if c.extended_resource.as_deref() != Some(gpusched_model::labels::RESOURCE_GPU) {
+            continue;
+        }
+        for s in &c.selectors {
+            out.extend(selected_drivers(s));
+        }
+    }
+    out
+}
+
+/// The drivers a CEL selector compares `device.driver` equal to
+/// (`device.driver == 'x'`, `"x" == device.driver`; spaces free).
+fn selected_drivers(expr: &str) -> Vec<String> {
+    const FIELD: &str = "device.driver";
+    let literal = |s: &str| -> Option<String> {
+        let q = s.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        let rest = &s[1..];
+        let end = rest.find(q)?;
+        Some(rest[..end].to_string()).filter(|d| !d.is_empty())
+    };
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = expr[from..].find(FIELD).map(|i| i + from) {
+        from = i + FIELD.len();
+        // device.driver == 'x'
+        let after = expr[from..].trim_start();
+        if let Some(rest) = after.strip_prefix("==")
+            && let Some(d) = literal(rest.trim_start())
+        {
+            out.push(d);
+            continue;
+        }
+        // 'x' == device.driver
+        let before = expr[..i].trim_end();
+        if let Some(lhs) = before.strip_suffix("==") {
+            let lhs = lhs.trim_end();
+            if let Some(q) = lhs.chars().last().filter(|c| *c == '"' || *c == '\'')
+                && let Some(start) = lhs[..lhs.len() - 1].rfind(q)
+            {
+                let d = &lhs[start + 1..lhs.len() - 1];
+                if !d.is_empty() {
+                    out.push(d.to_string());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// What the core counts of a MIG instance.
@@ -519,6 +593,58 @@ mod tests {
         let both = GpuDrivers::new(&[DRIVER.into(), "gpu.nvidia.com".into()]);
         assert!(both.is_gpu(&ours) && both.is_gpu(&nv));
         assert!(!both.is_gpu(&mig) && !both.is_gpu(&nic));
+    }
+
+    /// #39 item 8: a DeviceClass mapping `nvidia.com/gpu` to NVIDIA's
+    /// driver makes that driver's devices GPUs without `--dra-gpu-driver`;
+    /// a class mapping another resource, or none, makes nothing a GPU.
+    #[test]
+    fn a_class_mapping_nvidia_gpu_makes_its_drivers_devices_gpus() {
+        let class = |name: &str, ext: Option<&str>, selectors: &[&str]| crate::dra::Class {
+            name: name.into(),
+            selectors: selectors.iter().map(|s| s.to_string()).collect(),
+            extended_resource: ext.map(str::to_string),
+            created_ns: 0,
+        };
+        let classes = [
+            class(
+                "gpu.nvidia.com",
+                Some("nvidia.com/gpu"),
+                &[
+                    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+                ],
+            ),
+            class(
+                "reversed",
+                Some("nvidia.com/gpu"),
+                &["\"gpu.other.example\"==device.driver"],
+            ),
+            class(
+                "nic",
+                Some("example.com/nic"),
+                &["device.driver == 'nic.example.com'"],
+            ),
+            class("plain", None, &["device.driver == \"parts.example.com\""]),
+            class(
+                "no-driver",
+                Some("nvidia.com/gpu"),
+                &["device.attributes['x'].kind == 'gpu'"],
+            ),
+        ];
+        assert_eq!(
+            class_gpu_drivers(&classes).into_iter().collect::<Vec<_>>(),
+            ["gpu.nvidia.com", "gpu.other.example"]
+        );
+        let nv = dev(
+            "gpu.nvidia.com",
+            "gpu-0",
+            &[("type", AttrValue::Str("gpu".into()))],
+            80,
+        );
+        let def = GpuDrivers::default();
+        assert!(!def.is_gpu(&nv));
+        let derived = class_gpu_drivers(&classes);
+        assert!(def.with(derived.iter().map(String::as_str)).is_gpu(&nv));
     }
 
     #[test]

@@ -98,8 +98,11 @@ pub struct DraState {
     allocated_on: BTreeMap<Option<String>, BTreeSet<String>>,
     /// Index: keys of tentative allocations by their node.
     tentative_on: BTreeMap<Option<String>, BTreeSet<String>>,
-    /// Which devices are GPUs.
+    /// Which devices are GPUs: the configured drivers and those of the
+    /// classes mapping a GPU resource name ([`super::gpus::class_gpu_drivers`]).
     gpu_drivers: super::gpus::GpuDrivers,
+    /// The drivers configured (`--dra-gpu-driver`, else gpusched's own).
+    configured_gpu_drivers: super::gpus::GpuDrivers,
     /// The nodes' labels, for devices with a node selector.
     node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -107,7 +110,22 @@ pub struct DraState {
 impl DraState {
     /// Which drivers' devices are the core's GPUs ([`super::gpus`]).
     pub fn set_gpu_drivers(&mut self, drivers: super::gpus::GpuDrivers) {
-        self.gpu_drivers = drivers;
+        self.configured_gpu_drivers = drivers;
+        self.derive_gpu_drivers();
+    }
+
+    /// The GPU drivers again from the configured ones and the classes;
+    /// whether they changed.
+    fn derive_gpu_drivers(&mut self) -> bool {
+        let derived = super::gpus::class_gpu_drivers(self.classes.values());
+        let now = self
+            .configured_gpu_drivers
+            .with(derived.iter().map(String::as_str));
+        if now == self.gpu_drivers {
+            return false;
+        }
+        self.gpu_drivers = now;
+        true
     }
 
     /// Which drivers' devices are the core's GPUs.
@@ -605,15 +623,19 @@ impl DraState {
             .chain(self.tentative.values().map(|t| &t.allocation))
     }
 
-    /// A DeviceClass was added or changed.
-    pub fn upsert_class(&mut self, c: &DeviceClass) {
+    /// A DeviceClass was added or changed; whether the GPU drivers
+    /// changed with it (a class mapping `nvidia.com/gpu` makes its
+    /// driver's devices GPUs).
+    pub fn upsert_class(&mut self, c: &DeviceClass) -> bool {
         let c = super::translate::class(c);
         self.classes.insert(c.name.clone(), c);
+        self.derive_gpu_drivers()
     }
 
-    /// A DeviceClass is gone.
-    pub fn delete_class(&mut self, name: &str) {
+    /// A DeviceClass is gone; whether the GPU drivers changed.
+    pub fn delete_class(&mut self, name: &str) -> bool {
         self.classes.remove(name);
+        self.derive_gpu_drivers()
     }
 
     /// Keys of claims (`namespace/name`), slices or classes.

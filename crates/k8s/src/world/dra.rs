@@ -25,7 +25,11 @@ impl World {
 
     /// A DeviceClass was added or changed.
     pub fn upsert_device_class(&mut self, c: &k8s_openapi::api::resource::v1::DeviceClass) {
-        self.dra.upsert_class(c);
+        if self.dra.upsert_class(c) {
+            // a class mapping nvidia.com/gpu: its driver's devices are
+            // their nodes' GPUs now (or no longer)
+            self.cache.dirty.nodes.extend(self.dra.slice_nodes());
+        }
         self.cache.dirty.dra = true;
         self.generation += 1;
     }

@@ -227,3 +227,74 @@ fn kep_5004_a_retry_whose_special_claim_exists_is_placed_not_refused() {
         }
     }
 }
+
+/// #39 item 8: NVIDIA's driver (`gpu.nvidia.com`) publishes the GPUs, and
+/// its DeviceClass maps `nvidia.com/gpu` to them. kube-scheduler serves a
+/// pod asking `nvidia.com/gpu` there; gpusched said "node(s) had no GPUs"
+/// unless started with `--dra-gpu-driver gpu.nvidia.com`. The class
+/// itself makes its driver's devices the node's GPUs: the pod is placed
+/// and its special claim gets the GPUs the core chose; without the class
+/// they are not GPUs (MIG devices of that driver never are whole GPUs).
+#[test]
+fn a_class_mapping_nvidia_gpu_to_another_driver_makes_its_devices_gpus() {
+    const NV: &str = "gpu.nvidia.com";
+    let mut w = World::default();
+    w.upsert_node(&node("nv"));
+    let mut devices: Vec<Value> = (0..4)
+        .map(|i| {
+            json!({"name": format!("gpu-{i}"), "attributes": {
+                "type": {"string": "gpu"}, "index": {"int": i},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "uuid": {"string": format!("GPU-nv-{i}")}},
+                "capacity": {"memory": {"value": "80Gi"}}})
+        })
+        .collect();
+    devices.push(json!({"name": "nic-0", "attributes": {"type": {"string": "nic"}}}));
+    w.upsert_slice(
+        &serde_json::from_value(json!({
+            "metadata": {"name": "nv-gpus"},
+            "spec": {"driver": NV, "nodeName": "nv",
+                     "pool": {"name": "nv", "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}
+        }))
+        .unwrap(),
+    );
+    w.upsert_pod(&gpu_pod("p", 2));
+    let class: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": NV},
+        "spec": {"extendedResourceName": "nvidia.com/gpu", "selectors": [{"cel": {"expression":
+            format!("device.driver == '{NV}' && device.attributes['{NV}'].type == 'gpu'")}}]}
+    }))
+    .unwrap();
+    let gpus_of = |w: &mut World| {
+        let b = w.snapshot();
+        assert_eq!(
+            gpusched_k8s::world::first_difference(&b, &w.build()),
+            None,
+            "incremental = full"
+        );
+        b.snapshot.nodes[0].gpus.len()
+    };
+    // no class: not GPUs, and the pod cannot be placed
+    assert_eq!(gpus_of(&mut w), 0);
+    let (binds, why) = cycle(&w);
+    assert!(binds.is_empty());
+    assert!(why[0].1.contains("had no GPUs"), "{why:?}");
+    // the class: its driver's whole GPUs are the node's GPUs
+    w.upsert_device_class(&class);
+    assert_eq!(gpus_of(&mut w), 4);
+    let (binds, _) = cycle(&w);
+    assert_eq!(binds, [("ml/p".to_string(), vec![0, 1])]);
+    let writes = w.allocate_claims_at("uid-p", "nv", &[0, 1]).unwrap();
+    let a = writes[0].allocate.as_ref().unwrap();
+    let devs: Vec<(&str, &str)> = a
+        .devices
+        .iter()
+        .map(|d| (d.id.driver.as_str(), d.id.device.as_str()))
+        .collect();
+    assert_eq!(devs, [(NV, "gpu-0"), (NV, "gpu-1")]);
+    w.forget("uid-p");
+    // the class gone: not GPUs again
+    w.remove(gpusched_k8s::world::ObjectKind::DeviceClass, NV);
+    assert_eq!(gpus_of(&mut w), 0);
+}
