@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 mod jobs;
+mod kinds;
 
 pub use jobs::run_job_gangs;
+pub use kinds::{Kind, kinds};
 
 /// Long-lived tasks of one scheduler run, aborted together when it ends or
 /// is dropped (so an in-process run that is cancelled leaves nothing behind,
@@ -433,237 +435,14 @@ pub fn decode<K: DeserializeOwned>(o: &DynamicObject) -> Result<K, String> {
     })
 }
 
-/// Starts every watch; returns each one's health. Optional kinds (CRDs that
-/// may not be installed) do not hold readiness back and are watched only
-/// while served.
+/// Starts every watch ([`kinds`]); returns each one's health. Optional
+/// kinds (CRDs that may not be installed) do not hold readiness back and
+/// are watched only while served.
 pub fn start(client: &Client, shared: &Shared, tasks: &mut Tasks) -> Vec<Arc<WatchHealth>> {
-    let mut out = Vec::new();
-    macro_rules! spawn {
-        ($k:ty, $kind:expr, $key:expr, $apply:expr) => {
-            spawn!($k, $kind, true, list_config(), $key, $apply)
-        };
-        ($k:ty, $kind:expr, $required:expr, $cfg:expr, $key:expr, $apply:expr) => {{
-            let h = Arc::new(WatchHealth::new($kind, $required));
-            out.push(h.clone());
-            let shared = shared.clone();
-            let api: Api<$k> = Api::all(client.clone());
-            let cfg = $cfg;
-            tasks.spawn(async move {
-                run_watch::<$k>(api, cfg, h, shared, $key, $apply).await;
-            });
-        }};
-    }
-    spawn!(Node, ObjectKind::Node, name_key, |w, o| w.upsert_node(o));
-    spawn!(Pod, ObjectKind::Pod, uid_key, |w, o| w.upsert_pod(o));
-    spawn!(
-        PriorityClass,
-        ObjectKind::PriorityClass,
-        name_key,
-        |w, o| w.upsert_priority_class(o)
-    );
-    spawn!(
-        k8s_openapi::api::policy::v1::PodDisruptionBudget,
-        ObjectKind::Pdb,
-        ns_key,
-        |w, o| w.upsert_pdb(o)
-    );
-    spawn!(
-        k8s_openapi::api::core::v1::Namespace,
-        ObjectKind::Namespace,
-        name_key,
-        |w, o| w.upsert_namespace(o)
-    );
-    spawn!(
-        k8s_openapi::api::core::v1::PersistentVolumeClaim,
-        ObjectKind::Pvc,
-        ns_key,
-        |w, o| w.upsert_pvc(o)
-    );
-    spawn!(
-        k8s_openapi::api::core::v1::PersistentVolume,
-        ObjectKind::Pv,
-        name_key,
-        |w, o| w.upsert_pv(o)
-    );
-    spawn!(
-        k8s_openapi::api::storage::v1::StorageClass,
-        ObjectKind::StorageClass,
-        name_key,
-        |w, o| w.upsert_storage_class(o)
-    );
-    spawn!(
-        k8s_openapi::api::storage::v1::CSINode,
-        ObjectKind::CsiNode,
-        name_key,
-        |w, o| w.upsert_csi_node(o)
-    );
-    spawn!(
-        k8s_openapi::api::storage::v1::CSIDriver,
-        ObjectKind::CsiDriver,
-        name_key,
-        |w, o| w.upsert_csi_driver(o)
-    );
-    spawn!(
-        k8s_openapi::api::storage::v1::CSIStorageCapacity,
-        ObjectKind::CsiStorageCapacity,
-        ns_key,
-        |w, o| w.upsert_storage_capacity(o)
-    );
-    // Jobs labelled gpusched.io/gang (any value): a value that is not a
-    // flag keeps the Job's pods waiting (the leader's run_job_gangs makes
-    // the PodGroups of the "true" ones)
-    spawn!(
-        k8s_openapi::api::batch::v1::Job,
-        ObjectKind::Job,
-        false,
-        list_config().labels(crate::translate::LABEL_GANG),
-        ns_key,
-        |w, o| w.upsert_gang_job(o)
-    );
-    macro_rules! optional {
-        ($k:ty, $kind:expr, $apply:expr) => {{
-            let h = Arc::new(WatchHealth::new($kind, false));
-            out.push(h.clone());
-            tasks.spawn(run_optional::<$k>(
-                client.clone(),
-                h,
-                shared.clone(),
-                $apply,
-                OPTIONAL_RECHECK,
-            ));
-        }};
-    }
-    optional!(Queue, ObjectKind::Queue, |w, r| match r {
-        Ok(q) => w.upsert_queue(q),
-        Err((name, e)) => w.invalid_queue(name, e),
-    });
-    optional!(PodGroup, ObjectKind::PodGroup, |w, r| match r {
-        Ok(g) => w.upsert_group(g),
-        Err((key, e)) => w.invalid_group(key, e),
-    });
-    optional!(SpPodGroup, ObjectKind::SpPodGroup, |w, r| match r {
-        Ok(g) => w.upsert_sp_group(g),
-        Err((key, e)) => w.invalid_sp_group(key, e),
-    });
-    // DRA (resource.k8s.io/v1): watched while served, so a cluster
-    // without it (before 1.34) still works
-    use k8s_openapi::api::resource::v1::{
-        DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice,
-    };
-    optional!(ResourceClaim, ObjectKind::ResourceClaim, |w, r| match r {
-        Ok(c) => w.upsert_claim(c),
-        Err((key, e)) => tracing::warn!("ResourceClaim {key}: {e}"),
-    });
-    optional!(ResourceSlice, ObjectKind::ResourceSlice, |w, r| match r {
-        Ok(s) => w.upsert_slice(s),
-        Err((key, e)) => tracing::warn!("ResourceSlice {key}: {e}"),
-    });
-    optional!(DeviceClass, ObjectKind::DeviceClass, |w, r| match r {
-        Ok(c) => w.upsert_device_class(c),
-        Err((key, e)) => tracing::warn!("DeviceClass {key}: {e}"),
-    });
-    // device taints set by admins on devices of any driver (GA in 1.37)
-    optional!(
-        DeviceTaintRule,
-        ObjectKind::DeviceTaintRule,
-        |w, r| match r {
-            Ok(t) => w.upsert_device_taint_rule(t),
-            Err((key, e)) => tracing::warn!("DeviceTaintRule {key}: {e}"),
-        }
-    );
-    use crate::workloads::{self, JobSet, LeaderWorkerSet, WorkloadKind};
-    optional!(JobSet, ObjectKind::JobSet, |w, r| match r {
-        Ok(j) => w.upsert_workload(WorkloadKind::JobSet, &ns_key(j), workloads::jobset(j)),
-        Err((key, e)) =>
-            w.upsert_workload(WorkloadKind::JobSet, key, Err(format!("jobset {key}: {e}"))),
-    });
-    optional!(
-        workloads::RayCluster,
-        ObjectKind::RayCluster,
-        |w, r| match r {
-            Ok(c) => w.upsert_workload(
-                WorkloadKind::RayCluster,
-                &ns_key(c),
-                workloads::ray_cluster(c)
-            ),
-            Err((key, e)) => w.upsert_workload(
-                WorkloadKind::RayCluster,
-                key,
-                Err(format!("raycluster {key}: {e}"))
-            ),
-        }
-    );
-    macro_rules! kubeflow {
-        ($k:ty, $okind:expr, $wkind:expr, $what:literal) => {
-            optional!($k, $okind, |w, r| match r {
-                Ok(j) => w.upsert_workload(
-                    $wkind,
-                    &ns_key(j),
-                    workloads::kubeflow_job($wkind, &j.metadata, &j.spec)
-                ),
-                Err((key, e)) =>
-                    w.upsert_workload($wkind, key, Err(format!("{} {key}: {e}", $what))),
-            });
-        };
-    }
-    kubeflow!(
-        workloads::PyTorchJob,
-        ObjectKind::PyTorchJob,
-        WorkloadKind::PyTorchJob,
-        "pytorchjob"
-    );
-    kubeflow!(
-        workloads::TfJob,
-        ObjectKind::TfJob,
-        WorkloadKind::TfJob,
-        "tfjob"
-    );
-    kubeflow!(
-        workloads::MpiJob,
-        ObjectKind::MpiJob,
-        WorkloadKind::MpiJob,
-        "mpijob"
-    );
-    kubeflow!(
-        workloads::MpiJobV1,
-        ObjectKind::MpiJobV1,
-        WorkloadKind::MpiJobV1,
-        "mpijob"
-    );
-    use k8s_openapi::api::scheduling::v1beta1::PodGroup as UpstreamPodGroup;
-    optional!(
-        UpstreamPodGroup,
-        ObjectKind::UpstreamPodGroup,
-        |w, r| match r {
-            Ok(g) => w.upsert_workload(
-                WorkloadKind::PodGroup,
-                &ns_key(g),
-                workloads::upstream_pod_group(g)
-            ),
-            Err((key, e)) => w.upsert_workload(
-                WorkloadKind::PodGroup,
-                key,
-                Err(format!("podgroup.scheduling.k8s.io {key}: {e}"))
-            ),
-        }
-    );
-    optional!(
-        LeaderWorkerSet,
-        ObjectKind::LeaderWorkerSet,
-        |w, r| match r {
-            Ok(l) => w.upsert_workload(
-                WorkloadKind::LeaderWorkerSet,
-                &ns_key(l),
-                workloads::leader_worker_set(l)
-            ),
-            Err((key, e)) => w.upsert_workload(
-                WorkloadKind::LeaderWorkerSet,
-                key,
-                Err(format!("leaderworkerset {key}: {e}"))
-            ),
-        }
-    );
-    out
+    kinds()
+        .iter()
+        .map(|k| k.start(client, shared, tasks))
+        .collect()
 }
 
 /// How often an optional CRD that is not installed is looked for again.

@@ -86,3 +86,91 @@ fn a_repeated_problem_is_logged_once_a_minute() {
     t.last = Some(std::time::Instant::now() - Throttled::EVERY);
     assert_eq!(t.due(), Some(2));
 }
+
+/// #39 item 7: one list of the kinds the scheduler reads, shared by the
+/// watches and the tools: every kind the world keeps is in it once (a new
+/// kind fails to compile here until it is placed), and an object listed
+/// by a tool reaches the world through the watch's own function.
+#[test]
+fn every_kind_the_world_keeps_is_in_the_one_list_and_read_through_it() {
+    use ObjectKind::*;
+    let all = [
+        Pod,
+        Node,
+        Queue,
+        PodGroup,
+        SpPodGroup,
+        PriorityClass,
+        Pdb,
+        Job,
+        JobSet,
+        LeaderWorkerSet,
+        UpstreamPodGroup,
+        RayCluster,
+        PyTorchJob,
+        TfJob,
+        MpiJob,
+        MpiJobV1,
+        Namespace,
+        Pvc,
+        Pv,
+        StorageClass,
+        CsiNode,
+        CsiDriver,
+        CsiStorageCapacity,
+        ResourceClaim,
+        ResourceSlice,
+        DeviceClass,
+        DeviceTaintRule,
+    ];
+    // exhaustive: a kind added to ObjectKind must be added above
+    for k in all {
+        match k {
+            Pod | Node | Queue | PodGroup | SpPodGroup | PriorityClass | Pdb | Job | JobSet
+            | LeaderWorkerSet | UpstreamPodGroup | RayCluster | PyTorchJob | TfJob | MpiJob
+            | MpiJobV1 | Namespace | Pvc | Pv | StorageClass | CsiNode | CsiDriver
+            | CsiStorageCapacity | ResourceClaim | ResourceSlice | DeviceClass
+            | DeviceTaintRule => {}
+        }
+    }
+    let listed: Vec<ObjectKind> = kinds().iter().map(|k| k.kind).collect();
+    for k in all {
+        assert_eq!(
+            listed.iter().filter(|l| **l == k).count(),
+            1,
+            "{k:?} in {listed:?}"
+        );
+    }
+    assert_eq!(listed.len(), all.len());
+    // a JobSet listed as a tool lists it: the world keeps it as the watch
+    let ks = kinds();
+    let js = ks.iter().find(|k| k.kind == JobSet).unwrap();
+    assert!(js.optional() && js.resource.plural == "jobsets");
+    let mut w = World::default();
+    js.read(
+        &mut w,
+        &obj(
+            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 2}]}}),
+        ),
+    )
+    .unwrap();
+    assert_eq!(w.keys(JobSet), ["ml/train"]);
+    // a core kind that does not decode is named
+    let pvc = ks.iter().find(|k| k.kind == Pvc).unwrap();
+    let e = pvc
+        .read(
+            &mut w,
+            &obj(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "namespace": "ml"}, "spec": {"accessModes": 3}})),
+        )
+        .unwrap_err();
+    assert!(
+        e.contains("ml/data") && e.contains("spec.accessModes"),
+        "{e}"
+    );
+    // Jobs: only those labelled gpusched.io/gang
+    let job = ks.iter().find(|k| k.kind == Job).unwrap();
+    assert_eq!(job.selector, Some("gpusched.io/gang"));
+}

@@ -127,8 +127,11 @@ pub struct Report {
     pub findings: Vec<Finding>,
 }
 
-/// Version of the report's JSON.
-pub const REPORT_VERSION: u32 = 1;
+/// Version of the report's JSON. 2: pending classes in CamelCase (the
+/// one vocabulary of #39), and the classes and findings from every kind
+/// the scheduler reads (claims, volumes, workloads, gang Jobs), with a
+/// `config` finding for a kind that could not be read.
+pub const REPORT_VERSION: u32 = 2;
 
 impl Report {
     /// A report of these findings (sets `healthy` and `exit_code`).

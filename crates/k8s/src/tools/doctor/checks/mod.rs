@@ -131,6 +131,16 @@ pub fn run(facts: &Facts, scheduler: &mut Scheduler, namespace: Option<&str>) ->
     }
     leaks(facts, &gpu_nodes, namespace, &mut findings, &mut summary);
     config(&built, namespace, &mut findings);
+    // what the scheduler reads and these credentials could not
+    for u in &facts.unread {
+        findings.push(Finding::new(
+            "config",
+            Status::Warn,
+            "cluster",
+            format!("could not read {u}: the report leaves those objects out"),
+            "run doctor with credentials that may list what the scheduler watches (its ClusterRole)",
+        ));
+    }
     Report::new(summary, findings)
 }
 
