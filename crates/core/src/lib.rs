@@ -11,6 +11,7 @@
 //! explicitly by whoever builds the [`Scheduler`] (see `gpusched-plugins`).
 
 pub mod decision;
+pub mod engine;
 pub mod fairshare;
 pub mod plugin;
 pub mod reason;
@@ -23,6 +24,7 @@ pub mod statement;
 pub use decision::{
     CycleOutput, CycleStats, Decision, Explanation, GroupPhase, QueuePosition, Verdict,
 };
+pub use engine::{Change, ChangeError, Engine, PodAt};
 pub use plugin::{
     ConstraintState, Filter, FilterName, FilterResult, Needs, PackEnv, Packer, Placement,
     PodConstraint, SchedulingKey, Score, place,
@@ -34,5 +36,5 @@ pub use reason::{
 };
 pub use scheduler::{Scheduler, SchedulerOptions};
 pub use snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
-pub use state::{ClusterState, NodeState};
+pub use state::{ClusterState, NodeState, StateParts};
 pub use statement::Statement;

@@ -167,6 +167,15 @@ pub struct ClusterState<'a> {
     free_by_model: Vec<u64>,
 }
 
+/// The owned part of a [`ClusterState`]: every node's free capacity,
+/// without the borrowed nodes (kept by the incremental core between
+/// cycles).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateParts {
+    /// Per node, by [`NodeId`].
+    pub state: Vec<NodeState>,
+}
+
 /// The GPU model of every node as a small index (the model of the node's
 /// first GPU, `""` without GPUs), interned once per [`ClusterState`]: a
 /// scorer that sums per model in every decision reads an integer per node
@@ -227,6 +236,40 @@ impl<'a> ClusterState<'a> {
             models: std::sync::Arc::new(models),
             free_by_model,
         }
+    }
+
+    /// The state of `nodes` from parts an earlier [`ClusterState`] over the
+    /// same nodes gave ([`ClusterState::into_parts`]): the incremental
+    /// core keeps the free capacity across cycles instead of rebuilding it
+    /// from every pod. `None` when the parts do not match the nodes (a
+    /// different count or GPU layout).
+    pub fn from_parts(nodes: &'a [Node], parts: StateParts) -> Option<Self> {
+        let StateParts { state } = parts;
+        if state.len() != nodes.len()
+            || state
+                .iter()
+                .zip(nodes)
+                .any(|(s, n)| s.gpu_usable.len() != n.gpus.len())
+        {
+            return None;
+        }
+        let models = NodeModels::new(nodes);
+        let mut free_by_model = vec![0; models.names.len()];
+        for (st, &k) in state.iter().zip(&models.of_node) {
+            free_by_model[k as usize] += st.free.gpu_milli;
+        }
+        Some(ClusterState {
+            nodes,
+            state,
+            models: std::sync::Arc::new(models),
+            free_by_model,
+        })
+    }
+
+    /// The owned part of this state (what [`ClusterState::from_parts`]
+    /// takes back).
+    pub fn into_parts(self) -> StateParts {
+        StateParts { state: self.state }
     }
 
     /// Nodes with every pod of the snapshot that holds resources placed.

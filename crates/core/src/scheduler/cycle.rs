@@ -16,7 +16,7 @@ use crate::plugin::{
 };
 use crate::reason::{EvictionAttempt, PendingReason};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
-use crate::state::ClusterState;
+use crate::state::{ClusterState, StateError};
 use crate::statement::{Op, Statement};
 use gpusched_model::Pod;
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,7 +101,7 @@ impl<'s> Cycle<'s> {
     /// Builds the cycle's state from the snapshot (cluster state, queue
     /// tree with deserved shares, the packer's preparation) and the jobs.
     pub fn new(
-        snap: &'s Snapshot,
+        (snap, cs, errors): (&'s Snapshot, ClusterState<'s>, Vec<(usize, StateError)>),
         filters: &'s [Box<dyn Filter>],
         packer: &'s mut dyn Packer,
         constraints: &'s [Box<dyn PodConstraint>],
@@ -109,7 +109,6 @@ impl<'s> Cycle<'s> {
         now_ms: u64,
         seed: u64,
     ) -> (Self, Vec<Job>) {
-        let (cs, errors) = ClusterState::from_snapshot(snap);
         let (mut tree, problems) = QueueTree::build(&snap.queues);
         // each pod's queue and group, looked up once per cycle (pods of one
         // queue or gang tend to be neighbours: the last lookup is kept)

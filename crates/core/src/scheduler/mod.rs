@@ -53,6 +53,7 @@ pub mod moves;
 use crate::decision::CycleOutput;
 use crate::plugin::{Filter, Packer, PodConstraint};
 use crate::snapshot::Snapshot;
+use crate::state::{ClusterState, StateError, StateParts};
 use serde::{Deserialize, Serialize};
 
 /// Knobs of the action pipeline (policy knobs live in the plugins).
@@ -197,10 +198,31 @@ impl Scheduler {
         self.filters.iter().map(|f| f.name()).collect()
     }
 
-    /// One scheduling cycle over `snap` at virtual time `now_ms`.
+    /// One scheduling cycle over `snap` at virtual time `now_ms`: the full
+    /// pass, every derived structure built from the snapshot (the
+    /// incremental core, [`crate::engine::Engine`], runs the same pipeline
+    /// on state it keeps, and this as its oracle).
     pub fn cycle(&mut self, snap: &Snapshot, now_ms: u64, seed: u64) -> CycleOutput {
+        let state = ClusterState::from_snapshot(snap);
+        self.cycle_on(snap, state, now_ms, seed, false).0
+    }
+
+    /// One cycle over `snap` with its cluster state already built (`state`:
+    /// the free capacity with every holding pod placed, and the pods whose
+    /// holdings did not fit, as [`ClusterState::from_snapshot`] gives
+    /// them). Returns the output and the state as the cycle left it:
+    /// everything it tried rolled back, its binds placed unless
+    /// `undo_binds` (then it is the state it was given).
+    pub(crate) fn cycle_on(
+        &mut self,
+        snap: &Snapshot,
+        state: (ClusterState<'_>, Vec<(usize, StateError)>),
+        now_ms: u64,
+        seed: u64,
+        undo_binds: bool,
+    ) -> (CycleOutput, StateParts) {
         let (mut c, jobs) = cycle::Cycle::new(
-            snap,
+            (snap, state.0, state.1),
             &self.filters,
             &mut *self.packer,
             &self.constraints,
@@ -211,6 +233,13 @@ impl Scheduler {
         for action in actions::pipeline(&self.opts) {
             action.run(&mut c, &jobs);
         }
-        c.out
+        if undo_binds {
+            for d in &c.out.decisions {
+                if let crate::decision::Decision::Bind { pod, node, gpus } = d {
+                    c.cs.release(*node, &snap.pods[*pod as usize].pod.requests, gpus);
+                }
+            }
+        }
+        (c.out, c.cs.into_parts())
     }
 }

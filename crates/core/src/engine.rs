@@ -1,0 +1,842 @@
+//! The incremental core's seam: a vocabulary of changes into a core that
+//! keeps the cluster between cycles.
+//!
+//! A runner (the simulator, the Kubernetes adapter, a benchmark) hands the
+//! [`Engine`] what changed — a node, queue, pod group or pod added, updated
+//! or gone, each under its stable key (its name) — instead of a whole
+//! [`Snapshot`] per cycle; [`Engine::cycle`] then runs the same action
+//! pipeline as [`Scheduler::cycle`] on the state the engine keeps. A whole
+//! snapshot is the same changes ([`changes_of`], [`Engine::sync`]): replay,
+//! tests and `simulate --snapshot` go through the one seam.
+//!
+//! What is kept across cycles today: the objects themselves (with a
+//! generation counter bumped by every change) and the free capacity of
+//! every node ([`crate::state::StateParts`]), updated pod by pod from the
+//! changes instead of rebuilt from every pod each cycle. A cycle's binds are
+//! not assumed: the engine gives back what they took when the cycle ends,
+//! and the runner reports the pods as running (or not) like any change, so
+//! the runner stays the authority on what happened.
+//!
+//! The guard: with [`Engine::verify`] on (tests, debug builds) every cycle
+//! also runs the full pass ([`Scheduler::cycle`] over the same snapshot)
+//! and compares its output and the kept capacity with a fresh build; each
+//! difference is recorded in [`Engine::divergences`].
+
+use crate::decision::{CycleOutput, Decision};
+use crate::scheduler::Scheduler;
+use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
+use crate::state::{ClusterState, StateParts};
+use gpusched_model::{Node, Pod, PodGroup, Queue, ResourceVec};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a pod is, as a runner reports it: [`PodPhase`] with its node named
+/// (node ids are the engine's).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PodAt {
+    /// Waiting for a node (`nominated`: a node held for it, by name).
+    Pending {
+        /// The nominated node.
+        nominated: Option<String>,
+        /// When the runner first saw the nomination.
+        nominated_at_ms: Option<u64>,
+    },
+    /// Bound to a node and holding resources.
+    Running {
+        /// Its node.
+        node: String,
+        /// Its GPUs there.
+        gpus: GpuAssignment,
+        /// When it started.
+        since_ms: u64,
+    },
+    /// Being evicted: holds its resources until it is gone.
+    Terminating {
+        /// Its node.
+        node: String,
+        /// Its GPUs there.
+        gpus: GpuAssignment,
+    },
+}
+
+impl PodAt {
+    /// A pending pod without nomination.
+    pub fn pending() -> Self {
+        PodAt::Pending {
+            nominated: None,
+            nominated_at_ms: None,
+        }
+    }
+}
+
+/// One change of the cluster, keyed by name. Adding and updating are the
+/// same change (the object replaces the one of its name, if any).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// A node added or updated.
+    Node(Node),
+    /// A node gone (no pod may hold resources on it any more).
+    NodeGone(String),
+    /// A queue added or updated.
+    Queue(Queue),
+    /// A queue gone.
+    QueueGone(String),
+    /// A pod group added or updated.
+    Group(PodGroup),
+    /// A pod group gone.
+    GroupGone(String),
+    /// A pod added or updated, and where it is.
+    Pod(Box<Pod>, PodAt),
+    /// A pod gone.
+    PodGone(String),
+}
+
+/// A change the engine refused (it changed nothing).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeError {
+    /// The change removes an object the engine does not have.
+    #[error("{kind} {name:?} is gone, but the engine has no {kind} of that name")]
+    Unknown {
+        /// `node`, `queue`, `group` or `pod`.
+        kind: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A pod names a node the engine does not have.
+    #[error("pod {pod:?}: node {node:?} is not known (add the node first)")]
+    UnknownNode {
+        /// The pod.
+        pod: String,
+        /// The node it names.
+        node: String,
+    },
+    /// A snapshot names two objects of one kind alike.
+    #[error("the snapshot has two {kind}s named {name:?}")]
+    Duplicate {
+        /// `node`, `queue`, `group` or `pod`.
+        kind: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A node goes while pods hold resources on it.
+    #[error(
+        "node {node:?} is gone while {pods} pod(s) hold resources there (first {first:?}): report them gone or moved first"
+    )]
+    NodeInUse {
+        /// The node.
+        node: String,
+        /// How many pods hold resources there.
+        pods: usize,
+        /// One of them.
+        first: String,
+    },
+}
+
+/// Counters of the engine's own work.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EngineStats {
+    /// Changes applied.
+    pub changes: u64,
+    /// Cycles run.
+    pub cycles: u64,
+    /// Cycles whose free capacity was rebuilt from every pod (the first,
+    /// after a change that invalidates the kept capacity — a node's
+    /// capacity or GPUs changed, a pod whose holdings do not fit).
+    pub rebuilds: u64,
+}
+
+/// The scheduler with the cluster kept across cycles (module docs).
+pub struct Engine {
+    sched: Scheduler,
+    snap: Snapshot,
+    node_ix: BTreeMap<String, NodeId>,
+    pod_ix: BTreeMap<String, PodId>,
+    queue_ix: BTreeMap<String, usize>,
+    group_ix: BTreeMap<String, usize>,
+    /// Every node's free capacity with every holding pod placed; `None`:
+    /// rebuilt at the next cycle. Kept only while every holding pod fits
+    /// (a snapshot whose holdings do not fit is rebuilt each cycle, as the
+    /// full pass reports those pods).
+    state: Option<StateParts>,
+    /// What the changes since the last cycle do to `state`, in order.
+    adjust: Vec<Adjust>,
+    generation: u64,
+    /// Run the full pass beside every cycle and record differences.
+    pub verify: bool,
+    divergences: Vec<String>,
+    stats: EngineStats,
+}
+
+impl Engine {
+    /// An engine with no objects around `sched`; verification is on in
+    /// debug builds.
+    pub fn new(sched: Scheduler) -> Self {
+        Engine {
+            sched,
+            snap: Snapshot::default(),
+            node_ix: BTreeMap::new(),
+            pod_ix: BTreeMap::new(),
+            queue_ix: BTreeMap::new(),
+            group_ix: BTreeMap::new(),
+            state: Some(StateParts::default()),
+            adjust: Vec::new(),
+            generation: 0,
+            verify: cfg!(debug_assertions),
+            divergences: Vec::new(),
+            stats: EngineStats::default(),
+        }
+    }
+
+    /// The scheduler (its options may be changed between cycles).
+    pub fn scheduler(&mut self) -> &mut Scheduler {
+        &mut self.sched
+    }
+
+    /// The state as a snapshot: the ids of a cycle's decisions are
+    /// positions in it (valid until the next change).
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// Bumped by every change applied.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The engine's counters.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Where the kept state and the full pass disagreed (with `verify`).
+    pub fn divergences(&self) -> &[String] {
+        &self.divergences
+    }
+
+    /// The id of node `name` in [`Engine::snapshot`].
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_ix.get(name).copied()
+    }
+
+    /// The id of pod `name` in [`Engine::snapshot`].
+    pub fn pod_id(&self, name: &str) -> Option<PodId> {
+        self.pod_ix.get(name).copied()
+    }
+
+    /// Applies changes in order; stops at the first refused one (which
+    /// changed nothing).
+    pub fn apply_all(
+        &mut self,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> Result<(), ChangeError> {
+        for c in changes {
+            self.apply(c)?;
+        }
+        Ok(())
+    }
+
+    /// Applies one change.
+    pub fn apply(&mut self, change: Change) -> Result<(), ChangeError> {
+        match change {
+            Change::Node(n) => self.set_node(n),
+            Change::NodeGone(name) => self.remove_node(&name)?,
+            Change::Queue(q) => {
+                set_named(&mut self.snap.queues, &mut self.queue_ix, q, |q| &q.name)
+            }
+            Change::QueueGone(name) => remove_named(
+                &mut self.snap.queues,
+                &mut self.queue_ix,
+                &name,
+                "queue",
+                |q| &q.name,
+            )?,
+            Change::Group(g) => {
+                set_named(&mut self.snap.groups, &mut self.group_ix, g, |g| &g.name)
+            }
+            Change::GroupGone(name) => remove_named(
+                &mut self.snap.groups,
+                &mut self.group_ix,
+                &name,
+                "group",
+                |g| &g.name,
+            )?,
+            Change::Pod(pod, at) => self.set_pod(*pod, at)?,
+            Change::PodGone(name) => self.remove_pod(&name)?,
+        }
+        self.generation += 1;
+        self.stats.changes += 1;
+        Ok(())
+    }
+
+    /// Makes the engine's state equal to `snap` through changes: what
+    /// differs is updated, what is missing added, what is not there any
+    /// more removed. The result decides as `snap` does, though ids may be
+    /// in another order (a whole snapshot as the same changes).
+    pub fn sync(&mut self, snap: &Snapshot) -> Result<(), ChangeError> {
+        let pods = unique("pod", snap.pods.iter().map(|p| p.pod.name.as_str()))?;
+        unique("node", snap.nodes.iter().map(|n| n.name.as_str()))?;
+        unique("queue", snap.queues.iter().map(|q| q.name.as_str()))?;
+        unique("group", snap.groups.iter().map(|g| g.name.as_str()))?;
+        let gone: Vec<String> = self
+            .pod_ix
+            .keys()
+            .filter(|k| !pods.contains(k.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.apply(Change::PodGone(name))?;
+        }
+        // the nodes, queues and groups that stay or come, then the pods
+        // (which name their nodes), then what went
+        let mut changes = changes_of(snap)?;
+        let pod_changes = changes.split_off(
+            changes
+                .iter()
+                .position(|c| matches!(c, Change::Pod(..)))
+                .unwrap_or(changes.len()),
+        );
+        for c in changes {
+            if !self.same(&c) {
+                self.apply(c)?;
+            }
+        }
+        for c in pod_changes {
+            if !self.same(&c) {
+                self.apply(c)?;
+            }
+        }
+        let nodes: std::collections::BTreeSet<&str> =
+            snap.nodes.iter().map(|n| n.name.as_str()).collect();
+        for name in keys_not_in(&self.node_ix, &nodes) {
+            self.apply(Change::NodeGone(name))?;
+        }
+        let queues: std::collections::BTreeSet<&str> =
+            snap.queues.iter().map(|q| q.name.as_str()).collect();
+        for name in keys_not_in(&self.queue_ix, &queues) {
+            self.apply(Change::QueueGone(name))?;
+        }
+        let groups: std::collections::BTreeSet<&str> =
+            snap.groups.iter().map(|g| g.name.as_str()).collect();
+        for name in keys_not_in(&self.group_ix, &groups) {
+            self.apply(Change::GroupGone(name))?;
+        }
+        self.follow_order(snap);
+        Ok(())
+    }
+
+    /// Puts the objects in `snap`'s order (after [`Engine::sync`] made them
+    /// the same set): ids are positions and break the last ties, so a
+    /// runner that hands whole snapshots gets exactly the decisions of a
+    /// full pass over its own snapshot.
+    fn follow_order(&mut self, snap: &Snapshot) {
+        let same = |a: &[String], b: Vec<&String>| a.iter().eq(b);
+        let node_names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
+        if !same(
+            &node_names,
+            self.snap.nodes.iter().map(|n| &n.name).collect(),
+        ) {
+            // new id of each old id
+            let new_id: Vec<NodeId> = self
+                .snap
+                .nodes
+                .iter()
+                .map(|n| node_names.iter().position(|x| *x == n.name).unwrap_or(0) as NodeId)
+                .collect();
+            let mut nodes: Vec<Option<Node>> = vec![None; node_names.len()];
+            let mut states: Vec<Option<crate::state::NodeState>> = vec![None; node_names.len()];
+            let old_states = self.state.take().map(|p| p.state);
+            for (i, n) in std::mem::take(&mut self.snap.nodes).into_iter().enumerate() {
+                nodes[new_id[i] as usize] = Some(n);
+            }
+            if let Some(old) = old_states {
+                for (i, st) in old.into_iter().enumerate() {
+                    states[new_id[i] as usize] = Some(st);
+                }
+                self.state = states
+                    .into_iter()
+                    .collect::<Option<Vec<_>>>()
+                    .map(|state| StateParts { state });
+            }
+            self.snap.nodes = nodes.into_iter().flatten().collect();
+            for a in &mut self.adjust {
+                a.node = new_id[a.node as usize];
+            }
+            for p in &mut self.snap.pods {
+                match &mut p.phase {
+                    PodPhase::Pending { nominated, .. } => {
+                        if let Some(n) = nominated {
+                            *n = new_id[*n as usize];
+                        }
+                    }
+                    PodPhase::Running { node, .. } | PodPhase::Terminating { node, .. } => {
+                        *node = new_id[*node as usize];
+                    }
+                }
+            }
+            self.node_ix = index(&self.snap.nodes, |n| &n.name)
+                .into_iter()
+                .map(|(k, v)| (k, v as NodeId))
+                .collect();
+        }
+        if !same(
+            &snap
+                .pods
+                .iter()
+                .map(|p| p.pod.name.clone())
+                .collect::<Vec<_>>(),
+            self.snap.pods.iter().map(|p| &p.pod.name).collect(),
+        ) {
+            let mut old: Vec<Option<PodState>> = std::mem::take(&mut self.snap.pods)
+                .into_iter()
+                .map(Some)
+                .collect();
+            self.snap.pods = snap
+                .pods
+                .iter()
+                .filter_map(|p| old[*self.pod_ix.get(&p.pod.name)? as usize].take())
+                .collect();
+            self.pod_ix = index(&self.snap.pods, |p| &p.pod.name)
+                .into_iter()
+                .map(|(k, v)| (k, v as PodId))
+                .collect();
+        }
+        let queues: Vec<&String> = self.snap.queues.iter().map(|q| &q.name).collect();
+        if !snap.queues.iter().map(|q| &q.name).eq(queues) {
+            self.snap.queues = snap.queues.clone();
+            self.queue_ix = index(&self.snap.queues, |q| &q.name);
+        }
+        let groups: Vec<&String> = self.snap.groups.iter().map(|g| &g.name).collect();
+        if !snap.groups.iter().map(|g| &g.name).eq(groups) {
+            self.snap.groups = snap.groups.clone();
+            self.group_ix = index(&self.snap.groups, |g| &g.name);
+        }
+    }
+
+    /// Whether applying `c` would change nothing.
+    fn same(&self, c: &Change) -> bool {
+        match c {
+            Change::Node(n) => self
+                .node_ix
+                .get(&n.name)
+                .is_some_and(|&i| self.snap.nodes[i as usize] == *n),
+            Change::Queue(q) => self
+                .queue_ix
+                .get(&q.name)
+                .is_some_and(|&i| self.snap.queues[i] == *q),
+            Change::Group(g) => self
+                .group_ix
+                .get(&g.name)
+                .is_some_and(|&i| self.snap.groups[i] == *g),
+            Change::Pod(p, at) => self.pod_ix.get(&p.name).is_some_and(|&i| {
+                let have = &self.snap.pods[i as usize];
+                have.pod == **p && self.phase_of(&p.name, at).ok().as_ref() == Some(&have.phase)
+            }),
+            _ => false,
+        }
+    }
+
+    /// One cycle at virtual time `now_ms` on the kept state.
+    pub fn cycle(&mut self, now_ms: u64, seed: u64) -> CycleOutput {
+        self.stats.cycles += 1;
+        let kept = Self::kept_state(
+            &self.snap.nodes,
+            self.state.take(),
+            std::mem::take(&mut self.adjust),
+        );
+        let state = match kept {
+            Some(cs) => (cs, Vec::new()),
+            None => {
+                self.stats.rebuilds += 1;
+                ClusterState::from_snapshot(&self.snap)
+            }
+        };
+        let clean = state.1.is_empty();
+        let (out, parts) = self.sched.cycle_on(&self.snap, state, now_ms, seed, true);
+        self.state = clean.then_some(parts);
+        if self.verify {
+            self.check(&out, now_ms, seed);
+        }
+        out
+    }
+
+    /// The guard: the full pass over the same snapshot decides the same,
+    /// and the kept capacity equals a fresh build.
+    fn check(&mut self, out: &CycleOutput, now_ms: u64, seed: u64) {
+        let full = self.sched.cycle(&self.snap, now_ms, seed);
+        let c = self.stats.cycles;
+        if full.decisions != out.decisions {
+            self.divergences.push(format!(
+                "cycle {c}: decisions differ from the full pass: {:?} against {:?}",
+                out.decisions, full.decisions
+            ));
+        } else if full != *out {
+            self.divergences.push(format!(
+                "cycle {c}: explanations or stats differ from the full pass"
+            ));
+        }
+        if let Some(parts) = &self.state {
+            let (fresh, _) = ClusterState::from_snapshot(&self.snap);
+            let fresh = fresh.into_parts();
+            for (i, (a, b)) in parts.state.iter().zip(&fresh.state).enumerate() {
+                let mut a = a.clone();
+                a.version = b.version;
+                if a != *b {
+                    self.divergences.push(format!(
+                        "cycle {c}: node {}: kept capacity {:?} against rebuilt {:?}",
+                        self.snap.nodes[i].name, a, b
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+
+    fn set_node(&mut self, n: Node) {
+        match self.node_ix.get(&n.name) {
+            Some(&i) => {
+                let old = &self.snap.nodes[i as usize];
+                // the free capacity depends on the allocatable and the GPUs
+                // only; labels, taints and cordons keep it
+                if old.allocatable != n.allocatable || old.gpus != n.gpus {
+                    self.state = None;
+                    self.adjust.clear();
+                }
+                self.snap.nodes[i as usize] = n;
+            }
+            None => {
+                let i = self.snap.nodes.len() as NodeId;
+                if let Some(p) = &mut self.state {
+                    p.state.push(crate::state::NodeState::new(&n));
+                }
+                self.node_ix.insert(n.name.clone(), i);
+                self.snap.nodes.push(n);
+            }
+        }
+    }
+
+    fn remove_node(&mut self, name: &str) -> Result<(), ChangeError> {
+        let Some(&i) = self.node_ix.get(name) else {
+            return Err(ChangeError::Unknown {
+                kind: "node",
+                name: name.to_string(),
+            });
+        };
+        let mut holders = self
+            .snap
+            .pods
+            .iter()
+            .filter(|p| p.holding().is_some_and(|(n, _)| n == i));
+        if let Some(first) = holders.next() {
+            return Err(ChangeError::NodeInUse {
+                node: name.to_string(),
+                pods: 1 + holders.count(),
+                first: first.pod.name.clone(),
+            });
+        }
+        // the nodes keep their order: later ids move down by one (also in
+        // the pending adjustments; none is on this node, it holds nothing)
+        self.adjust.retain(|a| a.node != i);
+        for a in &mut self.adjust {
+            if a.node > i {
+                a.node -= 1;
+            }
+        }
+        self.snap.nodes.remove(i as usize);
+        if let Some(p) = &mut self.state {
+            p.state.remove(i as usize);
+        }
+        self.node_ix.remove(name);
+        for v in self.node_ix.values_mut() {
+            if *v > i {
+                *v -= 1;
+            }
+        }
+        for p in &mut self.snap.pods {
+            match &mut p.phase {
+                PodPhase::Pending { nominated, .. } => {
+                    if *nominated == Some(i) {
+                        *nominated = None;
+                    } else if let Some(n) = nominated
+                        && *n > i
+                    {
+                        *n -= 1;
+                    }
+                }
+                PodPhase::Running { node, .. } | PodPhase::Terminating { node, .. } => {
+                    if *node > i {
+                        *node -= 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `at` with its node names as the engine's ids.
+    fn phase_of(&self, pod: &str, at: &PodAt) -> Result<PodPhase, ChangeError> {
+        let id = |node: &str| {
+            self.node_ix
+                .get(node)
+                .copied()
+                .ok_or_else(|| ChangeError::UnknownNode {
+                    pod: pod.to_string(),
+                    node: node.to_string(),
+                })
+        };
+        Ok(match at {
+            PodAt::Pending {
+                nominated,
+                nominated_at_ms,
+            } => PodPhase::Pending {
+                nominated: nominated.as_deref().map(id).transpose()?,
+                nominated_at_ms: *nominated_at_ms,
+            },
+            PodAt::Running {
+                node,
+                gpus,
+                since_ms,
+            } => PodPhase::Running {
+                node: id(node)?,
+                gpus: gpus.clone(),
+                since_ms: *since_ms,
+            },
+            PodAt::Terminating { node, gpus } => PodPhase::Terminating {
+                node: id(node)?,
+                gpus: gpus.clone(),
+            },
+        })
+    }
+
+    fn set_pod(&mut self, pod: Pod, at: PodAt) -> Result<(), ChangeError> {
+        let phase = self.phase_of(&pod.name, &at)?;
+        let new = PodState { pod, phase };
+        match self.pod_ix.get(&new.pod.name) {
+            Some(&i) => {
+                let old = std::mem::replace(&mut self.snap.pods[i as usize], new);
+                self.release(&old);
+                self.hold(i);
+            }
+            None => {
+                let i = self.snap.pods.len() as PodId;
+                self.pod_ix.insert(new.pod.name.clone(), i);
+                self.snap.pods.push(new);
+                self.hold(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_pod(&mut self, name: &str) -> Result<(), ChangeError> {
+        let Some(i) = self.pod_ix.remove(name) else {
+            return Err(ChangeError::Unknown {
+                kind: "pod",
+                name: name.to_string(),
+            });
+        };
+        // the last pod takes the gone one's id (pod ids order nothing but
+        // the output: jobs are ordered by priority, arrival and name)
+        let old = self.snap.pods.swap_remove(i as usize);
+        if let Some(moved) = self.snap.pods.get(i as usize) {
+            self.pod_ix.insert(moved.pod.name.clone(), i);
+        }
+        self.release(&old);
+        Ok(())
+    }
+
+    /// Gives back what `old` held in the kept capacity (at the next
+    /// cycle, in order with the other adjustments).
+    fn release(&mut self, old: &PodState) {
+        if self.state.is_some()
+            && let Some((node, gpus)) = old.holding()
+        {
+            self.adjust.push(Adjust {
+                assign: false,
+                node,
+                requests: old.pod.requests.clone(),
+                gpus: gpus.clone(),
+            });
+        }
+    }
+
+    /// Places what pod `i` holds in the kept capacity (at the next cycle).
+    fn hold(&mut self, i: PodId) {
+        let p = &self.snap.pods[i as usize];
+        if self.state.is_some()
+            && let Some((node, gpus)) = p.holding()
+        {
+            self.adjust.push(Adjust {
+                assign: true,
+                node,
+                requests: p.pod.requests.clone(),
+                gpus: gpus.clone(),
+            });
+        }
+    }
+
+    /// The kept capacity with the adjustments since the last cycle applied
+    /// (`None` when there is none, or one does not fit: then the cycle
+    /// rebuilds from every pod and reports the pods that do not fit).
+    fn kept_state<'a>(
+        nodes: &'a [Node],
+        parts: Option<StateParts>,
+        adjust: Vec<Adjust>,
+    ) -> Option<ClusterState<'a>> {
+        let mut cs = ClusterState::from_parts(nodes, parts?)?;
+        for a in adjust {
+            if a.assign {
+                cs.assign(a.node, &a.requests, &a.gpus).ok()?;
+            } else {
+                cs.release(a.node, &a.requests, &a.gpus);
+            }
+        }
+        Some(cs)
+    }
+}
+
+/// A change of the kept capacity, applied at the next cycle.
+struct Adjust {
+    assign: bool,
+    node: NodeId,
+    requests: ResourceVec,
+    gpus: GpuAssignment,
+}
+
+fn set_named<T>(
+    v: &mut Vec<T>,
+    ix: &mut BTreeMap<String, usize>,
+    x: T,
+    name: impl Fn(&T) -> &String,
+) {
+    match ix.get(name(&x)) {
+        Some(&i) => v[i] = x,
+        None => {
+            ix.insert(name(&x).clone(), v.len());
+            v.push(x);
+        }
+    }
+}
+
+fn remove_named<T>(
+    v: &mut Vec<T>,
+    ix: &mut BTreeMap<String, usize>,
+    key: &str,
+    kind: &'static str,
+    name: impl Fn(&T) -> &String,
+) -> Result<(), ChangeError> {
+    let Some(i) = ix.remove(key) else {
+        return Err(ChangeError::Unknown {
+            kind,
+            name: key.to_string(),
+        });
+    };
+    v.remove(i);
+    *ix = index(v, name);
+    Ok(())
+}
+
+/// The names, each once (else which is twice).
+fn unique<'a>(
+    kind: &'static str,
+    names: impl Iterator<Item = &'a str>,
+) -> Result<std::collections::BTreeSet<&'a str>, ChangeError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            return Err(ChangeError::Duplicate {
+                kind,
+                name: n.to_string(),
+            });
+        }
+    }
+    Ok(seen)
+}
+
+/// Each object's position by its name.
+fn index<T>(v: &[T], name: impl Fn(&T) -> &String) -> BTreeMap<String, usize> {
+    v.iter()
+        .enumerate()
+        .map(|(i, x)| (name(x).clone(), i))
+        .collect()
+}
+
+fn keys_not_in<T>(
+    ix: &BTreeMap<String, T>,
+    keep: &std::collections::BTreeSet<&str>,
+) -> Vec<String> {
+    ix.keys()
+        .filter(|k| !keep.contains(k.as_str()))
+        .cloned()
+        .collect()
+}
+
+/// A whole snapshot as changes: its nodes, queues and groups, then its pods
+/// (each with its node named), in the snapshot's order. Applied to an empty
+/// [`Engine`], they give the same snapshot.
+pub fn changes_of(snap: &Snapshot) -> Result<Vec<Change>, ChangeError> {
+    let name = |pod: &str, n: NodeId| {
+        snap.nodes
+            .get(n as usize)
+            .map(|x| x.name.clone())
+            .ok_or_else(|| ChangeError::UnknownNode {
+                pod: pod.to_string(),
+                node: format!("#{n}"),
+            })
+    };
+    let mut v: Vec<Change> = Vec::with_capacity(
+        snap.nodes.len() + snap.queues.len() + snap.groups.len() + snap.pods.len(),
+    );
+    v.extend(snap.nodes.iter().cloned().map(Change::Node));
+    v.extend(snap.queues.iter().cloned().map(Change::Queue));
+    v.extend(snap.groups.iter().cloned().map(Change::Group));
+    for p in &snap.pods {
+        let at = match &p.phase {
+            PodPhase::Pending {
+                nominated,
+                nominated_at_ms,
+            } => PodAt::Pending {
+                // a nomination of a node the snapshot lacks is no nomination
+                nominated: nominated.and_then(|n| name(&p.pod.name, n).ok()),
+                nominated_at_ms: *nominated_at_ms,
+            },
+            PodPhase::Running {
+                node,
+                gpus,
+                since_ms,
+            } => PodAt::Running {
+                node: name(&p.pod.name, *node)?,
+                gpus: gpus.clone(),
+                since_ms: *since_ms,
+            },
+            PodPhase::Terminating { node, gpus } => PodAt::Terminating {
+                node: name(&p.pod.name, *node)?,
+                gpus: gpus.clone(),
+            },
+        };
+        v.push(Change::Pod(Box::new(p.pod.clone()), at));
+    }
+    Ok(v)
+}
+
+/// The binds of a cycle, as the changes a runner that carried them out
+/// reports (each bound pod running on its node since `now_ms`).
+pub fn binds_as_changes(engine: &Engine, out: &CycleOutput, now_ms: u64) -> Vec<Change> {
+    let snap = engine.snapshot();
+    out.decisions
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Bind { pod, node, gpus } => {
+                let p = snap.pods.get(*pod as usize)?;
+                let n = snap.nodes.get(*node as usize)?;
+                Some(Change::Pod(
+                    Box::new(p.pod.clone()),
+                    PodAt::Running {
+                        node: n.name.clone(),
+                        gpus: gpus.clone(),
+                        since_ms: now_ms,
+                    },
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
