@@ -5,8 +5,15 @@
 //! it); the case reports the cycle that places it — p50, p99 and max — so
 //! the cost of a quiet queue's one new pod can be compared with the size of
 //! the cluster and the backlog it sits beside.
+//!
+//! Two runners are timed on the same arrivals, one after the other: the
+//! full pass (a whole snapshot per cycle, `Scheduler::cycle`) and the
+//! incremental core (`gpusched_core::Engine`: the arrival and each bind
+//! handed over as changes, the cluster kept between cycles). Both must
+//! bind every arrival to the same node.
 
-use gpusched_core::{Decision, GpuAssignment, PodPhase, PodState, Snapshot};
+use gpusched_core::engine::{Change, PodAt, binds_as_changes, changes_of};
+use gpusched_core::{Decision, Engine, GpuAssignment, PodPhase, PodState, Snapshot};
 use gpusched_model::{GpuRequest, Node, Pod, Queue, ResourceVec};
 use gpusched_plugins::SchedulerConfig;
 use serde::Serialize;
@@ -29,6 +36,22 @@ pub struct Arrival {
     pub p99_seconds: f64,
     /// The slowest.
     pub max_seconds: f64,
+    /// The same arrivals through the incremental core: median.
+    pub engine_p50_seconds: f64,
+    /// 99th percentile (nearest rank).
+    pub engine_p99_seconds: f64,
+    /// The slowest.
+    pub engine_max_seconds: f64,
+    /// Cycles in which the engine rebuilt the free capacity from every pod
+    /// (none when it keeps it: the first cycle's comes from the changes).
+    pub engine_rebuilds: u64,
+}
+
+/// p50, p99 (nearest rank) and max of `secs`.
+fn percentiles(mut secs: Vec<f64>) -> (f64, f64, f64) {
+    secs.sort_by(f64::total_cmp);
+    let rank = |q: f64| secs[((q * secs.len() as f64).ceil() as usize).clamp(1, secs.len()) - 1];
+    (rank(0.50), rank(0.99), secs[secs.len() - 1])
 }
 
 fn running(node: u32, gpu: u32, i: usize) -> PodState {
@@ -97,15 +120,30 @@ pub fn run(
         placed == 0,
         "the backlog placed {placed} pods: the cluster is not full"
     );
+    // the engine, fed the same cluster as changes
+    let mut engine = Engine::new(gpusched_plugins::build(cfg)?);
+    engine.verify = false;
+    engine
+        .apply_all(changes_of(&snap)?)
+        .map_err(|e| anyhow::anyhow!("the bench's cluster as changes: {e}"))?;
+    let out = engine.cycle(now0, 42);
+    anyhow::ensure!(
+        !out.decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Bind { .. })),
+        "the engine placed backlog pods"
+    );
     let mut secs = Vec::with_capacity(arrivals as usize);
+    let mut engine_secs = Vec::with_capacity(arrivals as usize);
     for k in 0..arrivals {
         let mut p = Pod::new(format!("bench/new{k:05}"), "default");
         p.requests = ResourceVec::new(2000, 8 << 30, 0);
         p.gpu = GpuRequest::Whole(1);
         let now = now0 + 1 + k as u64;
         p.arrival_ms = now;
+        // the full pass
         let id = snap.pods.len() as u32;
-        snap.pods.push(PodState::pending(p));
+        snap.pods.push(PodState::pending(p.clone()));
         let t = Instant::now();
         let out = s.cycle(&snap, now, 42);
         secs.push(t.elapsed().as_secs_f64());
@@ -121,17 +159,42 @@ pub fn run(
             gpus,
             since_ms: now,
         };
+        // the engine: the arrival is one change, its bind another
+        let name = p.name.clone();
+        engine
+            .apply(Change::Pod(Box::new(p), PodAt::pending()))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let t = Instant::now();
+        let out = engine.cycle(now, 42);
+        engine_secs.push(t.elapsed().as_secs_f64());
+        let binds = binds_as_changes(&engine, &out, now);
+        let at = binds.iter().find_map(|c| match c {
+            Change::Pod(p, PodAt::Running { node, .. }) if p.name == name => Some(node.clone()),
+            _ => None,
+        });
+        anyhow::ensure!(
+            binds.len() == 1 && at.as_deref() == Some(snap.nodes[node as usize].name.as_str()),
+            "arrival {k}: the engine bound {at:?}, the full pass {}",
+            snap.nodes[node as usize].name
+        );
+        engine
+            .apply_all(binds)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    secs.sort_by(f64::total_cmp);
-    let rank = |q: f64| secs[((q * secs.len() as f64).ceil() as usize).clamp(1, secs.len()) - 1];
+    let (p50, p99, max) = percentiles(secs);
+    let (e50, e99, emax) = percentiles(engine_secs);
     Ok(Arrival {
         nodes: n,
         running: running_count,
         backlog,
         arrivals,
-        p50_seconds: rank(0.50),
-        p99_seconds: rank(0.99),
-        max_seconds: secs[secs.len() - 1],
+        p50_seconds: p50,
+        p99_seconds: p99,
+        max_seconds: max,
+        engine_p50_seconds: e50,
+        engine_p99_seconds: e99,
+        engine_max_seconds: emax,
+        engine_rebuilds: engine.stats().rebuilds,
     })
 }
 
@@ -151,6 +214,10 @@ mod tests {
         // 7 GPUs busy on the 5 arrival nodes, 8 on the other 7
         assert_eq!(r.running, 5 * 7 + 7 * 8);
         assert!(r.p50_seconds <= r.p99_seconds && r.p99_seconds <= r.max_seconds);
+        assert!(r.engine_p50_seconds <= r.engine_p99_seconds);
+        // the engine built the free capacity from the changes: no cycle
+        // rebuilt it from every pod
+        assert_eq!(r.engine_rebuilds, 0);
     }
 
     #[test]
