@@ -45,7 +45,7 @@ pub struct DoctorArgs {
     /// The scheduler's HTTP address for /readyz (e.g.
     /// `http://127.0.0.1:10259`); default: through the apiserver's proxy
     /// to its Service.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "GPUSCHED_ENDPOINT")]
     scheduler_endpoint: Option<String>,
     /// Skip the checks of the scheduler itself.
     #[arg(long)]

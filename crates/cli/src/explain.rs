@@ -65,9 +65,11 @@ pub struct Source {
     json: bool,
     #[command(flatten)]
     kube: KubeFlags,
-    /// The scheduler's address (e.g. `https://10.0.0.5:10259`); default:
-    /// through the apiserver's proxy to the scheduler's Service.
-    #[arg(long, value_name = "URL")]
+    /// The scheduler's address (e.g. `https://10.0.0.5:10259`), for a
+    /// scheduler the apiserver cannot proxy to (run outside the cluster, as
+    /// `scripts/tryout` does); default: through the apiserver's proxy to the
+    /// scheduler's Service.
+    #[arg(long, value_name = "URL", env = "GPUSCHED_ENDPOINT")]
     endpoint: Option<String>,
     /// With --endpoint: the CA (PEM) that signed the scheduler's certificate.
     #[arg(long, value_name = "FILE", requires = "endpoint")]

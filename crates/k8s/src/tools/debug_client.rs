@@ -119,7 +119,11 @@ pub async fn fetch(target: &Target, kube: Option<&Client>, path: &str) -> anyhow
             // a standby's 503 is an answer, not a transient failure
             config.default_retry = false;
             let client = Client::try_from(config).context("building the HTTP client")?;
-            get(&client, path, None).await
+            // named: a stale address (a try-out started again on another
+            // port) reads as such
+            get(&client, path, None)
+                .await
+                .with_context(|| format!("the scheduler at {url} (--endpoint, $GPUSCHED_ENDPOINT)"))
         }
         Target::Proxy {
             namespace,
@@ -293,6 +297,10 @@ pub fn fetch_blocking(
 /// One line for an answer other than 200: what the scheduler (or the
 /// apiserver's proxy before it) said, and what to do about it.
 pub fn failure_text(target: &Target, a: &Answer) -> String {
+    // the proxy cannot reach a scheduler outside the cluster (the apiserver
+    // refuses loopback endpoints): the one way there, said where it fails
+    const OUTSIDE: &str = "; a scheduler run outside the cluster (scripts/tryout's) is named \
+                           by --endpoint URL or $GPUSCHED_ENDPOINT";
     let f = &a.fetched;
     let body: Option<serde_json::Value> = serde_json::from_str(&f.body).ok();
     // the apiserver's own answers are Status objects
@@ -319,11 +327,11 @@ pub fn failure_text(target: &Target, a: &Answer) -> String {
                 503 if msg.contains("no endpoints") => format!(
                     "the Service {namespace}/{service} has no ready endpoints: is the scheduler \
                      running and ready? (kubectl -n {namespace} get pods,endpointslices; \
-                     gpusched doctor)"
+                     gpusched doctor){OUTSIDE}"
                 ),
                 404 => format!(
                     "is gpusched installed in namespace {namespace} with the Service {service}? \
-                     (--scheduler-namespace, --service)"
+                     (--scheduler-namespace, --service){OUTSIDE}"
                 ),
                 403 => format!(
                     "you may not use the apiserver's proxy to {namespace}/{service}: bind the \
@@ -358,5 +366,68 @@ pub fn failure_text(target: &Target, a: &Answer) -> String {
         format!("{who} answered {}: {msg}", f.status)
     } else {
         format!("{who} answered {}: {msg} — {hint}", f.status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proxied(status: u16, message: &str) -> String {
+        let target = Target::Proxy {
+            namespace: "gpusched-system".into(),
+            service: "gpusched-scheduler-metrics".into(),
+            port: "https".into(),
+            pod_port: 10259,
+            token: None,
+            https: true,
+        };
+        let body = serde_json::json!({"kind": "Status", "message": message}).to_string();
+        let answer = Answer {
+            fetched: Fetched { status, body },
+            token_from: "kubeconfig".into(),
+        };
+        failure_text(&target, &answer)
+    }
+
+    /// #39 item 1: the try-out's scheduler runs outside the cluster, where
+    /// the proxy cannot reach it; when the proxy finds no scheduler, the
+    /// message names the way that works.
+    #[test]
+    fn no_scheduler_behind_the_proxy_names_the_endpoint() {
+        let no_service = proxied(404, r#"services "gpusched-scheduler-metrics" not found"#);
+        let no_endpoints = proxied(
+            503,
+            r#"no endpoints available for service "gpusched-scheduler-metrics""#,
+        );
+        for text in [no_service, no_endpoints] {
+            assert!(text.contains("--endpoint URL"), "{text}");
+            assert!(text.contains("GPUSCHED_ENDPOINT"), "{text}");
+        }
+        // a refused proxy is a permission, not a scheduler elsewhere
+        assert!(!proxied(403, "forbidden").contains("GPUSCHED_ENDPOINT"));
+    }
+
+    /// An address where nothing answers is named in the error.
+    #[tokio::test]
+    async fn an_endpoint_that_does_not_answer_is_named() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let target = Target::Endpoint {
+            url: url.clone(),
+            token: None,
+            ca: None,
+            insecure: false,
+        };
+        let e = fetch(&target, None, "/gpusched/debug/pending")
+            .await
+            .unwrap_err();
+        let text = format!("{e:#}");
+        assert!(text.contains(&url), "{text}");
+        assert!(text.contains("GPUSCHED_ENDPOINT"), "{text}");
     }
 }

@@ -67,7 +67,7 @@ pub struct SchedulerFacts {
     /// The Lease; `None`: no Lease.
     pub lease: Result<Option<LeaseFacts>, String>,
     /// `/readyz`: `Ok(body)` on 200, else what went wrong.
-    pub readyz: Result<String, String>,
+    pub readyz: Result<String, NotReady>,
     /// Permissions denied to the ServiceAccount (`verb resource.group`).
     pub denied: Result<Vec<String>, String>,
     /// How many permissions were checked.
@@ -76,6 +76,25 @@ pub struct SchedulerFacts {
     /// it does not, its permissions are not checked: one finding says so,
     /// not every verb denied.
     pub service_account: Option<bool>,
+}
+
+/// Why `/readyz` gave no 200.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NotReady {
+    /// No Service to reach it through (without `--scheduler-endpoint`):
+    /// nothing was asked, so nothing is known of a scheduler run elsewhere.
+    NoService,
+    /// Anything else, said.
+    Failed(String),
+}
+
+impl NotReady {
+    fn text(&self, t: &SchedulerTarget) -> String {
+        match self {
+            NotReady::NoService => format!("no Service {}/{}", t.namespace, t.service),
+            NotReady::Failed(e) => e.clone(),
+        }
+    }
 }
 
 /// Reads the facts (each failure is kept, not fatal).
@@ -191,7 +210,7 @@ pub async fn gather(client: &Client, t: &SchedulerTarget, now_s: i64) -> Schedul
 /// `GET /readyz` of the scheduler: directly when an endpoint is given, else
 /// through the apiserver's proxy to the Service (the leader's pod when a
 /// standby answers).
-async fn readyz(client: &Client, t: &SchedulerTarget) -> Result<String, String> {
+async fn readyz(client: &Client, t: &SchedulerTarget) -> Result<String, NotReady> {
     use crate::tools::debug_client::{Target, fetch};
     let target = match &t.endpoint {
         // /readyz says nothing secret: the scheduler's own self-signed
@@ -214,6 +233,7 @@ async fn readyz(client: &Client, t: &SchedulerTarget) -> Result<String, String> 
             }
         }
     };
+    let failed = NotReady::Failed;
     // the apiserver's proxy answers 503 while it finds no endpoint, and
     // the client retries those: bounded here
     let r = tokio::time::timeout(
@@ -221,40 +241,49 @@ async fn readyz(client: &Client, t: &SchedulerTarget) -> Result<String, String> 
         fetch(&target, Some(client), "/readyz"),
     )
     .await
-    .map_err(|_| "no answer within 15 s".to_string())?
-    .map_err(|e| format!("{e:#}"))?;
+    .map_err(|_| failed("no answer within 15 s".to_string()))?
+    .map_err(|e| failed(format!("{e:#}")))?;
     let body = r.body.trim();
     match r.status {
         200 => Ok(body.to_string()),
-        503 if body.contains("no endpoints available") => Err(format!(
+        503 if body.contains("no endpoints available") => Err(failed(format!(
             "the Service {}/{} has no ready endpoints",
             t.namespace, t.service
-        )),
-        404 if t.endpoint.is_none() => Err(format!("no Service {}/{}", t.namespace, t.service)),
-        s => Err(format!(
+        ))),
+        404 if t.endpoint.is_none() => Err(NotReady::NoService),
+        s => Err(failed(format!(
             "HTTP {s}: {}",
             body.lines().next().unwrap_or_default()
-        )),
+        ))),
     }
 }
 
 /// The Service's first port (name, HTTPS?, target port number) once it
 /// exists and one of its EndpointSlices has a ready endpoint (else the
 /// proxy has nowhere to go: said plainly instead of a 503).
-async fn service_port(client: &Client, t: &SchedulerTarget) -> Result<(String, bool, u16), String> {
+async fn service_port(
+    client: &Client,
+    t: &SchedulerTarget,
+) -> Result<(String, bool, u16), NotReady> {
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let failed = NotReady::Failed;
     let services: Api<Service> = Api::namespaced(client.clone(), &t.namespace);
     let svc = match services.get_opt(&t.service).await {
         Ok(Some(s)) => s,
-        Ok(None) => return Err(format!("no Service {}/{}", t.namespace, t.service)),
-        Err(e) => return Err(format!("reading the Service: {e}")),
+        Ok(None) => return Err(NotReady::NoService),
+        Err(e) => return Err(failed(format!("reading the Service: {e}"))),
     };
     let port = svc
         .spec
         .as_ref()
         .and_then(|s| s.ports.as_ref()?.first().cloned())
-        .ok_or_else(|| format!("the Service {}/{} has no port", t.namespace, t.service))?;
+        .ok_or_else(|| {
+            failed(format!(
+                "the Service {}/{} has no port",
+                t.namespace, t.service
+            ))
+        })?;
     let name = port.name.clone().unwrap_or_else(|| port.port.to_string());
     let https = name == "https" || port.app_protocol.as_deref() == Some("https");
     let pod_port = match &port.target_port {
@@ -267,7 +296,7 @@ async fn service_port(client: &Client, t: &SchedulerTarget) -> Result<(String, b
     let list = slices
         .list(&lp)
         .await
-        .map_err(|e| format!("listing its EndpointSlices: {e}"))?;
+        .map_err(|e| failed(format!("listing its EndpointSlices: {e}")))?;
     let ready = list
         .items
         .iter()
@@ -276,16 +305,18 @@ async fn service_port(client: &Client, t: &SchedulerTarget) -> Result<(String, b
     if ready {
         Ok((name, https, pod_port))
     } else {
-        Err(format!(
+        Err(failed(format!(
             "the Service {}/{} has no ready endpoints (no scheduler pod is ready)",
             t.namespace, t.service
-        ))
+        )))
     }
 }
 
 /// The findings for these facts.
 pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
+    const OUTSIDE_HINT: &str = "--scheduler-namespace names where the chart is installed; --scheduler-endpoint URL (or $GPUSCHED_ENDPOINT) checks a scheduler run outside the cluster";
     let mut out = Vec::new();
+    let no_service = f.readyz == Err(NotReady::NoService);
     let dep = format!("deployment/{}/{}", t.namespace, t.deployment);
     out.push(match &f.deployment {
         Ok(Some((wanted, ready))) if *ready >= *wanted && *wanted > 0 => Finding::new(
@@ -324,12 +355,24 @@ pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
             "none in the cluster: the scheduler at --scheduler-endpoint is checked instead",
             "",
         ),
+        // nor its Service: one line for both (readiness not checked), not
+        // a "not ready" for a scheduler that may well run elsewhere
+        Ok(None) if no_service => Finding::new(
+            CHECK,
+            Status::Warn,
+            &dep,
+            format!(
+                "not found, nor the Service {}: readiness not checked (a scheduler installed elsewhere, or run outside the cluster?)",
+                t.service
+            ),
+            OUTSIDE_HINT,
+        ),
         Ok(None) => Finding::new(
             CHECK,
             Status::Warn,
             &dep,
             "not found (a scheduler installed elsewhere, or run outside the cluster?)",
-            "--scheduler-namespace names where the chart is installed; --scheduler-endpoint URL checks a scheduler run outside the cluster",
+            OUTSIDE_HINT,
         ),
         Err(e) => Finding::new(
             CHECK,
@@ -390,15 +433,17 @@ pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
         ),
     });
     let readyz = "readyz".to_string();
-    out.push(match &f.readyz {
-        Ok(body) => Finding::new(
+    out.extend(match &f.readyz {
+        // said by the Deployment's line
+        Err(NotReady::NoService) if f.deployment == Ok(None) => None,
+        Ok(body) => Some(Finding::new(
             CHECK,
             Status::Ok,
             &readyz,
             format!("ready: {}", body.trim()),
             "",
-        ),
-        Err(e) => Finding::new(
+        )),
+        Err(e) => Some(Finding::new(
             CHECK,
             if f.deployment == Ok(None) {
                 Status::Warn
@@ -406,9 +451,9 @@ pub fn findings(f: &SchedulerFacts, t: &SchedulerTarget) -> Vec<Finding> {
                 Status::Fail
             },
             &readyz,
-            format!("not ready: {e}"),
+            format!("not ready: {}", e.text(t)),
             "a 503 body names what the scheduler waits for (a watch not synced, a missing permission)",
-        ),
+        )),
     });
     let sa = format!("serviceaccount/{}/{}", t.namespace, t.service_account);
     out.push(match &f.denied {
@@ -509,7 +554,9 @@ mod tests {
         }));
         assert_eq!(statuses(&f)[1], Status::Fail);
         let mut f = healthy();
-        f.readyz = Err("the Service x/y has no ready endpoints".into());
+        f.readyz = Err(NotReady::Failed(
+            "the Service x/y has no ready endpoints".into(),
+        ));
         assert_eq!(statuses(&f)[2], Status::Fail);
         let mut f = healthy();
         f.denied = Ok(vec!["create pods/binding".into()]);
@@ -519,8 +566,45 @@ mod tests {
         // run outside the cluster: warnings, not failures
         let mut f = healthy();
         f.deployment = Ok(None);
-        f.readyz = Err("no Service".into());
+        f.readyz = Err(NotReady::Failed("HTTP 500: boom".into()));
         assert_eq!(statuses(&f)[..3], [Status::Warn, Status::Ok, Status::Warn]);
+        // a Deployment but no Service: its readiness is a failure, named
+        let mut f = healthy();
+        f.readyz = Err(NotReady::NoService);
+        let fs = findings(&f, &SchedulerTarget::default());
+        assert_eq!(fs[2].status, Status::Fail, "{:?}", fs[2]);
+        assert!(
+            fs[2]
+                .message
+                .contains("no Service gpusched-system/gpusched-scheduler-metrics"),
+            "{:?}",
+            fs[2]
+        );
+    }
+
+    /// #39 item 1: neither Deployment nor Service (a scheduler run outside
+    /// the cluster, asked without --scheduler-endpoint) is one warning,
+    /// not a Deployment "not found" and a "not ready" besides.
+    #[test]
+    fn no_deployment_and_no_service_is_one_line() {
+        let mut f = healthy();
+        f.deployment = Ok(None);
+        f.readyz = Err(NotReady::NoService);
+        let fs = findings(&f, &SchedulerTarget::default());
+        assert!(!fs.iter().any(|f| f.subject == "readyz"), "{fs:?}");
+        let warned: Vec<_> = fs.iter().filter(|f| f.status != Status::Ok).collect();
+        assert_eq!(warned.len(), 1, "{fs:?}");
+        assert_eq!(warned[0].status, Status::Warn);
+        assert!(
+            warned[0].message.contains("nor the Service"),
+            "{:?}",
+            warned[0]
+        );
+        assert!(
+            warned[0].hint.contains("GPUSCHED_ENDPOINT"),
+            "{:?}",
+            warned[0]
+        );
     }
 
     /// #39 item 1: a ServiceAccount that does not exist is one line, not
