@@ -179,6 +179,11 @@ pub struct CycleStats {
     /// `SchedulerOptions::skip_equivalent_jobs`).
     #[serde(default)]
     pub jobs_skipped: u32,
+    /// Jobs left out of the cycle because they are parked (the incremental
+    /// core, `crate::engine`: a job that failed waits for a change that
+    /// may help it); 0 in a full pass.
+    #[serde(default)]
+    pub jobs_parked: u32,
 }
 
 /// Everything a cycle produced.

@@ -23,7 +23,7 @@
 //! difference is recorded in [`Engine::divergences`].
 
 use crate::decision::{CycleOutput, Decision};
-use crate::scheduler::Scheduler;
+use crate::scheduler::{ParkCandidate, Parked, Scheduler};
 use crate::snapshot::{GpuAssignment, NodeId, PodId, PodPhase, PodState, Snapshot};
 use crate::state::{ClusterState, StateParts};
 use gpusched_model::{Node, Pod, PodGroup, Queue, ResourceVec};
@@ -132,6 +132,20 @@ pub enum ChangeError {
     },
 }
 
+/// A parked job: what the wake-up rules read.
+#[derive(Clone, Debug)]
+struct ParkedJob {
+    queue: String,
+    priority: i32,
+    arrival: u64,
+    /// Its pods' names.
+    pods: Vec<String>,
+    /// It had waited `reserve_after_ms` when parked.
+    old: bool,
+    /// A gang a full pass counts as waiting.
+    counts_waiting: bool,
+}
+
 /// Counters of the engine's own work.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EngineStats {
@@ -143,6 +157,18 @@ pub struct EngineStats {
     /// after a change that invalidates the kept capacity — a node's
     /// capacity or GPUs changed, a pod whose holdings do not fit).
     pub rebuilds: u64,
+    /// Jobs parked now.
+    pub parked: u64,
+    /// Times every parked job was woken (a change that may help any of
+    /// them, a timer, the flush).
+    pub woken_all: u64,
+    /// Parked jobs woken one by one (a change of their own pods).
+    pub woken: u64,
+    /// Safety flushes.
+    pub flushes: u64,
+    /// Jobs a flush woke that then got a decision: a change that could
+    /// help them woke nothing (0 when the hints are right).
+    pub missed_hints: u64,
 }
 
 /// The scheduler with the cluster kept across cycles (module docs).
@@ -161,6 +187,33 @@ pub struct Engine {
     /// What the changes since the last cycle do to `state`, in order.
     adjust: Vec<Adjust>,
     generation: u64,
+    /// Parked jobs by (gang, name): left out of cycles until a change may
+    /// help them (module docs).
+    parked: BTreeMap<(bool, String), ParkedJob>,
+    /// What a cycle reads of them; `pod` has one flag per pod id.
+    view: Parked,
+    /// `view.first`, `view.jobs`, `view.gangs` and `summary` need a
+    /// recount.
+    view_dirty: bool,
+    /// Per queue with parked jobs: their highest priority, and whether one
+    /// has waited long enough to reserve.
+    summary: BTreeMap<String, (i32, bool)>,
+    /// The earliest time a parked job must be tried again (a reservation,
+    /// a gang's timeout, a victim's minimum runtime).
+    wake_at: Option<u64>,
+    /// Running pods by (queue, priority): how many started at each time
+    /// (for when a victim's minimum runtime ends).
+    holders: BTreeMap<(String, i32), BTreeMap<u64, u32>>,
+    /// When the safety flush last woke every parked job.
+    last_flush: Option<u64>,
+    /// The jobs the last flush woke (a decision for one is a missed hint).
+    flushed: std::collections::BTreeSet<(bool, String)>,
+    /// Park jobs a cycle could not place (on by default).
+    pub park: bool,
+    /// The safety flush: every parked job is woken this often (virtual
+    /// ms); each one it wakes that then gets a decision counts as a missed
+    /// hint.
+    pub flush_ms: u64,
     /// Run the full pass beside every cycle and record differences.
     pub verify: bool,
     divergences: Vec<String>,
@@ -181,6 +234,16 @@ impl Engine {
             state: Some(StateParts::default()),
             adjust: Vec::new(),
             generation: 0,
+            parked: BTreeMap::new(),
+            view: Parked::default(),
+            view_dirty: false,
+            summary: BTreeMap::new(),
+            wake_at: None,
+            holders: BTreeMap::new(),
+            last_flush: None,
+            flushed: Default::default(),
+            park: true,
+            flush_ms: 300_000,
             verify: cfg!(debug_assertions),
             divergences: Vec::new(),
             stats: EngineStats::default(),
@@ -237,6 +300,10 @@ impl Engine {
 
     /// Applies one change.
     pub fn apply(&mut self, change: Change) -> Result<(), ChangeError> {
+        if !matches!(change, Change::Pod(..) | Change::PodGone(_)) {
+            // a node, queue or group change may help any parked job
+            self.wake_all();
+        }
         match change {
             Change::Node(n) => self.set_node(n),
             Change::NodeGone(name) => self.remove_node(&name)?,
@@ -386,6 +453,7 @@ impl Engine {
                 .collect::<Vec<_>>(),
             self.snap.pods.iter().map(|p| &p.pod.name).collect(),
         ) {
+            self.wake_all();
             let mut old: Vec<Option<PodState>> = std::mem::take(&mut self.snap.pods)
                 .into_iter()
                 .map(Some)
@@ -399,6 +467,7 @@ impl Engine {
                 .into_iter()
                 .map(|(k, v)| (k, v as PodId))
                 .collect();
+            self.view.pod = vec![false; self.snap.pods.len()];
         }
         let queues: Vec<&String> = self.snap.queues.iter().map(|q| &q.name).collect();
         if !snap.queues.iter().map(|q| &q.name).eq(queues) {
@@ -438,6 +507,22 @@ impl Engine {
     /// One cycle at virtual time `now_ms` on the kept state.
     pub fn cycle(&mut self, now_ms: u64, seed: u64) -> CycleOutput {
         self.stats.cycles += 1;
+        // timers and the safety flush
+        self.flushed.clear();
+        if self.wake_at.is_some_and(|t| now_ms >= t) {
+            self.wake_all();
+        }
+        let last = *self.last_flush.get_or_insert(now_ms);
+        if now_ms >= last.saturating_add(self.flush_ms) {
+            self.last_flush = Some(now_ms);
+            if !self.parked.is_empty() {
+                self.stats.flushes += 1;
+                self.flushed = self.parked.keys().cloned().collect();
+                self.wake_all();
+            }
+        }
+        self.refresh_view();
+        self.view.pod.resize(self.snap.pods.len(), false);
         let kept = Self::kept_state(
             &self.snap.nodes,
             self.state.take(),
@@ -451,12 +536,40 @@ impl Engine {
             }
         };
         let clean = state.1.is_empty();
-        let (out, parts) = self.sched.cycle_on(&self.snap, state, now_ms, seed, true);
+        let (out, parts, candidates) =
+            self.sched
+                .cycle_on(&self.snap, state, &self.view, (now_ms, seed), true);
         self.state = clean.then_some(parts);
+        if !self.flushed.is_empty() {
+            self.count_missed(&out);
+        }
         if self.verify {
             self.check(&out, now_ms, seed);
         }
+        if self.park && clean {
+            self.park_jobs(candidates, now_ms);
+        }
         out
+    }
+
+    /// Counts the jobs the flush woke that then got a decision: no change
+    /// woke them, yet one could have.
+    fn count_missed(&mut self, out: &CycleOutput) {
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &out.decisions {
+            let pod = match d {
+                Decision::Bind { pod, .. } | Decision::Nominate { pod, .. } => *pod,
+                _ => continue,
+            };
+            let p = &self.snap.pods[pod as usize].pod;
+            let key = match &p.group {
+                Some(g) => (true, g.clone()),
+                None => (false, p.name.clone()),
+            };
+            if self.flushed.contains(&key) && seen.insert(key) {
+                self.stats.missed_hints += 1;
+            }
+        }
     }
 
     /// The guard: the full pass over the same snapshot decides the same,
@@ -469,11 +582,52 @@ impl Engine {
                 "cycle {c}: decisions differ from the full pass: {:?} against {:?}",
                 out.decisions, full.decisions
             ));
-        } else if full != *out {
+        }
+        // the counters, less the effort ones (parked and equivalent jobs
+        // spare attempts a full pass makes)
+        let effort = |s: &crate::decision::CycleStats| {
+            let mut s = s.clone();
+            s.nodes_scored = 0;
+            s.jobs_skipped = 0;
+            s.jobs_parked = 0;
+            s
+        };
+        if effort(&full.stats) != effort(&out.stats) || full.warnings != out.warnings {
             self.divergences.push(format!(
-                "cycle {c}: explanations or stats differ from the full pass"
+                "cycle {c}: stats differ from the full pass: {:?} against {:?}",
+                out.stats, full.stats
             ));
         }
+        // every pod the cycle explained, the full pass explains alike (but
+        // for its place in the queue: parked jobs hold none); the pods it
+        // did not explain are parked
+        let mut theirs: BTreeMap<PodId, &crate::decision::Explanation> =
+            full.explanations.iter().map(|e| (e.pod, e)).collect();
+        for e in &out.explanations {
+            match theirs.remove(&e.pod) {
+                Some(f)
+                    if f.verdict == e.verdict
+                        && f.reasons == e.reasons
+                        && f.evictions == e.evictions => {}
+                f => {
+                    self.divergences.push(format!(
+                        "cycle {c}: pod {}: explained {e:?}, by the full pass {f:?}",
+                        self.snap.pods[e.pod as usize].pod.name
+                    ));
+                    break;
+                }
+            }
+        }
+        if let Some(p) = theirs
+            .keys()
+            .find(|p| self.view.pod.get(**p as usize) != Some(&true))
+        {
+            self.divergences.push(format!(
+                "cycle {c}: pod {} not explained, yet not parked",
+                self.snap.pods[*p as usize].pod.name
+            ));
+        }
+
         if let Some(parts) = &self.state {
             let (fresh, _) = ClusterState::from_snapshot(&self.snap);
             let fresh = fresh.into_parts();
@@ -572,6 +726,154 @@ impl Engine {
         Ok(())
     }
 
+    /// Wakes every parked job (they are all tried in the next cycle).
+    fn wake_all(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        self.parked.clear();
+        self.view = Parked {
+            pod: vec![false; self.snap.pods.len()],
+            ..Parked::default()
+        };
+        self.summary.clear();
+        self.wake_at = None;
+        self.view_dirty = false;
+        self.stats.woken_all += 1;
+        self.stats.parked = 0;
+    }
+
+    /// Wakes one parked job.
+    fn wake(&mut self, key: &(bool, String)) {
+        if let Some(job) = self.parked.remove(key) {
+            for name in &job.pods {
+                if let Some(&i) = self.pod_ix.get(name)
+                    && let Some(f) = self.view.pod.get_mut(i as usize)
+                {
+                    *f = false;
+                }
+            }
+            self.view_dirty = true;
+            self.stats.woken += 1;
+            self.stats.parked = self.parked.len() as u64;
+        }
+    }
+
+    /// Recounts what a cycle and the wake-up rules read of the parked jobs.
+    fn refresh_view(&mut self) {
+        if !self.view_dirty {
+            return;
+        }
+        self.view_dirty = false;
+        self.view.first.clear();
+        self.summary.clear();
+        self.view.jobs = self.parked.len() as u32;
+        self.view.gangs = self.parked.values().filter(|j| j.counts_waiting).count() as u32;
+        for ((_, name), j) in &self.parked {
+            let key = (std::cmp::Reverse(j.priority), j.arrival, name.clone());
+            match self.view.first.get_mut(&j.queue) {
+                Some(k) if *k <= key => {}
+                Some(k) => *k = key,
+                None => {
+                    self.view.first.insert(j.queue.clone(), key);
+                }
+            }
+            let e = self
+                .summary
+                .entry(j.queue.clone())
+                .or_insert((i32::MIN, false));
+            e.0 = e.0.max(j.priority);
+            e.1 |= j.old;
+        }
+    }
+
+    /// Keeps the running pods' start times by (queue, priority).
+    fn holder_index(&mut self, p: &PodState, add: bool) {
+        let PodPhase::Running { since_ms, .. } = p.phase else {
+            return;
+        };
+        let key = (p.pod.queue.clone(), p.pod.priority);
+        if add {
+            *self
+                .holders
+                .entry(key)
+                .or_default()
+                .entry(since_ms)
+                .or_insert(0) += 1;
+        } else if let Some(m) = self.holders.get_mut(&key) {
+            if let Some(c) = m.get_mut(&since_ms) {
+                *c -= 1;
+                if *c == 0 {
+                    m.remove(&since_ms);
+                }
+            }
+            if m.is_empty() {
+                self.holders.remove(&key);
+            }
+        }
+    }
+
+    /// When the first running pod that could be a victim of `c` (a lower
+    /// priority in its queue; any pod of another queue, for reclaim)
+    /// passes the shortest minimum runtime of any queue, if one has not
+    /// yet.
+    fn victim_ripens(&self, c: &ParkCandidate, now_ms: u64) -> Option<u64> {
+        let opts = &self.sched.opts;
+        let min_rt = self
+            .snap
+            .queues
+            .iter()
+            .filter_map(|q| q.min_runtime_ms)
+            .fold(opts.min_runtime_ms, u64::min);
+        let from = now_ms.saturating_sub(min_rt).saturating_add(1);
+        self.holders
+            .iter()
+            .filter(|((q, p), _)| {
+                (opts.preemption && *q == c.queue && *p < c.priority)
+                    || (opts.reclaim && *q != c.queue)
+            })
+            .filter_map(|(_, m)| m.range(from..).next().map(|(s, _)| s + min_rt))
+            .min()
+    }
+
+    /// Parks the jobs a cycle could not place (`Cycle::park_candidates`),
+    /// with when they must be tried again whatever happens.
+    fn park_jobs(&mut self, candidates: Vec<ParkCandidate>, now_ms: u64) {
+        for c in candidates {
+            let reserve_at = c.arrival.saturating_add(self.sched.opts.reserve_after_ms);
+            let old = now_ms >= reserve_at;
+            let times = [
+                (!old).then_some(reserve_at),
+                c.timeout_at,
+                self.victim_ripens(&c, now_ms),
+            ];
+            if let Some(t) = times.into_iter().flatten().min() {
+                self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
+            }
+            let mut pods = Vec::with_capacity(c.pods.len());
+            for &p in &c.pods {
+                if let Some(f) = self.view.pod.get_mut(p as usize) {
+                    *f = true;
+                }
+                pods.push(self.snap.pods[p as usize].pod.name.clone());
+            }
+            self.parked.insert(
+                (c.group.is_some(), c.name),
+                ParkedJob {
+                    queue: c.queue,
+                    priority: c.priority,
+                    arrival: c.arrival,
+                    pods,
+                    old,
+                    counts_waiting: c.counts_waiting,
+                },
+            );
+            self.view_dirty = true;
+        }
+        self.stats.parked = self.parked.len() as u64;
+        self.refresh_view();
+    }
+
     /// `at` with its node names as the engine's ids.
     fn phase_of(&self, pod: &str, at: &PodAt) -> Result<PodPhase, ChangeError> {
         let id = |node: &str| {
@@ -612,18 +914,86 @@ impl Engine {
         let new = PodState { pod, phase };
         match self.pod_ix.get(&new.pod.name) {
             Some(&i) => {
+                self.hint_change(Some(i), Some(&new));
                 let old = std::mem::replace(&mut self.snap.pods[i as usize], new);
+                self.holder_index(&old, false);
+                self.holder_index(&self.snap.pods[i as usize].clone(), true);
                 self.release(&old);
                 self.hold(i);
             }
             None => {
+                self.hint_change(None, Some(&new));
                 let i = self.snap.pods.len() as PodId;
                 self.pod_ix.insert(new.pod.name.clone(), i);
+                self.holder_index(&new, true);
                 self.snap.pods.push(new);
+                self.view.pod.push(false);
                 self.hold(i);
             }
         }
         Ok(())
+    }
+
+    /// The wake-up rules for a pod change (`old`: the pod's id, if the
+    /// engine has it; `new`: what it becomes, `None` when it goes).
+    fn hint_change(&mut self, old: Option<PodId>, new: Option<&PodState>) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let before = old.map(|i| self.snap.pods[i as usize].clone());
+        let held = before.as_ref().is_some_and(|p| p.holding().is_some());
+        let holds = new.is_some_and(|p| p.holding().is_some());
+        if held {
+            // capacity freed, moved, or a holder changed: may help anyone
+            if before.as_ref() != new {
+                self.wake_all();
+            }
+            return;
+        }
+        // a pod of a parked job bound by someone else: anything may follow
+        let parked_pod = old.is_some_and(|i| self.view.pod.get(i as usize) == Some(&true));
+        if parked_pod && holds {
+            self.wake_all();
+            return;
+        }
+        // a pod of a parked job changed or went, or a pod joins a parked
+        // gang: that job is woken
+        for p in [before.as_ref(), new].into_iter().flatten() {
+            let key = match &p.pod.group {
+                Some(g) => (true, g.clone()),
+                None => (false, p.pod.name.clone()),
+            };
+            if self.parked.contains_key(&key) {
+                self.wake(&key);
+            }
+        }
+        self.refresh_view();
+        let Some(pod) = new.or(before.as_ref()).map(|p| p.pod.clone()) else {
+            return;
+        };
+        let opts = &self.sched.opts;
+        let other_queue_parked = self.summary.keys().any(|q| *q != pod.queue);
+        let (max_prio, old_in_queue) = self
+            .summary
+            .get(&pod.queue)
+            .copied()
+            .unwrap_or((i32::MIN, false));
+        let wake = if holds {
+            // a new running pod: a victim for a parked job of higher
+            // priority in its queue, or for reclaim from another queue;
+            // and it may move its queue's head
+            (opts.preemption && max_prio > pod.priority)
+                || (opts.reclaim && other_queue_parked)
+                || old_in_queue
+        } else {
+            // a pending pod added, changed or gone: its queue's demand
+            // (fair shares, so reclaim elsewhere), and a gone one may have
+            // been its queue's head
+            (opts.reclaim && other_queue_parked) || (new.is_none() && old_in_queue)
+        };
+        if wake {
+            self.wake_all();
+        }
     }
 
     fn remove_pod(&mut self, name: &str) -> Result<(), ChangeError> {
@@ -633,9 +1003,14 @@ impl Engine {
                 name: name.to_string(),
             });
         };
+        self.hint_change(Some(i), None);
         // the last pod takes the gone one's id (pod ids order nothing but
         // the output: jobs are ordered by priority, arrival and name)
         let old = self.snap.pods.swap_remove(i as usize);
+        if (i as usize) < self.view.pod.len() {
+            self.view.pod.swap_remove(i as usize);
+        }
+        self.holder_index(&old, false);
         if let Some(moved) = self.snap.pods.get(i as usize) {
             self.pod_ix.insert(moved.pod.name.clone(), i);
         }

@@ -5,10 +5,10 @@
 //! the nodes that changed. Actions use these helpers; they do not touch
 //! `cs` directly.
 
-use super::SchedulerOptions;
 use super::candidates::SigCache;
 use super::equiv::Equivalence;
 use super::jobs::{Job, JobId, build_jobs, per_queue_order};
+use super::{Parked, ParkedKey, SchedulerOptions};
 use crate::decision::{CycleOutput, Decision};
 use crate::fairshare::{QueueIdx, QueueTree, schedulable_capacity};
 use crate::plugin::{
@@ -95,13 +95,24 @@ pub(super) struct Cycle<'s> {
     /// Per queue, the GPU milli of its pods the snapshot shows terminating
     /// (counted in its usage, but already on their way out).
     pub leaving_gpu: Vec<u64>,
+    /// Pods of parked jobs, by pod id (left out of the cycle; empty when
+    /// nothing is parked).
+    pub parked_pod: &'s [bool],
+    /// Per queue, the order key of its first parked job: the jobs after it
+    /// are not the queue's head and, without backfill, wait behind it.
+    pub parked_first: Vec<Option<ParkedKey>>,
 }
 
 impl<'s> Cycle<'s> {
     /// Builds the cycle's state from the snapshot (cluster state, queue
     /// tree with deserved shares, the packer's preparation) and the jobs.
     pub fn new(
-        (snap, cs, errors): (&'s Snapshot, ClusterState<'s>, Vec<(usize, StateError)>),
+        (snap, cs, errors, parked): (
+            &'s Snapshot,
+            ClusterState<'s>,
+            Vec<(usize, StateError)>,
+            &'s Parked,
+        ),
         filters: &'s [Box<dyn Filter>],
         packer: &'s mut dyn Packer,
         constraints: &'s [Box<dyn PodConstraint>],
@@ -232,6 +243,8 @@ impl<'s> Cycle<'s> {
             unit_gpu,
             min_runtime,
             leaving_gpu,
+            parked_pod: &parked.pod,
+            parked_first: Vec::new(),
         };
         for (i, e) in errors {
             c.notes.insert(
@@ -244,13 +257,18 @@ impl<'s> Cycle<'s> {
         c.out.warnings = problems;
         let mut jobs = build_jobs(
             snap,
-            (&c.tree, &c.pod_queue),
+            (&c.tree, &c.pod_queue, &parked.pod),
             &pod_group,
             &c.group_running,
             now_ms,
             &mut c.out,
             &mut c.notes,
         );
+        c.parked_first = (0..c.tree.queues.len())
+            .map(|q| parked.first.get(&c.tree.queues[q].name).cloned())
+            .collect();
+        c.out.stats.gangs_waiting += parked.gangs;
+        c.out.stats.jobs_parked = parked.jobs;
         c.out.stats.pending = snap.pods.iter().filter(|p| p.is_pending()).count() as u32;
         // Nominations from earlier cycles (the scheduler's, or anyone's who
         // may write pod status) hold their nodes for their job only while
@@ -402,6 +420,78 @@ impl<'s> Cycle<'s> {
             Some(g) if !self.group_running[g].is_empty() => self.group_running[g].clone(),
             _ => vec![victim],
         }
+    }
+}
+
+impl Cycle<'_> {
+    /// The jobs this cycle could not place and did nothing for, which the
+    /// engine may park: not placed, nominated or reserving, no pod whose
+    /// constraint plugins have a say (what runs elsewhere may help those),
+    /// and not a queue's head that has waited long enough to reserve (it
+    /// stays in every cycle, as it may reserve once a slot frees).
+    pub fn park_candidates(&mut self, jobs: &[Job]) -> Vec<super::ParkCandidate> {
+        let nominated: BTreeSet<PodId> = self
+            .out
+            .decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Nominate { pod, .. } => Some(*pod),
+                _ => None,
+            })
+            .collect();
+        let unplaced: BTreeSet<JobId> = self.unplaced.iter().copied().collect();
+        let head: Vec<Option<JobId>> = self
+            .order
+            .iter()
+            .map(|list| list.iter().copied().find(|j| unplaced.contains(j)))
+            .collect();
+        let mut out = Vec::new();
+        for j in self.unplaced.clone() {
+            let job = &jobs[j];
+            if job.need == 0
+                || !job.nominated.is_empty()
+                || self.reserving.contains(&j)
+                || job
+                    .pods
+                    .iter()
+                    .any(|&p| self.placed[p as usize] || nominated.contains(&p))
+            {
+                continue;
+            }
+            if job.pods.iter().any(|&p| !self.pre_filter(p).is_none()) {
+                continue;
+            }
+            let old = self.now_ms.saturating_sub(job.arrival) >= self.opts.reserve_after_ms;
+            let parked_before = self.parked_first[job.queue].as_ref().is_some_and(|k| {
+                (k.0, k.1, k.2.as_str())
+                    < (
+                        std::cmp::Reverse(job.priority),
+                        job.arrival,
+                        job.name.as_str(),
+                    )
+            });
+            if old && head.get(job.queue) == Some(&Some(j)) && !parked_before {
+                continue;
+            }
+            let group = job.group.map(|g| &self.snap.groups[g]);
+            out.push(super::ParkCandidate {
+                pods: job.pods.clone(),
+                group: group.map(|g| g.name.clone()),
+                queue: self.tree.queues[job.queue].name.clone(),
+                priority: job.priority,
+                arrival: job.arrival,
+                name: job.name.clone(),
+                timeout_at: group
+                    .and_then(|g| g.schedule_timeout_ms)
+                    .map(|t| job.arrival.saturating_add(t)),
+                counts_waiting: group.is_some()
+                    && !matches!(
+                        job.pods.first().and_then(|p| self.notes.get(p)),
+                        Some(PendingReason::Quota(_))
+                    ),
+            });
+        }
+        out
     }
 }
 

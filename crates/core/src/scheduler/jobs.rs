@@ -74,7 +74,7 @@ pub(super) fn per_queue_order(jobs: &[Job], n_queues: usize) -> Vec<Vec<JobId>> 
 /// is looked up once per cycle (`pod_queue`, beside the tree).
 pub(super) fn build_jobs(
     snap: &Snapshot,
-    (tree, pod_queue): (&QueueTree, &[Option<QueueIdx>]),
+    (tree, pod_queue, parked): (&QueueTree, &[Option<QueueIdx>], &[bool]),
     pod_group: &[Option<usize>],
     group_running: &[Vec<PodId>],
     now_ms: u64,
@@ -82,6 +82,7 @@ pub(super) fn build_jobs(
     notes: &mut PerPod<PendingReason>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
+    let is_parked = |p: PodId| parked.get(p as usize).copied().unwrap_or(false);
     // per group index (visited in index order below)
     let mut group_pending: Vec<Vec<PodId>> = vec![Vec::new(); snap.groups.len()];
     for (i, p) in snap.pods.iter().enumerate() {
@@ -89,6 +90,10 @@ pub(super) fn build_jobs(
             continue;
         };
         let id = i as PodId;
+        if is_parked(id) {
+            // a parked job is left out of the cycle (crate::engine)
+            continue;
+        }
         let Some(q) = pod_queue.get(i).copied().flatten() else {
             notes.insert(
                 id,

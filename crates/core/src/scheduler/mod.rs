@@ -55,6 +55,7 @@ use crate::plugin::{Filter, Packer, PodConstraint};
 use crate::snapshot::Snapshot;
 use crate::state::{ClusterState, StateError, StateParts};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Knobs of the action pipeline (policy knobs live in the plugins).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +112,44 @@ pub struct SchedulerOptions {
     /// cycle with nothing committed since: it would fail the same way, and
     /// gets the same reasons ([`equiv`]). Exact; off only to compare.
     pub skip_equivalent_jobs: bool,
+}
+
+/// A job's place in its queue's order among jobs without nominations:
+/// priority (high first), arrival, name.
+pub(crate) type ParkedKey = (std::cmp::Reverse<i32>, u64, String);
+
+/// What the incremental core keeps parked, as a cycle reads it
+/// ([`crate::engine`]): those pods' jobs are left out of the cycle.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Parked {
+    /// Pods of parked jobs, by pod id (shorter: the rest are not parked).
+    pub pod: Vec<bool>,
+    /// Per queue name, the order key of its first parked job.
+    pub first: BTreeMap<String, ParkedKey>,
+    /// Parked jobs, and how many of them are gangs a full pass would count
+    /// as waiting (tried and short).
+    pub jobs: u32,
+    pub gangs: u32,
+}
+
+/// A job a cycle could not place and did nothing for: the engine may park
+/// it until a change may help it.
+#[derive(Clone, Debug)]
+pub(crate) struct ParkCandidate {
+    /// Its pending pods.
+    pub pods: Vec<crate::snapshot::PodId>,
+    /// The group's name for a gang, else `None` (a lone pod).
+    pub group: Option<String>,
+    pub queue: String,
+    pub priority: i32,
+    pub arrival: u64,
+    /// Its name (the group's or the pod's).
+    pub name: String,
+    /// When the gang times out, if it has a schedule timeout.
+    pub timeout_at: Option<u64>,
+    /// A gang counted in `CycleStats::gangs_waiting` (tried and short, not
+    /// stopped by its quota): a parked one is counted the same way.
+    pub counts_waiting: bool,
 }
 
 /// Where preferences rank against the packing score.
@@ -204,7 +243,8 @@ impl Scheduler {
     /// on state it keeps, and this as its oracle).
     pub fn cycle(&mut self, snap: &Snapshot, now_ms: u64, seed: u64) -> CycleOutput {
         let state = ClusterState::from_snapshot(snap);
-        self.cycle_on(snap, state, now_ms, seed, false).0
+        self.cycle_on(snap, state, &Parked::default(), (now_ms, seed), false)
+            .0
     }
 
     /// One cycle over `snap` with its cluster state already built (`state`:
@@ -217,12 +257,12 @@ impl Scheduler {
         &mut self,
         snap: &Snapshot,
         state: (ClusterState<'_>, Vec<(usize, StateError)>),
-        now_ms: u64,
-        seed: u64,
+        parked: &Parked,
+        (now_ms, seed): (u64, u64),
         undo_binds: bool,
-    ) -> (CycleOutput, StateParts) {
+    ) -> (CycleOutput, StateParts, Vec<ParkCandidate>) {
         let (mut c, jobs) = cycle::Cycle::new(
-            (snap, state.0, state.1),
+            (snap, state.0, state.1, parked),
             &self.filters,
             &mut *self.packer,
             &self.constraints,
@@ -240,6 +280,11 @@ impl Scheduler {
                 }
             }
         }
-        (c.out, c.cs.into_parts())
+        let candidates = if undo_binds {
+            c.park_candidates(&jobs)
+        } else {
+            Vec::new()
+        };
+        (c.out, c.cs.into_parts(), candidates)
     }
 }

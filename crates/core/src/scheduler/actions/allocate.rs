@@ -13,6 +13,7 @@ use crate::scheduler::jobs::{Job, JobId};
 use crate::snapshot::NodeId;
 use crate::statement::Statement;
 use gpusched_model::TopologyConstraint;
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) struct Allocate;
@@ -50,6 +51,22 @@ impl Action for Allocate {
             let j = per_queue[q][cursor[q]];
             cursor[q] += 1;
             let job = &jobs[j];
+            // a parked job of this queue comes first (it waits, as it would
+            // have when tried): this one is not the queue's head, and
+            // without backfill the queue waits behind it
+            if !waiting_in_queue[q]
+                && job.nominated.is_empty()
+                && c.parked_first[q].as_ref().is_some_and(|k| {
+                    (k.0, k.1, k.2.as_str())
+                        < (Reverse(job.priority), job.arrival, job.name.as_str())
+                })
+            {
+                waiting_in_queue[q] = true;
+                if !opts.backfill {
+                    blocked[q] = true;
+                    continue;
+                }
+            }
             let demand = &job.demand;
             if let Some(why) = c.tree.quota_violation(q, demand) {
                 for &p in &job.pods {

@@ -71,7 +71,7 @@ impl<'s> Cycle<'s> {
         let mut nominated_lists: Vec<Option<Arc<[PendingReason]>>> = vec![None; jobs.len()];
         for (i, ps) in self.snap.pods.iter().enumerate() {
             let p = i as PodId;
-            if !ps.is_pending() {
+            if !ps.is_pending() || self.parked_pod.get(i) == Some(&true) {
                 continue;
             }
             let nominated = nominated_set[i];
