@@ -263,6 +263,53 @@ pub fn tagged_message(message: &str, class: PendingClass) -> String {
 
 /// The classes of one explanation, most specific first.
 pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> Vec<PendingClass> {
+    Classifier::new(snap).classify(e, pod)
+}
+
+/// Classifies many pods of one snapshot: what the snapshot's GPUs say of a
+/// pod's GPU ask (any GPU of its models? with the memory? a node with
+/// enough of them?) is looked up once per distinct ask, not once per pod
+/// (a walk over every GPU of the cluster: ≈ 0.5 ms per pod at 5,000
+/// nodes).
+pub struct Classifier<'a> {
+    snap: &'a Snapshot,
+    fit: std::cell::RefCell<GpuFitMemo>,
+}
+
+/// What `gpu_fit_class` answered per (GPU ask, models, minimum GPU memory):
+/// a lookup cache only, its order never read.
+type GpuFitMemo = std::collections::HashMap<(GpuRequest, Vec<String>, u64), PendingClass>;
+
+impl<'a> Classifier<'a> {
+    /// A classifier over `snap`.
+    pub fn new(snap: &'a Snapshot) -> Self {
+        Classifier {
+            snap,
+            fit: Default::default(),
+        }
+    }
+
+    /// [`classify`] of one explanation.
+    pub fn classify(&self, e: &Explanation, pod: &gpusched_model::Pod) -> Vec<PendingClass> {
+        classify_with(self, e, pod)
+    }
+
+    fn gpu_fit(&self, pod: &gpusched_model::Pod) -> PendingClass {
+        let key = (pod.gpu, pod.gpu_models.clone(), pod.min_gpu_memory_mib);
+        if let Some(c) = self.fit.borrow().get(&key) {
+            return *c;
+        }
+        let c = gpu_fit_class(pod, self.snap);
+        self.fit.borrow_mut().insert(key, c);
+        c
+    }
+}
+
+fn classify_with(
+    c: &Classifier<'_>,
+    e: &Explanation,
+    pod: &gpusched_model::Pod,
+) -> Vec<PendingClass> {
     let mut set = BTreeSet::new();
     if e.reasons.is_empty() {
         set.insert(PendingClass::FitsNow);
@@ -271,7 +318,7 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
         match r {
             PendingReason::Nodes(s) => {
                 for (nr, _) in &s.counts {
-                    set.insert(node_class(nr, pod, snap));
+                    set.insert(node_class(nr, pod, c));
                 }
             }
             PendingReason::QueueMissing { .. }
@@ -336,11 +383,12 @@ pub fn classify(e: &Explanation, pod: &gpusched_model::Pod, snap: &Snapshot) -> 
 /// first; computed once per cycle for the conditions, the PodGroup and
 /// Queue status, the metrics and `explain`.
 pub fn classify_cycle(out: &CycleOutput, snap: &Snapshot) -> BTreeMap<PodId, Vec<PendingClass>> {
+    let c = Classifier::new(snap);
     out.explanations
         .iter()
         .filter_map(|e| {
             let ps = snap.pods.get(e.pod as usize)?;
-            ps.is_pending().then(|| (e.pod, classify(e, &ps.pod, snap)))
+            ps.is_pending().then(|| (e.pod, c.classify(e, &ps.pod)))
         })
         .collect()
 }
@@ -423,13 +471,13 @@ pub fn condition_reason(e: &Explanation, classes: &[PendingClass]) -> &'static s
         .condition_reason()
 }
 
-fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> PendingClass {
+fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, c: &Classifier<'_>) -> PendingClass {
     match r {
         // GPUs of a model (or memory) the pod does not take count as no
         // GPUs free for it: told apart by the snapshot's facts, as the GPU
         // filter's refusals are
         NodeReason::Insufficient(ResourceKind::Gpu) | NodeReason::InsufficientGpuShare => {
-            match gpu_fit_class(pod, snap) {
+            match c.gpu_fit(pod) {
                 c @ (PendingClass::GpuModel | PendingClass::GpuMemory) => c,
                 _ => PendingClass::InsufficientGpus,
             }
@@ -447,7 +495,7 @@ fn node_class(r: &NodeReason, pod: &gpusched_model::Pod, snap: &Snapshot) -> Pen
             } else if plugin == FilterName::TaintToleration.as_str() {
                 PendingClass::Taints
             } else if plugin == FilterName::GpuFit.as_str() {
-                gpu_fit_class(pod, snap)
+                c.gpu_fit(pod)
             } else {
                 PendingClass::InsufficientResources
             }

@@ -412,6 +412,9 @@ impl Executor {
         let mut queue_waiting: BTreeMap<String, BTreeMap<PendingClass, u32>> = BTreeMap::new();
         // gangs waiting for a ProvisioningRequest (crate::provreq)
         let provisioning = self.shared.with(|w| w.provisioning_notes().clone());
+        // one classifier for the cycle: what the snapshot's GPUs say of a
+        // GPU ask is looked up once per distinct ask
+        let classifier = gpusched_core::report::classify::Classifier::new(snap);
         for e in &out.explanations {
             if bound.contains(&e.pod) {
                 continue;
@@ -449,7 +452,7 @@ impl Executor {
                     own = snap
                         .pods
                         .get(e.pod as usize)
-                        .map(|ps| gpusched_core::report::classify::classify(e, &ps.pod, snap))
+                        .map(|ps| classifier.classify(e, &ps.pod))
                         .unwrap_or_default();
                     &own
                 }
