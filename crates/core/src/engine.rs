@@ -208,6 +208,14 @@ pub struct Engine {
     last_flush: Option<u64>,
     /// The jobs the last flush woke (a decision for one is a missed hint).
     flushed: std::collections::BTreeSet<(bool, String)>,
+    /// Per queue name: the demand of its pods that hold resources, and of
+    /// those that do not (the queues' usage and pending demand, kept
+    /// instead of summed over every pod each cycle).
+    sums: BTreeMap<String, (ResourceVec, ResourceVec)>,
+    /// Each pod's queue and group positions (`view.pod_queue`,
+    /// `view.pod_group`) must be looked up again (queues or groups changed,
+    /// or the pods were reordered).
+    index_dirty: bool,
     /// Park jobs a cycle could not place (on by default).
     pub park: bool,
     /// The safety flush: every parked job is woken this often (virtual
@@ -242,6 +250,8 @@ impl Engine {
             holders: BTreeMap::new(),
             last_flush: None,
             flushed: Default::default(),
+            sums: BTreeMap::new(),
+            index_dirty: true,
             park: true,
             flush_ms: 300_000,
             verify: cfg!(debug_assertions),
@@ -303,6 +313,12 @@ impl Engine {
         if !matches!(change, Change::Pod(..) | Change::PodGone(_)) {
             // a node, queue or group change may help any parked job
             self.wake_all();
+        }
+        if matches!(
+            change,
+            Change::Queue(_) | Change::QueueGone(_) | Change::Group(_) | Change::GroupGone(_)
+        ) {
+            self.index_dirty = true;
         }
         match change {
             Change::Node(n) => self.set_node(n),
@@ -468,16 +484,19 @@ impl Engine {
                 .map(|(k, v)| (k, v as PodId))
                 .collect();
             self.view.pod = vec![false; self.snap.pods.len()];
+            self.index_dirty = true;
         }
         let queues: Vec<&String> = self.snap.queues.iter().map(|q| &q.name).collect();
         if !snap.queues.iter().map(|q| &q.name).eq(queues) {
             self.snap.queues = snap.queues.clone();
             self.queue_ix = index(&self.snap.queues, |q| &q.name);
+            self.index_dirty = true;
         }
         let groups: Vec<&String> = self.snap.groups.iter().map(|g| &g.name).collect();
         if !snap.groups.iter().map(|g| &g.name).eq(groups) {
             self.snap.groups = snap.groups.clone();
             self.group_ix = index(&self.snap.groups, |g| &g.name);
+            self.index_dirty = true;
         }
     }
 
@@ -523,6 +542,7 @@ impl Engine {
         }
         self.refresh_view();
         self.view.pod.resize(self.snap.pods.len(), false);
+        self.refresh_index();
         let kept = Self::kept_state(
             &self.snap.nodes,
             self.state.take(),
@@ -726,16 +746,89 @@ impl Engine {
         Ok(())
     }
 
+    /// Adds (or takes out) a pod's demand to its queue's sums.
+    fn sum(&mut self, p: &PodState, add: bool) {
+        let d = p.pod.demand();
+        let e = self.sums.entry(p.pod.queue.clone()).or_default();
+        let side = if p.holding().is_some() {
+            &mut e.0
+        } else {
+            &mut e.1
+        };
+        if add {
+            side.add(&d);
+        } else {
+            side.sub(&d);
+            side.ext.retain(|_, v| *v != 0);
+        }
+    }
+
+    /// Pod `i`'s queue and group positions (when the index is kept).
+    fn set_index(&mut self, i: usize, pod: &Pod) {
+        if self.index_dirty {
+            return;
+        }
+        let q = self.queue_ix.get(&pod.queue).copied();
+        let g = pod
+            .group
+            .as_ref()
+            .and_then(|g| self.group_ix.get(g).copied());
+        if let (Some(qs), Some(gs)) = (&mut self.view.pod_queue, &mut self.view.pod_group)
+            && i < qs.len()
+            && i < gs.len()
+        {
+            qs[i] = q;
+            gs[i] = g;
+        } else {
+            self.index_dirty = true;
+        }
+    }
+
+    /// What the cycle reads of the kept per-pod index and queue sums.
+    fn refresh_index(&mut self) {
+        let n = self.snap.pods.len();
+        let stale = |v: &Option<Vec<Option<usize>>>| v.as_ref().is_none_or(|v| v.len() != n);
+        if self.index_dirty || stale(&self.view.pod_queue) || stale(&self.view.pod_group) {
+            self.view.pod_queue = Some(
+                self.snap
+                    .pods
+                    .iter()
+                    .map(|p| self.queue_ix.get(&p.pod.queue).copied())
+                    .collect(),
+            );
+            self.view.pod_group = Some(
+                self.snap
+                    .pods
+                    .iter()
+                    .map(|p| {
+                        p.pod
+                            .group
+                            .as_ref()
+                            .and_then(|g| self.group_ix.get(g).copied())
+                    })
+                    .collect(),
+            );
+            self.index_dirty = false;
+        }
+        self.view.sums = Some(
+            self.snap
+                .queues
+                .iter()
+                .map(|q| self.sums.get(&q.name).cloned().unwrap_or_default())
+                .collect(),
+        );
+    }
+
     /// Wakes every parked job (they are all tried in the next cycle).
     fn wake_all(&mut self) {
         if self.parked.is_empty() {
             return;
         }
         self.parked.clear();
-        self.view = Parked {
-            pod: vec![false; self.snap.pods.len()],
-            ..Parked::default()
-        };
+        self.view.pod = vec![false; self.snap.pods.len()];
+        self.view.first.clear();
+        self.view.jobs = 0;
+        self.view.gangs = 0;
         self.summary.clear();
         self.wake_at = None;
         self.view_dirty = false;
@@ -915,7 +1008,10 @@ impl Engine {
         match self.pod_ix.get(&new.pod.name) {
             Some(&i) => {
                 self.hint_change(Some(i), Some(&new));
+                self.sum(&new, true);
+                self.set_index(i as usize, &new.pod);
                 let old = std::mem::replace(&mut self.snap.pods[i as usize], new);
+                self.sum(&old, false);
                 self.holder_index(&old, false);
                 self.holder_index(&self.snap.pods[i as usize].clone(), true);
                 self.release(&old);
@@ -926,6 +1022,12 @@ impl Engine {
                 let i = self.snap.pods.len() as PodId;
                 self.pod_ix.insert(new.pod.name.clone(), i);
                 self.holder_index(&new, true);
+                self.sum(&new, true);
+                if let (Some(q), Some(g)) = (&mut self.view.pod_queue, &mut self.view.pod_group) {
+                    q.push(None);
+                    g.push(None);
+                }
+                self.set_index(i as usize, &new.pod);
                 self.snap.pods.push(new);
                 self.view.pod.push(false);
                 self.hold(i);
@@ -1013,6 +1115,14 @@ impl Engine {
         self.holder_index(&old, false);
         if let Some(moved) = self.snap.pods.get(i as usize) {
             self.pod_ix.insert(moved.pod.name.clone(), i);
+        }
+        self.sum(&old, false);
+        if let (Some(q), Some(g)) = (&mut self.view.pod_queue, &mut self.view.pod_group)
+            && (i as usize) < q.len()
+            && (i as usize) < g.len()
+        {
+            q.swap_remove(i as usize);
+            g.swap_remove(i as usize);
         }
         self.release(&old);
         Ok(())

@@ -123,19 +123,36 @@ impl<'s> Cycle<'s> {
         let (mut tree, problems) = QueueTree::build(&snap.queues);
         // each pod's queue and group, looked up once per cycle (pods of one
         // queue or gang tend to be neighbours: the last lookup is kept)
-        let pod_queue = lookup_per_pod(snap, |p| Some(p.pod.queue.as_str()), |q| tree.idx(q));
-        let group_idx: BTreeMap<&str, usize> = snap
-            .groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.name.as_str(), i))
-            .collect();
-        let pod_group = lookup_per_pod(
-            snap,
-            |p| p.pod.group.as_deref(),
-            |g| group_idx.get(g).copied(),
-        );
-        tree.account_with(snap, &pod_queue);
+        // (the engine keeps them across cycles)
+        let pod_queue = match &parked.pod_queue {
+            Some(v) => v.clone(),
+            None => lookup_per_pod(snap, |p| Some(p.pod.queue.as_str()), |q| tree.idx(q)),
+        };
+        let pod_group = match &parked.pod_group {
+            Some(v) => v.clone(),
+            None => {
+                let group_idx: BTreeMap<&str, usize> = snap
+                    .groups
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| (g.name.as_str(), i))
+                    .collect();
+                lookup_per_pod(
+                    snap,
+                    |p| p.pod.group.as_deref(),
+                    |g| group_idx.get(g).copied(),
+                )
+            }
+        };
+        match &parked.sums {
+            Some(sums) => {
+                for (q, (usage, pending)) in sums.iter().enumerate().take(tree.queues.len()) {
+                    tree.add_usage(q, usage);
+                    tree.add_pending(q, pending);
+                }
+            }
+            None => tree.account_with(snap, &pod_queue),
+        }
         tree.compute_deserved(&schedulable_capacity(snap));
         packer.prepare(&PackEnv {
             snapshot: snap,

@@ -130,6 +130,14 @@ pub(crate) struct Parked {
     /// as waiting (tried and short).
     pub jobs: u32,
     pub gangs: u32,
+    /// Kept by the engine across cycles (`None`: the cycle derives them
+    /// from every pod): each pod's queue (its position in the snapshot's
+    /// queues) and group (position in its groups), by pod id ...
+    pub pod_queue: Option<Vec<Option<usize>>>,
+    pub pod_group: Option<Vec<Option<usize>>>,
+    /// ... and per queue position, the demand of its own pods that hold
+    /// resources (usage) and of those that do not (pending).
+    pub sums: Option<Vec<(gpusched_model::ResourceVec, gpusched_model::ResourceVec)>>,
 }
 
 /// A job a cycle could not place and did nothing for: the engine may park
