@@ -122,7 +122,6 @@ pub fn run(
     );
     // the engine, fed the same cluster as changes
     let mut engine = Engine::new(gpusched_plugins::build(cfg)?);
-    engine.verify = false;
     engine
         .apply_all(changes_of(&snap)?)
         .map_err(|e| anyhow::anyhow!("the bench's cluster as changes: {e}"))?;

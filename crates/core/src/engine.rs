@@ -17,10 +17,11 @@
 //! and the runner reports the pods as running (or not) like any change, so
 //! the runner stays the authority on what happened.
 //!
-//! The guard: with [`Engine::verify`] on (tests, debug builds) every cycle
-//! also runs the full pass ([`Scheduler::cycle`] over the same snapshot)
-//! and compares its output and the kept capacity with a fresh build; each
-//! difference is recorded in [`Engine::divergences`].
+//! The guard: with an oracle ([`Engine::verify_with`]: a second scheduler
+//! built alike; tests, debug builds) every cycle also runs the full pass
+//! ([`Scheduler::cycle`] over the same snapshot) and compares its output
+//! and the kept capacity with a fresh build; each difference is recorded
+//! in [`Engine::divergences`].
 
 use crate::decision::{CycleOutput, Decision};
 use crate::scheduler::{ParkCandidate, Parked, Scheduler};
@@ -216,21 +217,29 @@ pub struct Engine {
     /// `view.pod_group`) must be looked up again (queues or groups changed,
     /// or the pods were reordered).
     index_dirty: bool,
+    /// The pods added and removed since the last cycle, by spec (for the
+    /// packer, `PackEnv::pods_changed`); `delta_valid` once a cycle has
+    /// passed (the first lets the packer count every pod).
+    delta: crate::plugin::PodsChanged,
+    delta_valid: bool,
     /// Park jobs a cycle could not place (on by default).
     pub park: bool,
     /// The safety flush: every parked job is woken this often (virtual
     /// ms); each one it wakes that then gets a decision counts as a missed
     /// hint.
     pub flush_ms: u64,
-    /// Run the full pass beside every cycle and record differences.
-    pub verify: bool,
+    /// The oracle: a second scheduler, built as the engine's, that runs the
+    /// full pass over the engine's state beside every cycle (it sees the
+    /// same cycles at the same states, so a plugin that keeps state across
+    /// cycles — the gpusched packer does — is in the same state in both).
+    oracle: Option<Scheduler>,
     divergences: Vec<String>,
     stats: EngineStats,
 }
 
 impl Engine {
-    /// An engine with no objects around `sched`; verification is on in
-    /// debug builds.
+    /// An engine with no objects around `sched` (no oracle: see
+    /// [`Engine::verify_with`]).
     pub fn new(sched: Scheduler) -> Self {
         Engine {
             sched,
@@ -252,12 +261,23 @@ impl Engine {
             flushed: Default::default(),
             sums: BTreeMap::new(),
             index_dirty: true,
+            delta: Default::default(),
+            delta_valid: false,
             park: true,
             flush_ms: 300_000,
-            verify: cfg!(debug_assertions),
+            oracle: None,
             divergences: Vec::new(),
             stats: EngineStats::default(),
         }
+    }
+
+    /// Runs `oracle` — a scheduler built as this engine's, used for nothing
+    /// else — beside every cycle from now on: the full pass over the same
+    /// state, its output and a fresh build of the free capacity compared
+    /// with the engine's ([`Engine::divergences`]). For tests and debug
+    /// builds: it costs a full pass per cycle.
+    pub fn verify_with(&mut self, oracle: Scheduler) {
+        self.oracle = Some(oracle);
     }
 
     /// The scheduler (its options may be changed between cycles).
@@ -543,6 +563,9 @@ impl Engine {
         self.refresh_view();
         self.view.pod.resize(self.snap.pods.len(), false);
         self.refresh_index();
+        let delta = std::mem::take(&mut self.delta);
+        self.view.pods_changed = self.delta_valid.then_some(delta);
+        self.delta_valid = true;
         let kept = Self::kept_state(
             &self.snap.nodes,
             self.state.take(),
@@ -563,8 +586,9 @@ impl Engine {
         if !self.flushed.is_empty() {
             self.count_missed(&out);
         }
-        if self.verify {
-            self.check(&out, now_ms, seed);
+        if let Some(mut oracle) = self.oracle.take() {
+            self.check(&mut oracle, &out, now_ms, seed);
+            self.oracle = Some(oracle);
         }
         if self.park && clean {
             self.park_jobs(candidates, now_ms);
@@ -594,8 +618,8 @@ impl Engine {
 
     /// The guard: the full pass over the same snapshot decides the same,
     /// and the kept capacity equals a fresh build.
-    fn check(&mut self, out: &CycleOutput, now_ms: u64, seed: u64) {
-        let full = self.sched.cycle(&self.snap, now_ms, seed);
+    fn check(&mut self, oracle: &mut Scheduler, out: &CycleOutput, now_ms: u64, seed: u64) {
+        let full = oracle.cycle(&self.snap, now_ms, seed);
         let c = self.stats.cycles;
         if full.decisions != out.decisions {
             self.divergences.push(format!(
@@ -1010,6 +1034,12 @@ impl Engine {
                 self.hint_change(Some(i), Some(&new));
                 self.sum(&new, true);
                 self.set_index(i as usize, &new.pod);
+                if self.snap.pods[i as usize].pod != new.pod {
+                    self.delta.added.push(new.pod.clone());
+                    self.delta
+                        .removed
+                        .push(self.snap.pods[i as usize].pod.clone());
+                }
                 let old = std::mem::replace(&mut self.snap.pods[i as usize], new);
                 self.sum(&old, false);
                 self.holder_index(&old, false);
@@ -1023,6 +1053,7 @@ impl Engine {
                 self.pod_ix.insert(new.pod.name.clone(), i);
                 self.holder_index(&new, true);
                 self.sum(&new, true);
+                self.delta.added.push(new.pod.clone());
                 if let (Some(q), Some(g)) = (&mut self.view.pod_queue, &mut self.view.pod_group) {
                     q.push(None);
                     g.push(None);
@@ -1117,6 +1148,7 @@ impl Engine {
             self.pod_ix.insert(moved.pod.name.clone(), i);
         }
         self.sum(&old, false);
+        self.delta.removed.push(old.pod.clone());
         if let (Some(q), Some(g)) = (&mut self.view.pod_queue, &mut self.view.pod_group)
             && (i as usize) < q.len()
             && (i as usize) < g.len()

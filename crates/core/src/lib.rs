@@ -27,7 +27,7 @@ pub use decision::{
 pub use engine::{Change, ChangeError, Engine, PodAt};
 pub use plugin::{
     ConstraintState, Filter, FilterName, FilterResult, Needs, PackEnv, Packer, Placement,
-    PodConstraint, SchedulingKey, Score, place,
+    PodConstraint, PodsChanged, SchedulingKey, Score, place,
 };
 pub use reason::{
     CandidateRejection, EvictionAttempt, EvictionKind, EvictionOutcome, EvictionReason,

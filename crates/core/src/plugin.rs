@@ -174,6 +174,21 @@ pub struct PackEnv<'s, 'c> {
     pub state: &'c ClusterState<'s>,
     /// The cycle's seed (the only source of randomness).
     pub seed: u64,
+    /// The pods added and removed (by spec: a pod whose spec changed is
+    /// removed as it was and added as it is) since the packer's last
+    /// `prepare`, when the caller keeps track (the incremental core,
+    /// [`crate::engine`]); `None` in a full pass. A packer that derives
+    /// something from every pod may update it from these instead.
+    pub pods_changed: Option<&'c PodsChanged>,
+}
+
+/// Pods added and removed between two `prepare` calls ([`PackEnv`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodsChanged {
+    /// Pods that came (or whose spec became this).
+    pub added: Vec<gpusched_model::Pod>,
+    /// Pods that went (or whose spec was this).
+    pub removed: Vec<gpusched_model::Pod>,
 }
 
 /// Packing extension point: choose GPUs on a node and score the result.

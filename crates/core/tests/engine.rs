@@ -153,7 +153,7 @@ proptest! {
     ) {
         let mut snap = snap;
         let mut engine = Engine::new(sched());
-        engine.verify = true;
+        engine.verify_with(sched());
         let mut full = sched();
         let mut ops = ops.into_iter();
         for round in 0..6u64 {
@@ -182,7 +182,7 @@ proptest! {
 #[test]
 fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
     let mut engine = Engine::new(default_sched());
-    engine.verify = true;
+    engine.verify_with(default_sched());
     let mut changes = Vec::new();
     for i in 0..6 {
         changes.push(Change::Node(

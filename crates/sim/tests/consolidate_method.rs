@@ -69,6 +69,7 @@ fn a_pod_that_fits_no_node_is_placed_after_one_move() {
         snapshot: &snap,
         state: &cs,
         seed: 1,
+        pods_changed: None,
     });
     let q = gpus("q", 2);
     let took = mover.try_place(&q, &mut cs, &mut snap, &*packer, 3);

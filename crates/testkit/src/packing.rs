@@ -60,6 +60,7 @@ pub fn prepare(p: &mut dyn Packer, snap: &Snapshot, cs: &ClusterState<'_>, seed:
         snapshot: snap,
         state: cs,
         seed,
+        pods_changed: None,
     });
 }
 

@@ -158,6 +158,7 @@ impl<'s> Cycle<'s> {
             snapshot: snap,
             state: &cs,
             seed,
+            pods_changed: parked.pods_changed.as_ref(),
         });
         let packer: &'s dyn Packer = packer;
         let n_nodes = snap.nodes.len();

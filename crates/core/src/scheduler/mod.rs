@@ -138,6 +138,8 @@ pub(crate) struct Parked {
     /// ... and per queue position, the demand of its own pods that hold
     /// resources (usage) and of those that do not (pending).
     pub sums: Option<Vec<(gpusched_model::ResourceVec, gpusched_model::ResourceVec)>>,
+    /// The pods added and removed since the last cycle (for the packer).
+    pub pods_changed: Option<crate::plugin::PodsChanged>,
 }
 
 /// A job a cycle could not place and did nothing for: the engine may park

@@ -815,6 +815,44 @@ pub(crate) fn derive_profile(env: &PackEnv<'_, '_>) -> Profile {
     Profile::from_pods(env.snapshot.pods.iter().map(|p| &p.pod))
 }
 
+/// [`derive_profile`] from class counts kept across calls: updated from
+/// the pods added and removed when the caller tracks them
+/// (`PackEnv::pods_changed`), counted over every pod otherwise. The same
+/// profile either way (the counts are the same multiset).
+pub(crate) fn derive_profile_kept(
+    counts: &mut Option<std::collections::BTreeMap<super::profile::PodClass, u64>>,
+    env: &PackEnv<'_, '_>,
+) -> Profile {
+    use super::profile::PodClass;
+    match (env.pods_changed, counts.as_mut()) {
+        (Some(d), Some(c)) => {
+            for p in &d.removed {
+                let k = PodClass::of(p);
+                if let Some(n) = c.get_mut(&k) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        c.remove(&k);
+                    }
+                }
+            }
+            for p in &d.added {
+                *c.entry(PodClass::of(p)).or_insert(0) += 1;
+            }
+        }
+        _ => {
+            let mut c = std::collections::BTreeMap::new();
+            for p in &env.snapshot.pods {
+                *c.entry(PodClass::of(&p.pod)).or_insert(0) += 1;
+            }
+            *counts = Some(c);
+        }
+    }
+    match counts {
+        Some(c) => Profile::from_counts(c, Default::default()),
+        None => derive_profile(env),
+    }
+}
+
 /// FGD placement (see the module documentation).
 pub struct FgdPacker {
     explicit: bool,
@@ -1113,5 +1151,80 @@ mod tests {
         assert_eq!(squash(-10.0, false), 49);
         assert_eq!(squash(-50.0, true), 49);
         assert_eq!(squash(-1e9, true), 0);
+    }
+}
+
+#[cfg(test)]
+mod kept_profile_tests {
+    use super::*;
+    use gpusched_core::{ClusterState, PodState, PodsChanged, Snapshot};
+    use gpusched_model::{GpuRequest, Pod};
+
+    fn pod(name: &str, gpu: GpuRequest, models: &[&str], cpu: u64) -> Pod {
+        let mut p = Pod::new(name, "q");
+        p.gpu = gpu;
+        p.gpu_models = models.iter().map(|m| m.to_string()).collect();
+        p.requests.cpu_milli = cpu;
+        p
+    }
+
+    /// Counts kept across calls and updated from the pods added and removed
+    /// give the profile a count over every pod gives, step after step —
+    /// and the counts are really kept (a delta alone moves them).
+    #[test]
+    fn kept_class_counts_follow_the_changes_exactly() {
+        let shapes = [
+            (GpuRequest::Whole(1), vec![], 1000),
+            (GpuRequest::Whole(8), vec!["H100"], 2000),
+            (
+                GpuRequest::Share {
+                    milli: 500,
+                    memory_mib: 0,
+                },
+                vec![],
+                500,
+            ),
+            (GpuRequest::None, vec![], 4000),
+        ];
+        let mut snap = Snapshot::default();
+        let mut counts = None;
+        let mut seq = 0u32;
+        for step in 0..40u32 {
+            let mut d = PodsChanged::default();
+            // add two, remove one (when there is one), change one's spec
+            for k in 0..2 {
+                let (g, m, c) = &shapes[((step * 3 + k) % 4) as usize];
+                let models: Vec<&str> = m.to_vec();
+                let p = pod(&format!("p{seq}"), *g, &models, *c);
+                seq += 1;
+                d.added.push(p.clone());
+                snap.pods.push(PodState::pending(p));
+            }
+            if step % 3 == 2 {
+                let gone = snap.pods.remove((step as usize * 7) % snap.pods.len());
+                d.removed.push(gone.pod);
+            }
+            if step % 5 == 4 {
+                let i = (step as usize * 11) % snap.pods.len();
+                d.removed.push(snap.pods[i].pod.clone());
+                snap.pods[i].pod.requests.cpu_milli += 250;
+                d.added.push(snap.pods[i].pod.clone());
+            }
+            let nodes = Vec::new();
+            let cs = ClusterState::new(&nodes);
+            let env = PackEnv {
+                snapshot: &snap,
+                state: &cs,
+                seed: 1,
+                // the first call counts every pod
+                pods_changed: (step > 0).then_some(&d),
+            };
+            let kept = derive_profile_kept(&mut counts, &env);
+            assert_eq!(kept, derive_profile(&env), "step {step}");
+        }
+        // the counts are kept: an empty delta changes nothing, a delta
+        // moves them without looking at the pods
+        let total: u64 = counts.as_ref().map_or(0, |c| c.values().sum());
+        assert_eq!(total, snap.pods.len() as u64);
     }
 }

@@ -66,7 +66,7 @@
 //! state and pod class, which makes the policy cheaper per decision than
 //! the reference FGD despite the full distribution.
 
-use super::fgd::{FragEngine, derive_profile};
+use super::fgd::{FragEngine, derive_profile_kept};
 use super::profile::{PodClass, Profile};
 use super::util::{WholeChooser, for_each_share, share_on};
 use gpusched_core::{ClusterState, NodeId, PackEnv, Packer, Placement, Score};
@@ -280,6 +280,9 @@ pub struct GpuschedPacker {
     /// Bumped when `prepare` changes anything `place` reads
     /// ([`Packer::generation`]).
     generation: u64,
+    /// The pods counted by class, kept across `prepare` calls to derive
+    /// the target workload (updated from `PackEnv::pods_changed`).
+    class_counts: Option<std::collections::BTreeMap<super::profile::PodClass, u64>>,
 }
 
 /// Steps of the scarcity level (the engine is rebuilt when a level moves
@@ -341,6 +344,7 @@ impl GpuschedPacker {
             parts: Vec::new(),
             part_sets: Vec::new(),
             generation: 0,
+            class_counts: None,
         }
     }
 
@@ -608,7 +612,7 @@ impl Packer for GpuschedPacker {
             remix = self.update_scarcity(env.state);
         }
         if !self.explicit {
-            let p = derive_profile(env);
+            let p = derive_profile_kept(&mut self.class_counts, env);
             if p != self.source {
                 rebuild = Some(p);
             }
@@ -623,6 +627,7 @@ impl Packer for GpuschedPacker {
                 shape_nodes: this.shape_nodes,
                 scarcity: this.scarcity,
                 explicit: this.explicit,
+                class_counts: this.class_counts,
                 ..GpuschedPacker::new()
             }
             .with_engine(p);

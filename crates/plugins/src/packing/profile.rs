@@ -137,14 +137,20 @@ impl Profile {
     ) -> Profile {
         let mut counts: BTreeMap<PodClass, u64> = BTreeMap::new();
         for p in pods {
-            let c = PodClass::of(p);
-            if !opts.include_cpu_pods && c.is_cpu_only() {
-                continue;
-            }
-            *counts.entry(c).or_insert(0) += 1;
+            *counts.entry(PodClass::of(p)).or_insert(0) += 1;
         }
-        let total: u64 = counts.values().sum();
-        let mut list: Vec<(PodClass, u64)> = counts.into_iter().collect();
+        Self::from_counts(&counts, opts)
+    }
+
+    /// The class distribution of pods counted by class (as
+    /// [`Profile::from_pods_with`] counts them; classes counted 0 are
+    /// left out), cut as `opts` says.
+    pub fn from_counts(counts: &BTreeMap<PodClass, u64>, opts: ProfileOptions) -> Profile {
+        let counts = counts
+            .iter()
+            .filter(|(c, n)| **n > 0 && (opts.include_cpu_pods || !c.is_cpu_only()));
+        let total: u64 = counts.clone().map(|(_, n)| *n).sum();
+        let mut list: Vec<(PodClass, u64)> = counts.map(|(c, n)| (c.clone(), *n)).collect();
         list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
         let need = opts.coverage * total as f64;
         let mut cum = 0u64;

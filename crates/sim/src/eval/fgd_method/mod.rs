@@ -414,6 +414,7 @@ fn run_seed_with(
             snapshot: &snap,
             state: &cs,
             seed: gpusched_model::mix::mix_indexed(seed, step as u64),
+            pods_changed: None,
         });
         // a packer that promises nothing across decisions gets a generation
         // of its own for each one
