@@ -334,6 +334,10 @@ impl Engine {
             // a node, queue or group change may help any parked job
             self.wake_all();
         }
+        if matches!(change, Change::Node(_) | Change::NodeGone(_)) {
+            self.view.capacity = None;
+            self.view.verdicts = None;
+        }
         if matches!(
             change,
             Change::Queue(_) | Change::QueueGone(_) | Change::Group(_) | Change::GroupGone(_)
@@ -461,6 +465,8 @@ impl Engine {
                     .map(|state| StateParts { state });
             }
             self.snap.nodes = nodes.into_iter().flatten().collect();
+            self.view.capacity = None;
+            self.view.verdicts = None;
             for a in &mut self.adjust {
                 a.node = new_id[a.node as usize];
             }
@@ -563,6 +569,12 @@ impl Engine {
         self.refresh_view();
         self.view.pod.resize(self.snap.pods.len(), false);
         self.refresh_index();
+        if self.view.verdicts.is_none() {
+            self.view.verdicts = Some(BTreeMap::new());
+        }
+        if self.view.capacity.is_none() {
+            self.view.capacity = Some(crate::fairshare::schedulable_capacity(&self.snap));
+        }
         let delta = std::mem::take(&mut self.delta);
         self.view.pods_changed = self.delta_valid.then_some(delta);
         self.delta_valid = true;
@@ -579,10 +591,18 @@ impl Engine {
             }
         };
         let clean = state.1.is_empty();
-        let (out, parts, candidates) =
+        let (out, parts, candidates, verdicts) =
             self.sched
                 .cycle_on(&self.snap, state, &self.view, (now_ms, seed), true);
         self.state = clean.then_some(parts);
+        if let Some(kept) = &mut self.view.verdicts {
+            // bounded: a cluster of many pod shapes starts over rather
+            // than keep every shape's verdicts on every node
+            if kept.len() + verdicts.len() > MAX_KEPT_VERDICTS {
+                kept.clear();
+            }
+            kept.extend(verdicts);
+        }
         if !self.flushed.is_empty() {
             self.count_missed(&out);
         }
@@ -1209,6 +1229,10 @@ impl Engine {
         Some(cs)
     }
 }
+
+/// How many scheduling keys' filter verdicts the engine keeps (each is a
+/// flag and an id per node: ≈ 25 KB at 5,000 nodes).
+const MAX_KEPT_VERDICTS: usize = 512;
 
 /// A change of the kept capacity, applied at the next cycle.
 struct Adjust {

@@ -69,6 +69,23 @@ impl<'s> Cycle<'s> {
             self.pod_sig[p as usize] = Some(s);
             return s;
         }
+        // kept by the engine while no node changed: the filters read only
+        // the pod's key and the node
+        if let Some(v) = self.kept_verdicts.and_then(|k| k.get(&key)) {
+            let v = v.clone();
+            let s = self.sigs.len();
+            self.sigs.push(SigCache {
+                rep: p,
+                ok: v.ok.clone(),
+                ok_list: v.ok_list.clone(),
+                rejects: v.rejects.clone(),
+                heap: None,
+                log_pos: 0,
+            });
+            self.sig_index.insert(key, s);
+            self.pod_sig[p as usize] = Some(s);
+            return s;
+        }
         let mut ok = vec![false; snap.nodes.len()];
         let mut ok_list = Vec::new();
         let mut rejects: BTreeMap<NodeReason, u32> = BTreeMap::new();
@@ -90,6 +107,16 @@ impl<'s> Cycle<'s> {
                 }
                 Some(r) => *rejects.entry(r).or_insert(0) += 1,
             }
+        }
+        if self.kept_verdicts.is_some() {
+            self.new_verdicts.push((
+                key.clone(),
+                std::sync::Arc::new(super::Verdicts {
+                    ok: ok.clone(),
+                    ok_list: ok_list.clone(),
+                    rejects: rejects.clone(),
+                }),
+            ));
         }
         let s = self.sigs.len();
         self.sigs.push(SigCache {

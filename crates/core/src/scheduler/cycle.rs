@@ -101,6 +101,10 @@ pub(super) struct Cycle<'s> {
     /// Per queue, the order key of its first parked job: the jobs after it
     /// are not the queue's head and, without backfill, wait behind it.
     pub parked_first: Vec<Option<ParkedKey>>,
+    /// Static filter verdicts kept by the engine (`None` in a full pass).
+    pub kept_verdicts: Option<&'s BTreeMap<SchedulingKey, std::sync::Arc<super::Verdicts>>>,
+    /// The verdicts this cycle computed that were not kept (for the engine).
+    pub new_verdicts: super::NewVerdicts,
 }
 
 impl<'s> Cycle<'s> {
@@ -153,7 +157,10 @@ impl<'s> Cycle<'s> {
             }
             None => tree.account_with(snap, &pod_queue),
         }
-        tree.compute_deserved(&schedulable_capacity(snap));
+        match &parked.capacity {
+            Some(c) => tree.compute_deserved(c),
+            None => tree.compute_deserved(&schedulable_capacity(snap)),
+        }
         packer.prepare(&PackEnv {
             snapshot: snap,
             state: &cs,
@@ -263,6 +270,8 @@ impl<'s> Cycle<'s> {
             leaving_gpu,
             parked_pod: &parked.pod,
             parked_first: Vec::new(),
+            kept_verdicts: parked.verdicts.as_ref(),
+            new_verdicts: Vec::new(),
         };
         for (i, e) in errors {
             c.notes.insert(

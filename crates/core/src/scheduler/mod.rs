@@ -140,7 +140,27 @@ pub(crate) struct Parked {
     pub sums: Option<Vec<(gpusched_model::ResourceVec, gpusched_model::ResourceVec)>>,
     /// The pods added and removed since the last cycle (for the packer).
     pub pods_changed: Option<crate::plugin::PodsChanged>,
+    /// The schedulable capacity ([`crate::fairshare::schedulable_capacity`]),
+    /// kept while no node changes.
+    pub capacity: Option<gpusched_model::ResourceVec>,
+    /// The static filters' verdicts per scheduling key, kept while no node
+    /// changes (`None`: a full pass, computed per cycle).
+    pub verdicts: Option<BTreeMap<crate::plugin::SchedulingKey, std::sync::Arc<Verdicts>>>,
 }
+
+/// The static filters' verdicts on every node for one scheduling key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Verdicts {
+    /// Whether the filters pass each node.
+    pub ok: Vec<bool>,
+    /// The nodes they pass, in id order.
+    pub ok_list: Vec<crate::snapshot::NodeId>,
+    /// How many nodes each refusal was given by.
+    pub rejects: BTreeMap<crate::reason::NodeReason, u32>,
+}
+
+/// The verdicts a cycle computed for scheduling keys it did not find kept.
+pub(crate) type NewVerdicts = Vec<(crate::plugin::SchedulingKey, std::sync::Arc<Verdicts>)>;
 
 /// A job a cycle could not place and did nothing for: the engine may park
 /// it until a change may help it.
@@ -270,7 +290,7 @@ impl Scheduler {
         parked: &Parked,
         (now_ms, seed): (u64, u64),
         undo_binds: bool,
-    ) -> (CycleOutput, StateParts, Vec<ParkCandidate>) {
+    ) -> (CycleOutput, StateParts, Vec<ParkCandidate>, NewVerdicts) {
         let (mut c, jobs) = cycle::Cycle::new(
             (snap, state.0, state.1, parked),
             &self.filters,
@@ -295,6 +315,7 @@ impl Scheduler {
         } else {
             Vec::new()
         };
-        (c.out, c.cs.into_parts(), candidates)
+        let verdicts = std::mem::take(&mut c.new_verdicts);
+        (c.out, c.cs.into_parts(), candidates, verdicts)
     }
 }
