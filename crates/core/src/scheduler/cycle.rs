@@ -57,6 +57,10 @@ pub(super) struct Cycle<'s> {
     pub equiv: Equivalence,
     /// Running pods per node (pod ids), for victim search.
     pub on_node: Vec<Vec<PodId>>,
+    /// Whether `on_node`, `unit_since` and `unit_gpu` are built (only the
+    /// eviction and consolidation searches read them:
+    /// [`Cycle::build_victim_index`]).
+    pub victims_built: bool,
     /// Pods evicted (tentatively or for real) this cycle.
     pub gone: Vec<bool>,
     /// Pods that hold capacity on its way out: those the snapshot shows
@@ -170,34 +174,12 @@ impl<'s> Cycle<'s> {
         let packer: &'s dyn Packer = packer;
         let n_nodes = snap.nodes.len();
         let n_pods = snap.pods.len();
-        let mut on_node = vec![Vec::new(); n_nodes];
-        for (i, p) in snap.pods.iter().enumerate() {
-            if let Some((n, _)) = p.holding()
-                && (n as usize) < n_nodes
-            {
-                on_node[n as usize].push(i as PodId);
-            }
-        }
         let mut group_running = vec![Vec::new(); snap.groups.len()];
         for (i, p) in snap.pods.iter().enumerate() {
             if matches!(p.phase, PodPhase::Running { .. })
                 && let Some(g) = pod_group[i]
             {
                 group_running[g].push(i as PodId);
-            }
-        }
-        let since = |p: &PodState| match p.phase {
-            PodPhase::Running { since_ms, .. } => since_ms,
-            _ => 0,
-        };
-        let mut unit_since: Vec<u64> = snap.pods.iter().map(since).collect();
-        let mut unit_gpu: Vec<u64> = snap.pods.iter().map(|p| p.pod.gpu.milli()).collect();
-        for members in &group_running {
-            let latest = members.iter().map(|&m| unit_since[m as usize]).max();
-            let gpu: u64 = members.iter().map(|&m| unit_gpu[m as usize]).sum();
-            for &m in members {
-                unit_since[m as usize] = latest.unwrap_or(0);
-                unit_gpu[m as usize] = gpu;
             }
         }
         let min_runtime: Vec<u64> = (0..tree.queues.len())
@@ -251,7 +233,8 @@ impl<'s> Cycle<'s> {
             reserved: vec![None; n_nodes],
             reserving: BTreeSet::new(),
             equiv: Equivalence::default(),
-            on_node,
+            on_node: Vec::new(),
+            victims_built: false,
             gone: vec![false; n_pods],
             leaving: (0..n_pods as PodId)
                 .filter(|&p| matches!(snap.pods[p as usize].phase, PodPhase::Terminating { .. }))
@@ -264,8 +247,8 @@ impl<'s> Cycle<'s> {
             evict_notes: Vec::new(),
             evictions: 0,
             group_running,
-            unit_since,
-            unit_gpu,
+            unit_since: Vec::new(),
+            unit_gpu: Vec::new(),
             min_runtime,
             leaving_gpu,
             parked_pod: &parked.pod,
@@ -451,6 +434,45 @@ impl<'s> Cycle<'s> {
 }
 
 impl Cycle<'_> {
+    /// Builds what the victim searches read — the running pods of each node,
+    /// and per pod when its eviction unit (itself or its running gang) last
+    /// started and the GPUs it holds — once per cycle, when a search first
+    /// needs it (a cycle that places everything or parks the rest never
+    /// does).
+    pub fn build_victim_index(&mut self) {
+        if self.victims_built {
+            return;
+        }
+        self.victims_built = true;
+        let snap = self.snap;
+        let n_nodes = snap.nodes.len();
+        let mut on_node = vec![Vec::new(); n_nodes];
+        for (i, p) in snap.pods.iter().enumerate() {
+            if let Some((n, _)) = p.holding()
+                && (n as usize) < n_nodes
+            {
+                on_node[n as usize].push(i as PodId);
+            }
+        }
+        let since = |p: &PodState| match p.phase {
+            PodPhase::Running { since_ms, .. } => since_ms,
+            _ => 0,
+        };
+        let mut unit_since: Vec<u64> = snap.pods.iter().map(since).collect();
+        let mut unit_gpu: Vec<u64> = snap.pods.iter().map(|p| p.pod.gpu.milli()).collect();
+        for members in &self.group_running {
+            let latest = members.iter().map(|&m| unit_since[m as usize]).max();
+            let gpu: u64 = members.iter().map(|&m| unit_gpu[m as usize]).sum();
+            for &m in members {
+                unit_since[m as usize] = latest.unwrap_or(0);
+                unit_gpu[m as usize] = gpu;
+            }
+        }
+        self.on_node = on_node;
+        self.unit_since = unit_since;
+        self.unit_gpu = unit_gpu;
+    }
+
     /// The jobs this cycle could not place and did nothing for, which the
     /// engine may park: not placed, nominated or reserving, no pod whose
     /// constraint plugins have a say (what runs elsewhere may help those),

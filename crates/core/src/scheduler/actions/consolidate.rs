@@ -36,10 +36,14 @@ pub(super) struct Consolidate;
 
 impl Action for Consolidate {
     fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
+        if c.unplaced.is_empty() {
+            return;
+        }
         let any_movable = (0..c.snap.pods.len() as PodId).any(|v| c.opted_in(v));
         if !any_movable || c.opts.max_moves_per_cycle == 0 {
             return;
         }
+        c.build_victim_index();
         let mut free: u64 = c.cs.states().iter().map(|s| s.free.gpu_milli).sum();
         // (signature, priority) of single pods whose search failed (nothing
         // committed since): the same search would fail again

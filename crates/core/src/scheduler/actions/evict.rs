@@ -40,6 +40,9 @@ pub(super) struct Evict(pub EvictionKind);
 impl Action for Evict {
     fn run(&self, c: &mut Cycle<'_>, jobs: &[Job]) {
         let pass = self.0;
+        if !c.unplaced.is_empty() {
+            c.build_victim_index();
+        }
         let unplaced = std::mem::take(&mut c.unplaced);
         for (i, &j) in unplaced.iter().enumerate() {
             if c.evictions >= c.opts.max_evictions_per_cycle {
