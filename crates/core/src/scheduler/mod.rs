@@ -118,8 +118,10 @@ pub struct SchedulerOptions {
 /// priority (high first), arrival, name.
 pub(crate) type ParkedKey = (std::cmp::Reverse<i32>, u64, String);
 
-/// What the incremental core keeps parked, as a cycle reads it
-/// ([`crate::engine`]): those pods' jobs are left out of the cycle.
+/// What the incremental core keeps for a cycle ([`crate::engine`]): the
+/// parked jobs (their pods' jobs are left out of the cycle) and what it
+/// keeps instead of the cycle deriving it from every pod. The default (a
+/// full pass) keeps nothing.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Parked {
     /// Pods of parked jobs, by pod id (shorter: the rest are not parked).
