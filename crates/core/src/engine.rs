@@ -330,20 +330,8 @@ impl Engine {
 
     /// Applies one change.
     pub fn apply(&mut self, change: Change) -> Result<(), ChangeError> {
-        if !matches!(change, Change::Pod(..) | Change::PodGone(_)) {
-            // a node, queue or group change may help any parked job
-            self.wake_all();
-        }
-        if matches!(change, Change::Node(_) | Change::NodeGone(_)) {
-            self.view.capacity = None;
-            self.view.verdicts = None;
-        }
-        if matches!(
-            change,
-            Change::Queue(_) | Change::QueueGone(_) | Change::Group(_) | Change::GroupGone(_)
-        ) {
-            self.index_dirty = true;
-        }
+        let pod = matches!(change, Change::Pod(..) | Change::PodGone(_));
+        let node = matches!(change, Change::Node(_) | Change::NodeGone(_));
         match change {
             Change::Node(n) => self.set_node(n),
             Change::NodeGone(name) => self.remove_node(&name)?,
@@ -369,6 +357,19 @@ impl Engine {
             )?,
             Change::Pod(pod, at) => self.set_pod(*pod, at)?,
             Change::PodGone(name) => self.remove_pod(&name)?,
+        }
+        // what the change may invalidate (only once it applied: a refused
+        // change leaves the kept state and the parked jobs as they were)
+        if !pod {
+            // a node, queue or group change may help any parked job
+            self.wake_all();
+        }
+        if node {
+            self.view.capacity = None;
+            self.view.verdicts = None;
+        } else if !pod {
+            // queue or group positions moved
+            self.index_dirty = true;
         }
         self.generation += 1;
         self.stats.changes += 1;
@@ -443,11 +444,16 @@ impl Engine {
             self.snap.nodes.iter().map(|n| &n.name).collect(),
         ) {
             // new id of each old id
+            let wanted: BTreeMap<&str, usize> = node_names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.as_str(), i))
+                .collect();
             let new_id: Vec<NodeId> = self
                 .snap
                 .nodes
                 .iter()
-                .map(|n| node_names.iter().position(|x| *x == n.name).unwrap_or(0) as NodeId)
+                .map(|n| wanted.get(n.name.as_str()).copied().unwrap_or(0) as NodeId)
                 .collect();
             let mut nodes: Vec<Option<Node>> = vec![None; node_names.len()];
             let mut states: Vec<Option<crate::state::NodeState>> = vec![None; node_names.len()];

@@ -226,6 +226,9 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
     );
     // the backlog is parked: left out of the next cycles
     assert_eq!(engine.stats().parked, 20, "{:?}", engine.stats());
+    // a refused change wakes nothing
+    assert!(engine.apply(Change::QueueGone("none".into())).is_err());
+    assert_eq!(engine.stats().parked, 20, "{:?}", engine.stats());
     assert_eq!(out.explanations.len(), 20);
     for k in 0..3u64 {
         let now = 200 + k * 100;
