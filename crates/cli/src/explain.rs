@@ -273,6 +273,9 @@ struct Keep<'a> {
 }
 
 impl gpusched_sim::Hooks for Keep<'_> {
+    fn every_explanation(&self) -> bool {
+        true
+    }
     fn cycle_seen(&mut self, now_ms: u64, snap: &Snapshot, out: &CycleOutput) {
         if self.at.is_some_and(|a| now_ms > a) {
             return;

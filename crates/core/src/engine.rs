@@ -133,6 +133,24 @@ pub enum ChangeError {
     },
 }
 
+/// The packer of the stand-in [`Engine::lend`] leaves behind: places
+/// nothing (it is never run).
+struct Lent;
+
+impl crate::plugin::Packer for Lent {
+    fn name(&self) -> &'static str {
+        "lent"
+    }
+    fn place(
+        &self,
+        _pod: &Pod,
+        _node: NodeId,
+        _state: &ClusterState<'_>,
+    ) -> Option<crate::plugin::Placement> {
+        None
+    }
+}
+
 /// A parked job: what the wake-up rules read.
 #[derive(Clone, Debug)]
 struct ParkedJob {
@@ -145,10 +163,14 @@ struct ParkedJob {
     old: bool,
     /// A gang a full pass counts as waiting.
     counts_waiting: bool,
+    /// What the cycle that parked it said of each of `pods` (ids of that
+    /// cycle; the queue position dropped: it moves while the job waits).
+    explained: Vec<Option<crate::decision::Explanation>>,
 }
 
 /// Counters of the engine's own work.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EngineStats {
     /// Changes applied.
     pub changes: u64,
@@ -271,6 +293,19 @@ impl Engine {
         }
     }
 
+    /// An engine around the scheduler `sched` lends it (for a runner handed
+    /// `&mut Scheduler`); [`Engine::give_back`] returns it, with whatever
+    /// state its plugins kept.
+    pub fn lend(sched: &mut Scheduler) -> Self {
+        let stand_in = Scheduler::new(sched.opts.clone(), Vec::new(), Box::new(Lent));
+        Engine::new(std::mem::replace(sched, stand_in))
+    }
+
+    /// Puts the scheduler [`Engine::lend`] took back where it came from.
+    pub fn give_back(self, into: &mut Scheduler) {
+        *into = self.sched;
+    }
+
     /// Runs `oracle` — a scheduler built as this engine's, used for nothing
     /// else — beside every cycle from now on: the full pass over the same
     /// state, its output and a fresh build of the free capacity compared
@@ -304,6 +339,49 @@ impl Engine {
     /// Where the kept state and the full pass disagreed (with `verify`).
     pub fn divergences(&self) -> &[String] {
         &self.divergences
+    }
+
+    /// Adds to `out` (this engine's last cycle) what was said of the pods
+    /// of parked jobs when they were parked, under their ids now, and puts
+    /// the explanations in pod order, as a full pass lists them. A cycle
+    /// explains only the pods it tried; a runner that shows every pending
+    /// pod (status, metrics, `explain`) asks for the rest here, when it
+    /// shows them. Their queue position is left out: it moves while a job
+    /// waits (`explain` and `pending` compute it when asked).
+    pub fn explain_parked(&self, out: &mut CycleOutput) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let bound: std::collections::BTreeSet<PodId> = out
+            .decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bind { pod, .. } => Some(*pod),
+                _ => None,
+            })
+            .collect();
+        let before = out.explanations.len();
+        let had: std::collections::BTreeSet<PodId> =
+            out.explanations.iter().map(|e| e.pod).collect();
+        for job in self.parked.values() {
+            for (name, e) in job.pods.iter().zip(&job.explained) {
+                let (Some(&id), Some(e)) = (self.pod_ix.get(name), e) else {
+                    continue;
+                };
+                if self.view.pod.get(id as usize) == Some(&true)
+                    && !bound.contains(&id)
+                    && !had.contains(&id)
+                {
+                    out.explanations.push(crate::decision::Explanation {
+                        pod: id,
+                        ..e.clone()
+                    });
+                }
+            }
+        }
+        if out.explanations.len() > before {
+            out.explanations.sort_by_key(|e| e.pod);
+        }
     }
 
     /// The id of node `name` in [`Engine::snapshot`].
@@ -501,7 +579,6 @@ impl Engine {
                 .collect::<Vec<_>>(),
             self.snap.pods.iter().map(|p| &p.pod.name).collect(),
         ) {
-            self.wake_all();
             let mut old: Vec<Option<PodState>> = std::mem::take(&mut self.snap.pods)
                 .into_iter()
                 .map(Some)
@@ -515,7 +592,15 @@ impl Engine {
                 .into_iter()
                 .map(|(k, v)| (k, v as PodId))
                 .collect();
+            // the parked jobs stay parked: their pods' flags follow them
             self.view.pod = vec![false; self.snap.pods.len()];
+            for job in self.parked.values() {
+                for name in &job.pods {
+                    if let Some(&i) = self.pod_ix.get(name) {
+                        self.view.pod[i as usize] = true;
+                    }
+                }
+            }
             self.index_dirty = true;
         }
         let queues: Vec<&String> = self.snap.queues.iter().map(|q| &q.name).collect();
@@ -617,7 +702,7 @@ impl Engine {
             self.oracle = Some(oracle);
         }
         if self.park && clean {
-            self.park_jobs(candidates, now_ms);
+            self.park_jobs(candidates, &out, now_ms);
         }
         out
     }
@@ -981,24 +1066,35 @@ impl Engine {
 
     /// Parks the jobs a cycle could not place (`Cycle::park_candidates`),
     /// with when they must be tried again whatever happens.
-    fn park_jobs(&mut self, candidates: Vec<ParkCandidate>, now_ms: u64) {
+    fn park_jobs(&mut self, candidates: Vec<ParkCandidate>, out: &CycleOutput, now_ms: u64) {
+        let said: BTreeMap<PodId, &crate::decision::Explanation> = if candidates.is_empty() {
+            BTreeMap::new()
+        } else {
+            out.explanations.iter().map(|e| (e.pod, e)).collect()
+        };
         for c in candidates {
             let reserve_at = c.arrival.saturating_add(self.sched.opts.reserve_after_ms);
             let old = now_ms >= reserve_at;
             let times = [
                 (!old).then_some(reserve_at),
                 c.timeout_at,
+                c.any_timeout_at,
                 self.victim_ripens(&c, now_ms),
             ];
             if let Some(t) = times.into_iter().flatten().min() {
                 self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
             }
             let mut pods = Vec::with_capacity(c.pods.len());
+            let mut explained = Vec::with_capacity(c.pods.len());
             for &p in &c.pods {
                 if let Some(f) = self.view.pod.get_mut(p as usize) {
                     *f = true;
                 }
                 pods.push(self.snap.pods[p as usize].pod.name.clone());
+                explained.push(said.get(&p).map(|e| crate::decision::Explanation {
+                    queue_position: None,
+                    ..(*e).clone()
+                }));
             }
             self.parked.insert(
                 (c.group.is_some(), c.name),
@@ -1009,6 +1105,7 @@ impl Engine {
                     pods,
                     old,
                     counts_waiting: c.counts_waiting,
+                    explained,
                 },
             );
             self.view_dirty = true;
@@ -1145,10 +1242,14 @@ impl Engine {
                 || (opts.reclaim && other_queue_parked)
                 || old_in_queue
         } else {
-            // a pending pod added, changed or gone: its queue's demand
-            // (fair shares, so reclaim elsewhere), and a gone one may have
-            // been its queue's head
-            (opts.reclaim && other_queue_parked) || (new.is_none() && old_in_queue)
+            // a pending pod added, changed or gone: its queue's demand, so
+            // every queue's fair share — reclaim elsewhere, and reclaim by
+            // its own queue's parked jobs when another queue runs pods they
+            // could take back; and a gone one may have been its queue's head
+            let own_queue_parked = self.summary.contains_key(&pod.queue);
+            let victims_elsewhere = || self.holders.keys().any(|(q, _)| *q != pod.queue);
+            (opts.reclaim && (other_queue_parked || (own_queue_parked && victims_elsewhere())))
+                || (new.is_none() && old_in_queue)
         };
         if wake {
             self.wake_all();

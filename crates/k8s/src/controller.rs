@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::watch::{self, Shared};
 use crate::world::World;
 use anyhow::Context;
-use gpusched_core::{Decision, Scheduler};
+use gpusched_core::{Decision, Engine};
 use gpusched_plugins::SchedulerConfig;
 use kube::{Api, Client};
 use std::net::SocketAddr;
@@ -96,8 +96,7 @@ pub async fn run_with_client(
     opts: Options,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let mut scheduler = gpusched_plugins::config::build(&opts.config)
-        .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let mut engine = new_engine(&opts.config)?;
     let metrics = Arc::new(Metrics::new());
     let shared = Shared {
         world: Arc::new(Mutex::new({
@@ -236,7 +235,21 @@ pub async fn run_with_client(
         let built = shared.with(|w| w.snapshot());
         cycles += 1;
         let cycle_ms = now_ms();
-        let out = scheduler.cycle(&built.snapshot, cycle_ms, cycles);
+        // the world's state as changes: only what differs from the core's
+        // kept state is applied (ids follow the snapshot's order)
+        if let Err(e) = engine.sync(&built.snapshot) {
+            tracing::error!(error = %e, "the incremental core refused the cluster's changes: starting it over from this state");
+            engine = new_engine(&opts.config)?;
+            if let Err(e) = engine.sync(&built.snapshot) {
+                tracing::error!(error = %e, "the incremental core refused the cluster's state: no cycle");
+                continue;
+            }
+        }
+        let mut out = engine.cycle(cycle_ms, cycles);
+        if let Some(d) = engine.divergences().first() {
+            // debug builds run the full pass beside every cycle
+            panic!("the incremental core decided otherwise than the full pass: {d}");
+        }
         last_cost = t0.elapsed();
         metrics.cycle_seconds.observe(last_cost.as_secs_f64());
         metrics.nodes.set(built.snapshot.nodes.len() as i64);
@@ -255,7 +268,14 @@ pub async fn run_with_client(
         }
         // why pods wait, for status and metrics: on the cycles that publish
         // them, not every cycle
-        let classes = (last_status.elapsed() >= STATUS_INTERVAL)
+        let status_cycle = last_status.elapsed() >= STATUS_INTERVAL;
+        if status_cycle || opts.http_addr.is_some() {
+            // parked jobs are not tried, so not explained by the cycle:
+            // status, metrics and the debug endpoint show them with what
+            // parked them
+            engine.explain_parked(&mut out);
+        }
+        let classes = status_cycle
             .then(|| gpusched_core::report::classify::classify_cycle(&out, &built.snapshot));
         exec.apply(&out, &built, classes.as_ref());
         if let Some(classes) = &classes {
@@ -285,6 +305,21 @@ pub async fn run_with_client(
         let _ = tokio::time::timeout(LEASE_RELEASE_WAIT, task).await;
     }
     Ok(())
+}
+
+/// The incremental core around the configured scheduler. Debug builds (the
+/// test suites) give it an oracle: the full pass runs beside every cycle,
+/// and a difference stops the process.
+fn new_engine(config: &SchedulerConfig) -> anyhow::Result<Engine> {
+    let build = || {
+        gpusched_plugins::config::build(config)
+            .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))
+    };
+    let mut engine = Engine::new(build()?);
+    if cfg!(debug_assertions) {
+        engine.verify_with(build()?);
+    }
+    Ok(engine)
 }
 
 /// The permissions the watches lack, as one line for `/healthz` and
@@ -465,7 +500,7 @@ pub fn scheduler_name() -> &'static str {
 }
 
 #[allow(dead_code)]
-fn _assert_send(s: Scheduler) -> impl Send {
+fn _assert_send(s: Engine) -> impl Send {
     s
 }
 

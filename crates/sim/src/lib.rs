@@ -19,7 +19,7 @@ pub mod sched;
 pub mod table;
 pub mod workload;
 
-pub use engine::{Hooks, NoHooks, run};
+pub use engine::{Hooks, NoHooks, run, run_checked};
 pub use load::{LoadError, Source, default_scenario, scenario};
 pub use metrics::SimResult;
 pub use workload::{ClusterEvent, EventKind, Job, Scenario, SimSettings};

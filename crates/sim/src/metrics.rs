@@ -52,6 +52,10 @@ pub struct SimResult {
     /// The first simulator errors (refused decisions, conservation
     /// violations); `totals.sim_errors` counts all.
     pub errors: Vec<String>,
+    /// The incremental core's own counters: changes, cycles, parked and
+    /// woken jobs, safety flushes and the missed hints they found.
+    #[serde(default)]
+    pub engine: gpusched_core::engine::EngineStats,
 }
 
 /// Whole-run counters and summaries.

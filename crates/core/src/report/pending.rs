@@ -17,8 +17,8 @@ pub struct PendingEntry {
     pub priority: i32,
     /// Its GPU request in GPUs (`2`, `0.5`; `0` for none).
     pub gpus: String,
-    /// Its job's place in its queue's order this cycle (1: tried first;
-    /// `None`: not explained by the cycle).
+    /// Its job's place in its queue's order now (1: tried first; `None`:
+    /// not explained), computed when asked (`report::queue_positions`).
     pub position: Option<u32>,
     /// Jobs of its queue this cycle.
     pub jobs: Option<u32>,
@@ -91,8 +91,8 @@ pub fn pending_list(
             group: pod.group.clone(),
             priority: group.map_or(pod.priority, |g| g.priority),
             gpus: gpus_text(pod.gpu.milli()),
-            position: e.and_then(|e| e.queue_position).map(|p| p.position),
-            jobs: e.and_then(|e| e.queue_position).map(|p| p.jobs),
+            position: index.position(id).map(|p| p.position),
+            jobs: index.position(id).map(|p| p.jobs),
             reason,
             message: e.map_or_else(
                 || "not explained by the last cycle".to_string(),

@@ -309,7 +309,8 @@ pub fn pod_report(view: &CycleView<'_>, name: &str) -> Option<PodReport> {
                         message: e.message(),
                         reasons: e.reasons.to_vec(),
                         evictions: e.evictions.to_vec(),
-                        queue_position: e.queue_position,
+                        // where its job stands now, computed when asked
+                        queue_position: super::index::CycleIndex::new(view).position(id),
                         nominated,
                     }
                 }

@@ -494,6 +494,15 @@ impl Cycle<'_> {
             .iter()
             .map(|list| list.iter().copied().find(|j| unplaced.contains(j)))
             .collect();
+        let any_timeout_at = self
+            .unplaced
+            .iter()
+            .filter_map(|&j| {
+                let g = &self.snap.groups[jobs[j].group?];
+                Some(jobs[j].arrival.saturating_add(g.schedule_timeout_ms?))
+            })
+            .filter(|&t| t > self.now_ms)
+            .min();
         let mut out = Vec::new();
         for j in self.unplaced.clone() {
             let job = &jobs[j];
@@ -533,6 +542,7 @@ impl Cycle<'_> {
                 timeout_at: group
                     .and_then(|g| g.schedule_timeout_ms)
                     .map(|t| job.arrival.saturating_add(t)),
+                any_timeout_at,
                 counts_waiting: group.is_some()
                     && !matches!(
                         job.pods.first().and_then(|p| self.notes.get(p)),

@@ -179,6 +179,10 @@ pub(crate) struct ParkCandidate {
     pub name: String,
     /// When the gang times out, if it has a schedule timeout.
     pub timeout_at: Option<u64>,
+    /// The earliest time any gang this cycle left unplaced times out (the
+    /// same for every candidate): a queue head that times out leaves the
+    /// head to a job behind it, in the cycle it times out.
+    pub any_timeout_at: Option<u64>,
     /// A gang counted in `CycleStats::gangs_waiting` (tried and short, not
     /// stopped by its quota): a parked one is counted the same way.
     pub counts_waiting: bool,

@@ -5,7 +5,7 @@
 use super::*;
 
 impl<'a> Sim<'a> {
-    pub(super) fn cycle(&mut self, sched: &mut Scheduler, hooks: &mut dyn Hooks) {
+    pub(super) fn cycle(&mut self, engine: &mut Engine, hooks: &mut dyn Hooks) {
         self.last_cycle = Some(self.now);
         self.cycles += 1;
         let (snap, pod_map, node_map, _) = self.snapshot();
@@ -18,11 +18,26 @@ impl<'a> Sim<'a> {
         let cycle_seed = self
             .seed
             .wrapping_add(self.cycles.wrapping_mul(gpusched_model::mix::GOLDEN));
+        // the snapshot as changes: only what differs from the engine's
+        // state is applied, in the snapshot's order (ids are positions)
+        if let Err(e) = engine.sync(&snap) {
+            self.error(format!("the scheduler refused the cluster's changes: {e}"));
+        }
         hooks.before_cycle(self.now);
-        let out = sched.cycle(&snap, self.now, cycle_seed);
+        let mut out = engine.cycle(self.now, cycle_seed);
+        let seen = engine.divergences().len();
+        if seen > self.divergences {
+            for d in engine.divergences()[self.divergences..].to_vec() {
+                self.error(format!("incremental core: {d}"));
+            }
+            self.divergences = seen;
+        }
+        if hooks.every_explanation() {
+            engine.explain_parked(&mut out);
+        }
         hooks.after_cycle(self.now, &out);
         hooks.cycle_seen(self.now, &snap, &out);
-        self.classify_waiting(&snap, &out);
+        self.classify_waiting(&snap, &mut out, engine);
         let (mut cs, errs) = ClusterState::from_snapshot(&snap);
         for (i, e) in errs {
             self.error(format!(

@@ -26,10 +26,11 @@ use crate::metrics::{
     Series, SimResult, Totals,
 };
 use crate::workload::{EventKind, Scenario, fmt_duration};
+use gpusched_core::engine::EngineStats;
 use gpusched_core::state::share_milli;
 use gpusched_core::{
-    ClusterState, CycleOutput, Decision, EvictionKind, GpuAssignment, GroupPhase, NodeId, PodId,
-    PodPhase, PodState, Scheduler, Snapshot,
+    ClusterState, CycleOutput, Decision, Engine, EvictionKind, GpuAssignment, GroupPhase, NodeId,
+    PodId, PodPhase, PodState, Scheduler, Snapshot,
 };
 use gpusched_model::{GPU_MILLI, GpuHealth, GpuRequest, Node, Pod, PodGroup};
 use gpusched_plugins::packing::fgd::FragEngine;
@@ -54,6 +55,13 @@ pub trait Hooks {
     fn cycle_seen(&mut self, _now_ms: u64, _snap: &Snapshot, _out: &CycleOutput) {}
     /// Called after every cycle; `horizon_ms` is an estimate of the end.
     fn progress(&mut self, _now_ms: u64, _horizon_ms: u64) {}
+    /// Whether `after_cycle` and `cycle_seen` must see an explanation for
+    /// every pending pod, the parked ones included (their explanation from
+    /// the cycle that parked them; `Engine::explain_parked`). Off by
+    /// default: a cycle explains the pods it tried.
+    fn every_explanation(&self) -> bool {
+        false
+    }
 }
 
 /// Hooks that do nothing.
@@ -196,15 +204,37 @@ enum Cause {
     Drain,
 }
 
-/// Runs a scenario to its end with `scheduler` and `seed`.
+/// Runs a scenario to its end with `scheduler` and `seed`. The scheduler
+/// runs as the incremental core ([`Engine`]): each cycle hands it what
+/// changed since the last one.
 pub fn run(
     scenario: &Scenario,
     scheduler: &mut Scheduler,
     seed: u64,
     hooks: &mut dyn Hooks,
 ) -> SimResult {
+    run_checked(scenario, scheduler, None, seed, hooks)
+}
+
+/// As [`run`], with `oracle` — a second scheduler built as `scheduler`,
+/// used for nothing else — running the full pass beside every cycle
+/// (`Engine::verify_with`): each difference in decisions, counters,
+/// explanations or kept capacity is a simulator error in the result.
+pub fn run_checked(
+    scenario: &Scenario,
+    scheduler: &mut Scheduler,
+    oracle: Option<Scheduler>,
+    seed: u64,
+    hooks: &mut dyn Hooks,
+) -> SimResult {
     let mut sim = Sim::new(scenario, seed);
-    sim.run(scheduler, hooks);
+    let mut engine = Engine::lend(scheduler);
+    if let Some(o) = oracle {
+        engine.verify_with(o);
+    }
+    sim.run(&mut engine, hooks);
+    sim.engine = engine.stats().clone();
+    engine.give_back(scheduler);
     sim.result(scheduler.packer_name())
 }
 
@@ -266,6 +296,11 @@ struct Sim<'a> {
     /// The open interval: since when, idle GPU milli, pending GPU pods by
     /// reason.
     idle_prev: Option<IdleInterval>,
+    /// The incremental core's divergences from the full pass reported so
+    /// far (with an oracle).
+    divergences: usize,
+    /// The incremental core's counters at the end of the run.
+    engine: EngineStats,
     /// ∫ idle GPU milli dt (ms) while GPU pods were pending.
     idle_milli_ms: f64,
     /// ∫ pending GPU pods dt (ms) by reason, while ≥ 1 GPU sat idle.
@@ -403,6 +438,8 @@ impl<'a> Sim<'a> {
             idle_reasons: Vec::new(),
             idle_classified_at: None,
             idle_prev: None,
+            divergences: 0,
+            engine: EngineStats::default(),
             idle_milli_ms: 0.0,
             idle_by_reason: BTreeMap::new(),
             marks: Marks::default(),
@@ -446,7 +483,7 @@ impl<'a> Sim<'a> {
         self.push(t, Ev::Cycle);
     }
 
-    fn run(&mut self, sched: &mut Scheduler, hooks: &mut dyn Hooks) {
+    fn run(&mut self, sched: &mut Engine, hooks: &mut dyn Hooks) {
         let until = self.sc.settings.until_ms;
         while let Some(Reverse((at, _, _, ev))) = self.heap.pop() {
             if ev != Ev::Cycle {

@@ -21,13 +21,20 @@ impl<'a> Sim<'a> {
     /// Why the pending GPU pods wait (the classification the scheduler's
     /// Queue status uses), at most once a virtual minute: pods this cycle
     /// binds are not waiting.
-    pub(super) fn classify_waiting(&mut self, snap: &Snapshot, out: &CycleOutput) {
+    pub(super) fn classify_waiting(
+        &mut self,
+        snap: &Snapshot,
+        out: &mut CycleOutput,
+        engine: &Engine,
+    ) {
         if self
             .idle_classified_at
             .is_some_and(|t| self.now < t + 60_000)
         {
             return;
         }
+        // every waiting pod, the parked ones with what parked them
+        engine.explain_parked(out);
         self.idle_classified_at = Some(self.now);
         let bound: BTreeSet<u32> = out
             .decisions
@@ -412,6 +419,7 @@ impl<'a> Sim<'a> {
             idle,
             marks: self.marks,
             errors: self.errors,
+            engine: self.engine,
         }
     }
 }

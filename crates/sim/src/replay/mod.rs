@@ -141,12 +141,21 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
     let mut gang_started: std::collections::BTreeSet<String> = Default::default();
     let mut completed: BTreeMap<String, u64> = BTreeMap::new();
     let mut preempted: BTreeMap<String, u64> = BTreeMap::new();
+    let mut core = gpusched_core::Engine::lend(scheduler);
+    let mut break_err: Option<String> = None;
     let ended_by = loop {
         if cycle >= input.max_cycles {
             break "until";
         }
         cycle += 1;
-        let out = scheduler.cycle(&snap, now, cycle);
+        // the replayed state as changes to the incremental core
+        if let Err(e) = core.sync(&snap) {
+            break_err = Some(e.to_string());
+            break "refused";
+        }
+        let mut out = core.cycle(now, cycle);
+        // the last cycle's pending pods are reported, the parked ones too
+        core.explain_parked(&mut out);
         let rel = now - start;
         let mut changed = false;
         for d in &out.decisions {
@@ -306,9 +315,20 @@ pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
         completed: &completed,
         preempted: &preempted,
     };
-    let result = result(
+    let engine_stats = core.stats().clone();
+    core.give_back(scheduler);
+    let mut result = result(
         input, scheduler, &samples, end, cycle, ended_by, t, &per_queue,
     );
+    result.engine = engine_stats;
+    if let Some(e) = break_err {
+        // a captured state the core cannot take (duplicate names, a pod
+        // on a node the file lacks): said, not panicked on
+        result.totals.sim_errors += 1;
+        result
+            .errors
+            .push(format!("the scheduler refused the captured state: {e}"));
+    }
     ReplayOutput {
         decisions,
         pending: last_pending,

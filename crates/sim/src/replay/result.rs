@@ -224,5 +224,6 @@ pub(super) fn result(
         idle: Default::default(),
         marks: Default::default(),
         errors: Vec::new(),
+        engine: Default::default(),
     }
 }
