@@ -167,15 +167,31 @@ pub(crate) async fn install_crds(client: &Client) {
     .unwrap();
 }
 
-/// Creates `n` kwok nodes with 8 H100 GPUs each; returns their names and
-/// the seconds to create them and to see them all Ready.
+/// Creates `n` kwok nodes with 8 H100 GPUs each (the bench's nodes,
+/// `gpu-0`…); returns their names and the seconds to create them and to see
+/// them all Ready.
 pub(crate) async fn make_nodes(client: &Client, n: usize) -> (Vec<String>, f64, f64) {
+    make_node_group(client, "gpu", n, "").await
+}
+
+/// `n` kwok nodes of the bench's one shape (8 H100, 256 CPUs, 2 TiB) named
+/// `name-0`… (`name` alone when `n` is 1); `extra`: more fields of the
+/// cluster file's node group (`labels`, `taints`), each line indented as one.
+/// Returns their names and the seconds to create them and to see them all
+/// Ready.
+pub(crate) async fn make_node_group(
+    client: &Client,
+    name: &str,
+    n: usize,
+    extra: &str,
+) -> (Vec<String>, f64, f64) {
     let yaml = format!(
-        "nodes:\n  - name: gpu\n    count: {n}\n    cpu: \"256\"\n    memory: 2Ti\n    gpus: {{count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}\n"
+        "nodes:\n  - name: {name}\n    count: {n}\n    cpu: \"256\"\n    memory: 2Ti\n    gpus: {{count: 8, model: H100-SXM5-80GB, memory: 80Gi, interconnect: nvswitch, pcie_switches: 4, numa_nodes: 2}}\n{extra}"
     );
     let spec: gpusched_model::spec::ClusterSpec = serde_saphyr::from_str(&yaml).unwrap();
     let nodes: Vec<_> = spec.build().unwrap().into_iter().map(|b| b.node).collect();
     let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let ours: std::collections::HashSet<&str> = names.iter().map(|s| s.as_str()).collect();
     let api: Api<Node> = Api::all(client.clone());
     let t0 = Instant::now();
     futures::stream::iter(nodes)
@@ -193,6 +209,7 @@ pub(crate) async fn make_nodes(client: &Client, n: usize) -> (Vec<String>, f64, 
         let ready = l
             .items
             .iter()
+            .filter(|n| n.metadata.name.as_deref().is_some_and(|m| ours.contains(m)))
             .filter(|n| gpusched_k8s::translate::node_ready(n))
             .count();
         if ready >= n {

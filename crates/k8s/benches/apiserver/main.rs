@@ -70,9 +70,12 @@ const HELP: &str = "apiserver bench: gpusched vs kube-scheduler vs a round-robin
   --gpusched-bin PATH   run gpusched as a process (RSS measured) instead of in-process;
                         GPUSCHED_BENCH_ARGS (whitespace-separated) adds flags, e.g. --debounce-ms 100
   --timeout S           give up on a row after S seconds (default 900)
-  --probe N             gpusched only: after the drain, create N more 1-GPU pods one at a time
-                        and report the duration of the first cycle after each (from gpusched's
-                        cycle histogram: sum and count before and after)
+  --probe N             after the drain, create N more 1-GPU pods one at a time (200 ms apart) and
+                        report create → bound (the pod watch) per pod, up to 30 s each (later: a
+                        miss, counted); when the workload leaves < N GPUs free, the probe pods get
+                        their own nodes (one per 8, tainted gpusched.io/probe=true:NoSchedule; the
+                        probe pods tolerate and select it). gpusched also: the duration of the
+                        first cycle after each (its cycle histogram: sum and count before and after)
   --keep                leave each cluster directory for inspection";
 
 #[derive(Clone, Debug)]
@@ -186,6 +189,8 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
     eprintln!(
         "[{who} qps={qps} {mix}] cluster up, {nodes_n} nodes created in {nodes_created:.1}s, Ready after {nodes_ready:.1}s"
     );
+    // before the contender starts; not in `nodes` (rr binds to those)
+    let probe_nodes = make_probe_nodes(&c.client, a.probe, nodes_n, pods_n).await;
     let (pods, groups) = workload(pods_n, mix == "gang");
     let scheduler_name = match who {
         "gpusched" => "gpusched",
@@ -318,12 +323,25 @@ async fn run_row(a: &Args, who: &str, qps: f64, mix: &str) -> Row {
         );
     }
     // after the row's binds and metrics are read: probe pods that bind do not count
-    let probe = match metrics_port {
-        Some(port) if a.probe > 0 => probe_cycles(&creator, port, a.probe, scheduler_name).await,
-        _ => String::new(),
+    let probe = if a.probe > 0 {
+        probe(
+            &creator,
+            &seen,
+            metrics_port,
+            a.probe,
+            scheduler_name,
+            probe_nodes.len(),
+        )
+        .await
+    } else {
+        String::new()
     };
     if !probe.is_empty() {
-        extra = format!("{extra}; {probe}");
+        extra = if extra.is_empty() {
+            probe
+        } else {
+            format!("{extra}; {probe}")
+        };
     }
     extra = format!(
         "{extra}{}control-plane CPU s from end of creation to last bind: {}; kube-apiserver peak RSS {api_rss:.0} MiB; {:.1} s from contender start to last bind",

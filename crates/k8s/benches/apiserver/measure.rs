@@ -1,5 +1,5 @@
 //! What a row measures besides bind times: load, RSS, CPU seconds, the
-//! scheduler's metrics, the --probe cycles, percentiles.
+//! scheduler's metrics, the --probe pods' bind times (and gpusched's cycles), percentiles.
 
 use super::*;
 
@@ -64,43 +64,139 @@ pub(crate) async fn cycle_totals(port: u16) -> Option<(f64, f64)> {
     ))
 }
 
-/// `--probe N`: one pod at a time on the drained cluster; per pod, the
-/// first cycle(s) that end after it was created (the histogram's sum and
-/// count before and after) and their mean duration. Returns the summary.
-pub(crate) async fn probe_cycles(client: &Client, port: u16, n: usize, scheduler: &str) -> String {
+/// The label and `NoSchedule` taint of the `--probe` nodes: only the probe
+/// pods (which tolerate the taint and select the label) may go there, so a
+/// backlog left pending on a full cluster cannot take their room.
+pub(crate) const PROBE_KEY: &str = "gpusched.io/probe";
+/// How long one probe pod may take to be bound before it counts as a miss.
+const PROBE_WAIT: Duration = Duration::from_secs(30);
+/// The quiet before each probe pod, so each lands on an idle scheduler.
+const PROBE_PAUSE: Duration = Duration::from_millis(200);
+
+/// The probe pods' own nodes when the workload leaves fewer than `probe` GPUs
+/// free (`pods` 1-GPU pods on `nodes` 8-GPU nodes: backlog mode's full
+/// cluster): one node of the bench's shape per 8 probe pods, labelled and
+/// tainted [`PROBE_KEY`]`=true`, created before the contender starts (no
+/// node event in the probe itself) and left out of the nodes `rr` binds to.
+/// Returns their names (none when the probe pods fit on the bench's nodes).
+pub(crate) async fn make_probe_nodes(
+    client: &Client,
+    probe: usize,
+    nodes: usize,
+    pods: usize,
+) -> Vec<String> {
+    if probe == 0 || (nodes * 8).saturating_sub(pods) >= probe {
+        return Vec::new();
+    }
+    let extra = format!(
+        "    labels: {{{PROBE_KEY}: \"true\"}}\n    taints: [{{key: {PROBE_KEY}, value: \"true\", effect: NoSchedule}}]\n"
+    );
+    let (names, _, ready) = make_node_group(client, "probe-node", probe.div_ceil(8), &extra).await;
+    eprintln!(
+        "{} probe node(s) ({PROBE_KEY}=true:NoSchedule) Ready after {ready:.1}s",
+        names.len()
+    );
+    names
+}
+
+/// `--probe N`, after the drain, for every contender: N 1-GPU pods created
+/// one at a time (a [`PROBE_PAUSE`] before each); per pod, the time from the
+/// create call's start to the moment the row's pod watch (`seen`) saw it
+/// bound, waiting up to [`PROBE_WAIT`] (a pod not bound by then is a miss and
+/// is counted as one). `dedicated`: the cluster is full and the pods go to
+/// the probe nodes (toleration and nodeSelector for [`PROBE_KEY`]). With
+/// gpusched's metrics port also the mean duration of the first cycle(s) that
+/// end after each create (its cycle histogram's sum and count before and
+/// after). Returns the summary.
+pub(crate) async fn probe(
+    client: &Client,
+    seen: &Seen,
+    metrics_port: Option<u16>,
+    n: usize,
+    scheduler: &str,
+    probe_nodes: usize,
+) -> String {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut e2e_ms = Vec::new();
+    let mut missed = 0;
     let mut per_cycle_ms = Vec::new();
     let mut cycles = 0.0;
     for i in 0..n {
-        let Some((s0, n0)) = cycle_totals(port).await else {
-            return "probe: metrics unreadable".into();
-        };
-        let obj: Pod =
-            serde_json::from_value(pod_json(&format!("probe-{i}"), None, None, scheduler)).unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap();
-        // the first cycle that ends after the pod was created (the loop
-        // also cycles periodically, so waiting for quiet may never end)
-        let t0 = Instant::now();
-        let (mut s1, mut n1) = (s0, n0);
-        while t0.elapsed() < Duration::from_secs(30) && n1 == n0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Some((s, c)) = cycle_totals(port).await {
-                (s1, n1) = (s, c);
-            }
+        tokio::time::sleep(PROBE_PAUSE).await;
+        let name = format!("probe-{i}");
+        let mut v = pod_json(&name, None, None, scheduler);
+        if probe_nodes > 0 {
+            v["spec"]["nodeSelector"] = json!({PROBE_KEY: "true"});
+            v["spec"]["tolerations"] = json!([{
+                "key": PROBE_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
         }
-        let dn = n1 - n0;
-        if dn > 0.0 {
-            cycles += dn;
-            per_cycle_ms.push(1000.0 * (s1 - s0) / dn);
+        let obj: Pod = serde_json::from_value(v).unwrap();
+        let before = match metrics_port {
+            Some(port) => cycle_totals(port).await,
+            None => None,
+        };
+        let t0 = Instant::now();
+        if let Err(e) = api.create(&PostParams::default(), &obj).await {
+            eprintln!("probe create {name}: {e} (counted as not bound)");
+            missed += 1;
+            continue;
+        }
+        // until the watch saw it bound and (gpusched) a cycle ended after
+        // the create (the loop also cycles periodically, so waiting for
+        // quiet may never end)
+        let mut after = before;
+        let bound = loop {
+            let b = seen.bound.lock().unwrap().get(&name).copied();
+            let cycled = match (metrics_port, before, after) {
+                (Some(_), Some((_, n0)), Some((_, n1))) => n1 != n0,
+                _ => true,
+            };
+            if (b.is_some() && cycled) || t0.elapsed() >= PROBE_WAIT {
+                break b;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if !cycled
+                && let Some(port) = metrics_port
+                && let Some(t) = cycle_totals(port).await
+            {
+                after = Some(t);
+            }
+        };
+        match bound.map(|b| b.saturating_duration_since(t0)) {
+            Some(d) if d <= PROBE_WAIT => e2e_ms.push(d.as_secs_f64() * 1000.0),
+            _ => missed += 1,
+        }
+        if let (Some((s0, n0)), Some((s1, n1))) = (before, after)
+            && n1 > n0
+        {
+            cycles += n1 - n0;
+            per_cycle_ms.push(1000.0 * (s1 - s0) / (n1 - n0));
         }
     }
-    per_cycle_ms.sort_by(|x, y| x.total_cmp(y));
-    format!(
-        "probe: {n} pods one at a time on the drained cluster were followed by {cycles:.0} cycles; mean cycle per pod p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-        pct(&per_cycle_ms, 0.5),
-        pct(&per_cycle_ms, 0.99),
-        per_cycle_ms.last().copied().unwrap_or(f64::NAN)
-    )
+    e2e_ms.sort_by(|x, y| x.total_cmp(y));
+    let mut out = format!(
+        "probe: {n} pods one at a time on the {} cluster: create → bound p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({missed} not bound in {} s){}",
+        if probe_nodes > 0 { "full" } else { "drained" },
+        pct(&e2e_ms, 0.5),
+        pct(&e2e_ms, 0.99),
+        e2e_ms.last().copied().unwrap_or(f64::NAN),
+        PROBE_WAIT.as_secs(),
+        if probe_nodes > 0 {
+            format!(", on {probe_nodes} tainted probe node(s)")
+        } else {
+            String::new()
+        },
+    );
+    if metrics_port.is_some() {
+        per_cycle_ms.sort_by(|x, y| x.total_cmp(y));
+        out = format!(
+            "{out}; the probe pods were followed by {cycles:.0} cycles; mean cycle per pod p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            pct(&per_cycle_ms, 0.5),
+            pct(&per_cycle_ms, 0.99),
+            per_cycle_ms.last().copied().unwrap_or(f64::NAN)
+        );
+    }
+    out
 }
 
 pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
