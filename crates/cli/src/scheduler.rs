@@ -76,7 +76,8 @@ pub struct SchedulerArgs {
     /// Bindings in flight at once.
     #[arg(long, default_value_t = 64)]
     bind_concurrency: usize,
-    /// Milliseconds to wait after a change before a cycle (batches arrivals).
+    /// Milliseconds between cycles while changes keep arriving (batches a
+    /// burst); the first change after a quiet spell cycles at once.
     #[arg(long, default_value_t = 20)]
     debounce_ms: u64,
     /// Write a ProvisioningRequest (autoscaling.x-k8s.io/v1) of this class

@@ -459,42 +459,103 @@ impl Engine {
     /// more removed. The result decides as `snap` does, though ids may be
     /// in another order (a whole snapshot as the same changes).
     pub fn sync(&mut self, snap: &Snapshot) -> Result<(), ChangeError> {
-        let pods = unique("pod", snap.pods.iter().map(|p| p.pod.name.as_str()))?;
+        // first every check, then the changes: a refused snapshot changes
+        // nothing. Objects are compared where they lie; only what differs
+        // is cloned into a change.
         unique("node", snap.nodes.iter().map(|n| n.name.as_str()))?;
         unique("queue", snap.queues.iter().map(|q| q.name.as_str()))?;
         unique("group", snap.groups.iter().map(|g| g.name.as_str()))?;
-        let gone: Vec<String> = self
-            .pod_ix
-            .keys()
-            .filter(|k| !pods.contains(k.as_str()))
-            .cloned()
+        // the snapshot's node ids as the engine's (by name)
+        let same_nodes = snap.nodes.len() == self.snap.nodes.len()
+            && snap
+                .nodes
+                .iter()
+                .zip(&self.snap.nodes)
+                .all(|(a, b)| a.name == b.name);
+        let node_map: Vec<Option<NodeId>> = if same_nodes {
+            (0..snap.nodes.len() as NodeId).map(Some).collect()
+        } else {
+            snap.nodes
+                .iter()
+                .map(|n| self.node_ix.get(&n.name).copied())
+                .collect()
+        };
+        // each snapshot pod's engine id, whether it differs, and new ones
+        let mut seen = vec![false; self.snap.pods.len()];
+        let mut differ: Vec<usize> = Vec::new();
+        let mut added: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+        for (i, p) in snap.pods.iter().enumerate() {
+            let duplicate = || ChangeError::Duplicate {
+                kind: "pod",
+                name: p.pod.name.clone(),
+            };
+            match self.pod_ix.get(&p.pod.name) {
+                Some(&id) => {
+                    if std::mem::replace(&mut seen[id as usize], true) {
+                        return Err(duplicate());
+                    }
+                    let have = &self.snap.pods[id as usize];
+                    if have.pod != p.pod || !same_phase(&p.phase, &have.phase, &node_map) {
+                        differ.push(i);
+                    }
+                }
+                None => {
+                    if !added.insert(p.pod.name.as_str()) {
+                        return Err(duplicate());
+                    }
+                    differ.push(i);
+                }
+            }
+            // a pod that holds resources names a node of the snapshot
+            if let Some((n, _)) = p.holding()
+                && n as usize >= snap.nodes.len()
+            {
+                return Err(ChangeError::UnknownNode {
+                    pod: p.pod.name.clone(),
+                    node: format!("#{n}"),
+                });
+            }
+        }
+        let gone: Vec<String> = seen
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !**s)
+            .map(|(id, _)| self.snap.pods[id].pod.name.clone())
             .collect();
         for name in gone {
             self.apply(Change::PodGone(name))?;
         }
         // the nodes, queues and groups that stay or come, then the pods
         // (which name their nodes), then what went
-        let mut changes = changes_of(snap)?;
-        let pod_changes = changes.split_off(
-            changes
-                .iter()
-                .position(|c| matches!(c, Change::Pod(..)))
-                .unwrap_or(changes.len()),
-        );
-        for c in changes {
-            if !self.same(&c) {
-                self.apply(c)?;
+        for n in &snap.nodes {
+            let have = self.node_ix.get(&n.name);
+            if have.is_none_or(|&i| self.snap.nodes[i as usize] != *n) {
+                self.apply(Change::Node(n.clone()))?;
             }
         }
-        for c in pod_changes {
-            if !self.same(&c) {
-                self.apply(c)?;
+        for q in &snap.queues {
+            let have = self.queue_ix.get(&q.name);
+            if have.is_none_or(|&i| self.snap.queues[i] != *q) {
+                self.apply(Change::Queue(q.clone()))?;
             }
         }
-        let nodes: std::collections::BTreeSet<&str> =
-            snap.nodes.iter().map(|n| n.name.as_str()).collect();
-        for name in keys_not_in(&self.node_ix, &nodes) {
-            self.apply(Change::NodeGone(name))?;
+        for g in &snap.groups {
+            let have = self.group_ix.get(&g.name);
+            if have.is_none_or(|&i| self.snap.groups[i] != *g) {
+                self.apply(Change::Group(g.clone()))?;
+            }
+        }
+        for i in differ {
+            let p = &snap.pods[i];
+            let at = pod_at(snap, p)?;
+            self.apply(Change::Pod(Box::new(p.pod.clone()), at))?;
+        }
+        if !same_nodes {
+            let nodes: std::collections::BTreeSet<&str> =
+                snap.nodes.iter().map(|n| n.name.as_str()).collect();
+            for name in keys_not_in(&self.node_ix, &nodes) {
+                self.apply(Change::NodeGone(name))?;
+            }
         }
         let queues: std::collections::BTreeSet<&str> =
             snap.queues.iter().map(|q| q.name.as_str()).collect();
@@ -614,29 +675,6 @@ impl Engine {
             self.snap.groups = snap.groups.clone();
             self.group_ix = index(&self.snap.groups, |g| &g.name);
             self.index_dirty = true;
-        }
-    }
-
-    /// Whether applying `c` would change nothing.
-    fn same(&self, c: &Change) -> bool {
-        match c {
-            Change::Node(n) => self
-                .node_ix
-                .get(&n.name)
-                .is_some_and(|&i| self.snap.nodes[i as usize] == *n),
-            Change::Queue(q) => self
-                .queue_ix
-                .get(&q.name)
-                .is_some_and(|&i| self.snap.queues[i] == *q),
-            Change::Group(g) => self
-                .group_ix
-                .get(&g.name)
-                .is_some_and(|&i| self.snap.groups[i] == *g),
-            Change::Pod(p, at) => self.pod_ix.get(&p.name).is_some_and(|&i| {
-                let have = &self.snap.pods[i as usize];
-                have.pod == **p && self.phase_of(&p.name, at).ok().as_ref() == Some(&have.phase)
-            }),
-            _ => false,
         }
     }
 
@@ -1421,6 +1459,20 @@ fn keys_not_in<T>(
 /// (each with its node named), in the snapshot's order. Applied to an empty
 /// [`Engine`], they give the same snapshot.
 pub fn changes_of(snap: &Snapshot) -> Result<Vec<Change>, ChangeError> {
+    let mut v: Vec<Change> = Vec::with_capacity(
+        snap.nodes.len() + snap.queues.len() + snap.groups.len() + snap.pods.len(),
+    );
+    v.extend(snap.nodes.iter().cloned().map(Change::Node));
+    v.extend(snap.queues.iter().cloned().map(Change::Queue));
+    v.extend(snap.groups.iter().cloned().map(Change::Group));
+    for p in &snap.pods {
+        v.push(Change::Pod(Box::new(p.pod.clone()), pod_at(snap, p)?));
+    }
+    Ok(v)
+}
+
+/// Where pod `p` of `snap` is, its node named.
+fn pod_at(snap: &Snapshot, p: &PodState) -> Result<PodAt, ChangeError> {
     let name = |pod: &str, n: NodeId| {
         snap.nodes
             .get(n as usize)
@@ -1430,39 +1482,71 @@ pub fn changes_of(snap: &Snapshot) -> Result<Vec<Change>, ChangeError> {
                 node: format!("#{n}"),
             })
     };
-    let mut v: Vec<Change> = Vec::with_capacity(
-        snap.nodes.len() + snap.queues.len() + snap.groups.len() + snap.pods.len(),
-    );
-    v.extend(snap.nodes.iter().cloned().map(Change::Node));
-    v.extend(snap.queues.iter().cloned().map(Change::Queue));
-    v.extend(snap.groups.iter().cloned().map(Change::Group));
-    for p in &snap.pods {
-        let at = match &p.phase {
+    Ok(match &p.phase {
+        PodPhase::Pending {
+            nominated,
+            nominated_at_ms,
+        } => PodAt::Pending {
+            // a nomination of a node the snapshot lacks is no nomination
+            nominated: nominated.and_then(|n| name(&p.pod.name, n).ok()),
+            nominated_at_ms: *nominated_at_ms,
+        },
+        PodPhase::Running {
+            node,
+            gpus,
+            since_ms,
+        } => PodAt::Running {
+            node: name(&p.pod.name, *node)?,
+            gpus: gpus.clone(),
+            since_ms: *since_ms,
+        },
+        PodPhase::Terminating { node, gpus } => PodAt::Terminating {
+            node: name(&p.pod.name, *node)?,
+            gpus: gpus.clone(),
+        },
+    })
+}
+
+/// Whether a snapshot's phase (its node ids mapped to the engine's by
+/// `node_map`) is the engine's phase.
+fn same_phase(theirs: &PodPhase, ours: &PodPhase, node_map: &[Option<NodeId>]) -> bool {
+    let map = |n: &NodeId| node_map.get(*n as usize).copied().flatten();
+    match (theirs, ours) {
+        (
             PodPhase::Pending {
-                nominated,
-                nominated_at_ms,
-            } => PodAt::Pending {
-                // a nomination of a node the snapshot lacks is no nomination
-                nominated: nominated.and_then(|n| name(&p.pod.name, n).ok()),
-                nominated_at_ms: *nominated_at_ms,
+                nominated: a,
+                nominated_at_ms: at,
+            },
+            PodPhase::Pending {
+                nominated: b,
+                nominated_at_ms: bt,
+            },
+        ) => {
+            at == bt
+                && match a {
+                    // a nomination of a node the snapshot lacks is none
+                    Some(n) if (*n as usize) < node_map.len() => map(n).is_some() && map(n) == *b,
+                    _ => b.is_none(),
+                }
+        }
+        (
+            PodPhase::Running {
+                node: a,
+                gpus: ag,
+                since_ms: at,
             },
             PodPhase::Running {
-                node,
-                gpus,
-                since_ms,
-            } => PodAt::Running {
-                node: name(&p.pod.name, *node)?,
-                gpus: gpus.clone(),
-                since_ms: *since_ms,
+                node: b,
+                gpus: bg,
+                since_ms: bt,
             },
-            PodPhase::Terminating { node, gpus } => PodAt::Terminating {
-                node: name(&p.pod.name, *node)?,
-                gpus: gpus.clone(),
-            },
-        };
-        v.push(Change::Pod(Box::new(p.pod.clone()), at));
+        ) => map(a) == Some(*b) && ag == bg && at == bt,
+        (
+            PodPhase::Terminating { node: a, gpus: ag },
+            PodPhase::Terminating { node: b, gpus: bg },
+        ) => map(a) == Some(*b) && ag == bg,
+        _ => false,
     }
-    Ok(v)
 }
 
 /// The binds of a cycle, as the changes a runner that carried them out

@@ -351,3 +351,53 @@ fn a_snapshot_is_the_same_changes() {
     engine.sync(&snap).unwrap();
     assert_eq!(engine.generation(), g);
 }
+
+/// `sync` checks the whole snapshot before it changes anything, and maps a
+/// nomination of a node it adds in the same sync.
+#[test]
+fn sync_refuses_a_bad_snapshot_whole_and_maps_new_nodes() {
+    let base = snapshot(
+        vec![node("n0").gpus(4).build()],
+        vec![queue("a")],
+        vec![],
+        vec![pod("x").queue("a").gpus(1).build()],
+    );
+    let mut engine = Engine::new(sched());
+    engine.sync(&base).unwrap();
+    let g = engine.generation();
+
+    // two pods of one name: refused, nothing applied (not even the node)
+    let mut dup = base.clone();
+    dup.nodes.push(node("n1").gpus(4).build());
+    let mut again = dup.pods[0].clone();
+    again.pod.gpu = pod("x").gpus(2).build().gpu;
+    dup.pods.push(again);
+    let e = engine.sync(&dup).unwrap_err();
+    assert!(e.to_string().contains("\"x\""), "{e}");
+    assert_eq!(engine.generation(), g);
+    assert_eq!(engine.snapshot(), &base);
+
+    // a running pod on a node the snapshot lacks: refused likewise
+    let mut lost = base.clone();
+    lost.pods[0].phase = PodPhase::Running {
+        node: 7,
+        gpus: GpuAssignment::Whole(vec![0]),
+        since_ms: 0,
+    };
+    assert!(engine.sync(&lost).is_err());
+    assert_eq!(engine.snapshot(), &base);
+
+    // a node added before the one the engine has, and the pod nominated
+    // to it in the same snapshot: the engine ends equal to the snapshot
+    let mut grown = base.clone();
+    grown.nodes.insert(0, node("n1").gpus(4).build());
+    grown.pods[0].phase = PodPhase::Pending {
+        nominated: Some(0),
+        nominated_at_ms: Some(3),
+    };
+    engine.sync(&grown).unwrap();
+    assert_eq!(engine.snapshot(), &grown);
+    // and back: the node gone, the nomination with it
+    engine.sync(&base).unwrap();
+    assert_eq!(engine.snapshot(), &base);
+}

@@ -38,7 +38,9 @@ pub struct Options {
     pub identity: String,
     /// Lease duration.
     pub lease_seconds: u64,
-    /// Wait this long after a change before a cycle, to batch arrivals.
+    /// While changes keep arriving, cycles are at least this far apart
+    /// (batches a burst); the first change after a quiet spell of this
+    /// length cycles at once.
     pub debounce: Duration,
     /// A cycle at least this often (timeouts, reservations).
     pub period: Duration,
@@ -180,8 +182,8 @@ pub async fn run_with_client(
     // how long the last cycle took, and when its work ended: the loop rests
     // at least REST_PER_CYCLE_COST times that before the next cycle, so
     // deciding takes at most a third of the loop's time whatever arrives
-    // (a drain: more changes per cycle), while idle latency stays at
-    // `debounce` when cycles are cheap
+    // (a drain: more changes per cycle), while a change on a quiet
+    // scheduler is decided at once
     let mut last_cost = Duration::ZERO;
     let mut last_end = Instant::now();
     let mut last_status = Instant::now() - STATUS_INTERVAL;
@@ -199,8 +201,14 @@ pub async fn run_with_client(
         tokio::select! {
             _ = &mut shutdown => break,
             _ = shared.changed.notified() => {
-                let until = (Instant::now() + opts.debounce).max(rested);
-                tokio::time::sleep_until(until.into()).await
+                // event-driven: the first change after a quiet spell
+                // cycles at once (a lone pod waits for no timer); changes
+                // that follow a cycle closely are batched — `debounce`
+                // after that cycle's end, and the rest rule
+                let now = Instant::now();
+                let quiet = now.saturating_duration_since(last_end) >= opts.debounce;
+                let until = if quiet { rested } else { (last_end + opts.debounce).max(rested) };
+                tokio::time::sleep_until(until.max(now).into()).await
             }
             // a standby that gains the lease cycles at once
             r = leader_changes.changed(), if lease_open => lease_open = r.is_ok(),

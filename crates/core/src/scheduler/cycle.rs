@@ -109,6 +109,11 @@ pub(super) struct Cycle<'s> {
     pub kept_verdicts: Option<&'s BTreeMap<SchedulingKey, std::sync::Arc<super::Verdicts>>>,
     /// The verdicts this cycle computed that were not kept (for the engine).
     pub new_verdicts: super::NewVerdicts,
+    /// Per signature of whole-GPU pods without claims: how many of them
+    /// the usable GPUs of the nodes that pass its filters hold at most
+    /// (`gang_never_fits`; the same for every gang of that signature in a
+    /// cycle, where a deep queue has thousands).
+    pub gang_most: BTreeMap<usize, u32>,
 }
 
 impl<'s> Cycle<'s> {
@@ -255,6 +260,7 @@ impl<'s> Cycle<'s> {
             parked_first: Vec::new(),
             kept_verdicts: parked.verdicts.as_ref(),
             new_verdicts: Vec::new(),
+            gang_most: BTreeMap::new(),
         };
         for (i, e) in errors {
             c.notes.insert(

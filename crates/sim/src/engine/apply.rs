@@ -27,7 +27,7 @@ impl<'a> Sim<'a> {
         let mut out = engine.cycle(self.now, cycle_seed);
         let seen = engine.divergences().len();
         if seen > self.divergences {
-            for d in engine.divergences()[self.divergences..].to_vec() {
+            for d in &engine.divergences()[self.divergences..] {
                 self.error(format!("incremental core: {d}"));
             }
             self.divergences = seen;

@@ -210,17 +210,32 @@ impl Cycle<'_> {
         for (s, (count, rep)) in by_sig {
             let pod = self.pod(rep);
             let k = pod.gpu.whole();
-            let mut most = 0u32;
-            for &n in &self.sigs[s].ok_list {
-                let node = self.cs.node(n);
-                let usable = (0..node.gpus.len())
-                    .filter(|&g| self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g));
-                let usable = match crate::state::claim_gpus(pod) {
-                    Some(c) => c.largest_group(&node.name, usable) as u32,
-                    None => usable.count() as u32,
-                };
-                most = most.saturating_add(usable / k);
-            }
+            let claims = crate::state::claim_gpus(pod);
+            let kept = match claims {
+                None => self.gang_most.get(&s).copied(),
+                Some(_) => None,
+            };
+            let most = match kept {
+                Some(m) => m,
+                None => {
+                    let mut most = 0u32;
+                    for &n in &self.sigs[s].ok_list {
+                        let node = self.cs.node(n);
+                        let usable = (0..node.gpus.len()).filter(|&g| {
+                            self.cs.get(n).gpu_usable[g] && self.cs.gpu_allowed(pod, n, g)
+                        });
+                        let usable = match &claims {
+                            Some(c) => c.largest_group(&node.name, usable) as u32,
+                            None => usable.count() as u32,
+                        };
+                        most = most.saturating_add(usable / k);
+                    }
+                    if claims.is_none() {
+                        self.gang_most.insert(s, most);
+                    }
+                    most
+                }
+            };
             if count > most {
                 return Some(PendingReason::GangNeverFits {
                     group: job.name.clone(),
