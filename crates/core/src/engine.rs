@@ -166,6 +166,9 @@ struct ParkedJob {
     /// What the cycle that parked it said of each of `pods` (ids of that
     /// cycle; the queue position dropped: it moves while the job waits).
     explained: Vec<Option<crate::decision::Explanation>>,
+    /// When it was parked, and the engine's generation then.
+    parked_ms: u64,
+    parked_gen: u64,
 }
 
 /// Counters of the engine's own work.
@@ -771,9 +774,38 @@ impl Engine {
         let full = oracle.cycle(&self.snap, now_ms, seed);
         let c = self.stats.cycles;
         if full.decisions != out.decisions {
+            // the parked jobs the full pass decided for: when and how long
+            // they were parked (what the wake-up rules missed)
+            let mut missed: Vec<String> = Vec::new();
+            for d in &full.decisions {
+                let (Decision::Bind { pod, .. } | Decision::Nominate { pod, .. }) = d else {
+                    continue;
+                };
+                if self.view.pod.get(*pod as usize) != Some(&true) {
+                    continue;
+                }
+                let p = &self.snap.pods[*pod as usize].pod;
+                let key = match &p.group {
+                    Some(g) => (true, g.clone()),
+                    None => (false, p.name.clone()),
+                };
+                if let Some(j) = self.parked.get(&key) {
+                    missed.push(format!(
+                        "{} parked at {} ms, generation {} (now {now_ms}, generation {}, wake at {:?}; said then: {:?})",
+                        key.1,
+                        j.parked_ms,
+                        j.parked_gen,
+                        self.generation,
+                        self.wake_at,
+                        j.explained.first()
+                    ));
+                }
+            }
             self.divergences.push(format!(
-                "cycle {c}: decisions differ from the full pass: {:?} against {:?}",
-                out.decisions, full.decisions
+                "cycle {c}: decisions differ from the full pass: {:?} against {:?}; parked: {}",
+                out.decisions,
+                full.decisions,
+                missed.join(", ")
             ));
         }
         // the counters, less the effort ones (parked and equivalent jobs
@@ -1091,7 +1123,9 @@ impl Engine {
             .iter()
             .filter_map(|q| q.min_runtime_ms)
             .fold(opts.min_runtime_ms, u64::min);
-        let from = now_ms.saturating_sub(min_rt).saturating_add(1);
+        // not yet of age: since + min_rt > now (a pod that started at 0
+        // is not of age at 100 with a 150 minimum)
+        let from = now_ms.saturating_add(1).saturating_sub(min_rt);
         self.holders
             .iter()
             .filter(|((q, p), _)| {
@@ -1144,6 +1178,8 @@ impl Engine {
                     old,
                     counts_waiting: c.counts_waiting,
                     explained,
+                    parked_ms: now_ms,
+                    parked_gen: self.generation,
                 },
             );
             self.view_dirty = true;
@@ -1237,8 +1273,19 @@ impl Engine {
         let before = old.map(|i| self.snap.pods[i as usize].clone());
         let held = before.as_ref().is_some_and(|p| p.holding().is_some());
         let holds = new.is_some_and(|p| p.holding().is_some());
-        if held {
-            // capacity freed, moved, or a holder changed: may help anyone
+        let reserving = before.as_ref().is_some_and(|p| {
+            matches!(
+                p.phase,
+                PodPhase::Pending {
+                    nominated: Some(_),
+                    ..
+                }
+            )
+        });
+        if held || reserving {
+            // capacity freed, moved, or a holder changed; or a nomination
+            // (the node it reserves for its job) kept, moved or dropped:
+            // may help anyone
             if before.as_ref() != new {
                 self.wake_all();
             }

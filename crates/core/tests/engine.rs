@@ -166,7 +166,13 @@ proptest! {
             // left out of the explanations (the engine's oracle checks the
             // rest against the full pass over the same snapshot)
             prop_assert_eq!(engine.snapshot(), &snap, "round {}", round);
-            prop_assert_eq!(&a.decisions, &b.decisions, "round {}", round);
+            prop_assert_eq!(
+                &a.decisions,
+                &b.decisions,
+                "round {}: {:?}",
+                round,
+                engine.divergences()
+            );
             prop_assert!(engine.divergences().is_empty(), "{:?}", engine.divergences());
             apply(&mut snap, &b, now);
             for (u, (op, k)) in ops.by_ref().take(7).enumerate() {
