@@ -953,6 +953,12 @@ impl Engine {
 
     /// Adds (or takes out) a pod's demand to its queue's sums.
     fn sum(&mut self, p: &PodState, add: bool) {
+        // the constraint plugins this pod is relevant to
+        let counts = self
+            .view
+            .relevant
+            .get_or_insert_with(|| vec![0; self.sched.constraint_count()]);
+        self.sched.count_relevant(&p.pod, counts, add);
         let d = p.pod.demand();
         let e = self.sums.entry(p.pod.queue.clone()).or_default();
         let side = if p.holding().is_some() {

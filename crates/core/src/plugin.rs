@@ -284,6 +284,15 @@ pub trait PodConstraint: Send + Sync {
     }
     /// A fresh state for one cycle over `snapshot`.
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's>;
+    /// Whether `pod` can make this plugin matter, as the pod being placed
+    /// or as one already placed. `false` promises: in a snapshot where no
+    /// pod is relevant, `pre_filter` asks nothing for any pod (so no pod is
+    /// filtered or scored by it); the core then builds no state for the
+    /// cycle (no `start`, no `add_pod` per running pod). Default: always
+    /// relevant.
+    fn relevant(&self, _pod: &Pod) -> bool {
+        true
+    }
 }
 
 /// The per-cycle state of a [`PodConstraint`] (see its contract).

@@ -28,7 +28,9 @@ pub(super) struct Cycle<'s> {
     pub packer: &'s dyn Packer,
     /// The stateful constraint plugins and their states (kept in step with
     /// `cs` by every statement change).
-    pub constraints: &'s [Box<dyn PodConstraint>],
+    /// Only the plugins some pod of the snapshot is relevant to
+    /// (`PodConstraint::relevant`): the others would ask nothing of any pod.
+    pub constraints: Vec<&'s dyn PodConstraint>,
     pub cstates: Vec<Box<dyn ConstraintState + 's>>,
     /// Whether any constraint plugin is registered (else every pod takes
     /// the fast path without asking).
@@ -205,6 +207,15 @@ impl<'s> Cycle<'s> {
                 leaving_gpu[*q] += p.pod.gpu.milli();
             }
         }
+        let constraints: Vec<&'s dyn PodConstraint> = constraints
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| match &parked.relevant {
+                Some(counts) => counts.get(*i).is_none_or(|&n| n > 0),
+                None => snap.pods.iter().any(|p| c.relevant(&p.pod)),
+            })
+            .map(|(_, c)| &**c)
+            .collect();
         let mut cstates: Vec<Box<dyn ConstraintState + 's>> =
             constraints.iter().map(|c| c.start(snap)).collect();
         if !cstates.is_empty() {

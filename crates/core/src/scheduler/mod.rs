@@ -148,6 +148,10 @@ pub(crate) struct Parked {
     /// The static filters' verdicts per scheduling key, kept while no node
     /// changes (`None`: a full pass, computed per cycle).
     pub verdicts: Option<BTreeMap<crate::plugin::SchedulingKey, std::sync::Arc<Verdicts>>>,
+    /// Per constraint plugin, how many pods are relevant to it
+    /// (`PodConstraint::relevant`), kept from the changes (`None`: a full
+    /// pass, counted per cycle).
+    pub relevant: Option<Vec<u32>>,
 }
 
 /// The static filters' verdicts on every node for one scheduling key.
@@ -261,6 +265,21 @@ impl Scheduler {
     /// The constraint plugins' names, in order.
     pub fn constraint_names(&self) -> Vec<&'static str> {
         self.constraints.iter().map(|c| c.name()).collect()
+    }
+
+    /// How many constraint plugins are registered.
+    pub(crate) fn constraint_count(&self) -> usize {
+        self.constraints.len()
+    }
+
+    /// Adds `pod` to (or takes it from) `counts`, per constraint plugin it
+    /// is relevant to (`PodConstraint::relevant`).
+    pub(crate) fn count_relevant(&self, pod: &gpusched_model::Pod, counts: &mut [u32], add: bool) {
+        for (c, n) in self.constraints.iter().zip(counts.iter_mut()) {
+            if c.relevant(pod) {
+                *n = if add { *n + 1 } else { n.saturating_sub(1) };
+            }
+        }
     }
 
     /// The packer's name.

@@ -43,6 +43,9 @@ impl PodConstraint for InterPodAffinity {
     fn weight(&self) -> i64 {
         2
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        pod.constraints().has_pod_terms()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(State {
             snap: snapshot,

@@ -22,6 +22,9 @@ impl PodConstraint for NodeVolumeLimits {
     fn name(&self) -> &'static str {
         ConstraintName::NodeVolumeLimits.as_str()
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        !pod.constraints().csi_volumes.is_empty()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(State {
             snap: snapshot,

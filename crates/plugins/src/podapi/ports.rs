@@ -14,6 +14,9 @@ impl PodConstraint for NodePorts {
     fn name(&self) -> &'static str {
         ConstraintName::NodePorts.as_str()
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        !pod.constraints().host_ports.is_empty()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(State {
             snap: snapshot,

@@ -18,6 +18,9 @@ impl PodConstraint for NodeAffinityPreference {
     fn weight(&self) -> i64 {
         2
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        !pod.constraints().preferred_node_affinity.is_empty()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(Static {
             snap: snapshot,

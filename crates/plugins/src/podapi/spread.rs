@@ -45,6 +45,9 @@ impl PodConstraint for PodTopologySpread {
     fn weight(&self) -> i64 {
         2
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        !pod.constraints().spread.is_empty()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(State {
             snap: snapshot,

@@ -33,6 +33,10 @@ impl PodConstraint for VolumeBinding {
     fn name(&self) -> &'static str {
         ConstraintName::VolumeBinding.as_str()
     }
+    fn relevant(&self, pod: &gpusched_model::Pod) -> bool {
+        let c = pod.constraints();
+        !c.volumes.is_empty() || !c.exclusive_claims.is_empty()
+    }
     fn start<'s>(&self, snapshot: &'s Snapshot) -> Box<dyn ConstraintState + 's> {
         Box::new(State {
             snap: snapshot,
