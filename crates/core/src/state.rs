@@ -165,6 +165,10 @@ pub struct ClusterState<'a> {
     models: std::sync::Arc<NodeModels<'a>>,
     /// Free GPU milli per model index, kept by assign/release.
     free_by_model: Vec<u64>,
+    /// With [`ClusterState::keep_originals`]: each node's state before the
+    /// first change since, to put back with
+    /// [`ClusterState::restore_originals`].
+    originals: Option<std::collections::BTreeMap<NodeId, NodeState>>,
 }
 
 /// The owned part of a [`ClusterState`]: every node's free capacity,
@@ -235,6 +239,7 @@ impl<'a> ClusterState<'a> {
             state,
             models: std::sync::Arc::new(models),
             free_by_model,
+            originals: None,
         }
     }
 
@@ -263,7 +268,25 @@ impl<'a> ClusterState<'a> {
             state,
             models: std::sync::Arc::new(models),
             free_by_model,
+            originals: None,
         })
+    }
+
+    /// From now on, keeps each node's state as it was before its first
+    /// change, for [`ClusterState::restore_originals`] (the incremental
+    /// core: a cycle's trials, holds and binds are all undone, whatever
+    /// path made them).
+    pub fn keep_originals(&mut self) {
+        self.originals = Some(Default::default());
+    }
+
+    /// Puts back every node's state as it was at
+    /// [`ClusterState::keep_originals`] (the per-model free totals are not
+    /// kept up: for [`ClusterState::into_parts`] only).
+    pub fn restore_originals(&mut self) {
+        for (n, st) in self.originals.take().unwrap_or_default() {
+            self.state[n as usize] = st;
+        }
     }
 
     /// The owned part of this state (what [`ClusterState::from_parts`]
@@ -347,6 +370,10 @@ impl<'a> ClusterState<'a> {
             .nodes
             .get(node as usize)
             .ok_or(StateError::BadNode(node))?;
+        if let Some(o) = &mut self.originals {
+            o.entry(node)
+                .or_insert_with(|| self.state[node as usize].clone());
+        }
         let st = &mut self.state[node as usize];
         let free_before = st.free.gpu_milli;
         let mut cpu_mem = requests.clone();
@@ -481,6 +508,10 @@ impl<'a> ClusterState<'a> {
         let Some(n) = self.nodes.get(node as usize) else {
             return;
         };
+        if let Some(o) = &mut self.originals {
+            o.entry(node)
+                .or_insert_with(|| self.state[node as usize].clone());
+        }
         let st = &mut self.state[node as usize];
         let free_before = st.free.gpu_milli;
         let mut cpu_mem = requests.clone();

@@ -391,3 +391,30 @@ fn a_chain_counts_both_moves_against_the_limit() {
     snap.pods[s0] = on(movable(pod("s0").gpus(1).build()), 2, whole(&[0]));
     assert!(moved(&run(&mut sched(), &snap)).is_empty());
 }
+
+/// Through the incremental core: a cycle that plans a move holds the moved
+/// pod's destination only within the cycle; the engine's kept capacity
+/// after it is the capacity it started with (the oracle rebuilds it and
+/// compares), and the next cycles decide as the full pass.
+#[test]
+fn a_planned_move_leaves_the_kept_capacity_as_it_was() {
+    let snap = fragmented(movable(pod("m").gpus(1).build()), pod("p").gpus(2).build());
+    let mut engine = Engine::new(sched());
+    engine.verify_with(sched());
+    engine.sync(&snap).unwrap();
+    let out = engine.cycle(0, 7);
+    assert_eq!(moved(&out).len(), 1, "{:?}", out.decisions);
+    // the same state again (the runner has not carried the move out yet)
+    let again = engine.cycle(10, 7);
+    assert!(
+        engine.divergences().is_empty(),
+        "{:?}",
+        engine.divergences()
+    );
+    assert_eq!(
+        again.decisions.len(),
+        out.decisions.len(),
+        "{:?}",
+        again.decisions
+    );
+}

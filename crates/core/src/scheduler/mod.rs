@@ -316,8 +316,12 @@ impl Scheduler {
         (now_ms, seed): (u64, u64),
         undo_binds: bool,
     ) -> (CycleOutput, StateParts, Vec<ParkCandidate>, NewVerdicts) {
+        let (mut cs, errors) = state;
+        if undo_binds {
+            cs.keep_originals();
+        }
         let (mut c, jobs) = cycle::Cycle::new(
-            (snap, state.0, state.1, parked),
+            (snap, cs, errors, parked),
             &self.filters,
             &mut *self.packer,
             &self.constraints,
@@ -329,11 +333,9 @@ impl Scheduler {
             action.run(&mut c, &jobs);
         }
         if undo_binds {
-            for d in &c.out.decisions {
-                if let crate::decision::Decision::Bind { pod, node, gpus } = d {
-                    c.cs.release(*node, &snap.pods[*pod as usize].pod.requests, gpus);
-                }
-            }
+            // binds, held destinations of moves, any trial left placed:
+            // the state goes back as it was given
+            c.cs.restore_originals();
         }
         let candidates = if undo_binds {
             c.park_candidates(&jobs)
