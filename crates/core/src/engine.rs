@@ -163,12 +163,19 @@ struct ParkedJob {
     old: bool,
     /// A gang a full pass counts as waiting.
     counts_waiting: bool,
+    /// It waits in its queue as a full pass would have it (not refused by
+    /// quota): `view.first`.
+    holds_place: bool,
     /// What the cycle that parked it said of each of `pods` (ids of that
     /// cycle; the queue position dropped: it moves while the job waits).
     explained: Vec<Option<crate::decision::Explanation>>,
     /// When it was parked, and the engine's generation then.
     parked_ms: u64,
     parked_gen: u64,
+    /// Its shape (`ParkCandidate::shape`) and what its pods that must start
+    /// together ask (for the wake-up by capacity).
+    shape: Vec<crate::plugin::SchedulingKey>,
+    demand: ResourceVec,
 }
 
 /// Counters of the engine's own work.
@@ -190,6 +197,10 @@ pub struct EngineStats {
     pub woken_all: u64,
     /// Parked jobs woken one by one (a change of their own pods).
     pub woken: u64,
+    /// Times capacity freed woke only the parked jobs it can hold (the
+    /// rest stayed parked).
+    #[serde(default)]
+    pub woken_by_capacity: u64,
     /// Safety flushes.
     pub flushes: u64,
     /// Jobs a flush woke that then got a decision: a change that could
@@ -260,6 +271,12 @@ pub struct Engine {
     oracle: Option<Scheduler>,
     divergences: Vec<String>,
     stats: EngineStats,
+    /// Capacity was freed or moved since the last cycle (a holding pod
+    /// changed or went, a nomination was dropped): the next cycle wakes
+    /// the parked jobs it may help ([`Engine::wake_by_capacity`]).
+    capacity_freed: bool,
+    /// Running pods that opted in to consolidation moves.
+    movable_running: u32,
 }
 
 impl Engine {
@@ -293,6 +310,8 @@ impl Engine {
             oracle: None,
             divergences: Vec::new(),
             stats: EngineStats::default(),
+            capacity_freed: false,
+            movable_running: 0,
         }
     }
 
@@ -684,7 +703,11 @@ impl Engine {
     /// One cycle at virtual time `now_ms` on the kept state.
     pub fn cycle(&mut self, now_ms: u64, seed: u64) -> CycleOutput {
         self.stats.cycles += 1;
-        // timers and the safety flush
+        // the changes' hints first (capacity freed), then timers and the
+        // safety flush (which counts what the hints left parked)
+        if std::mem::take(&mut self.capacity_freed) {
+            self.wake_by_capacity();
+        }
         self.flushed.clear();
         if self.wake_at.is_some_and(|t| now_ms >= t) {
             self.wake_all();
@@ -819,8 +842,14 @@ impl Engine {
         };
         if effort(&full.stats) != effort(&out.stats) || full.warnings != out.warnings {
             self.divergences.push(format!(
-                "cycle {c}: stats differ from the full pass: {:?} against {:?}",
-                out.stats, full.stats
+                "cycle {c}: stats differ from the full pass: {:?} against {:?}; parked: {:?}; decisions {:?}",
+                out.stats,
+                full.stats,
+                self.parked
+                    .iter()
+                    .map(|(k, j)| (k, &j.queue, j.priority, j.arrival, j.parked_ms))
+                    .collect::<Vec<_>>(),
+                out.decisions
             ));
         }
         // every pod the cycle explained, the full pass explains alike (but
@@ -1047,6 +1076,101 @@ impl Engine {
         self.stats.parked = 0;
     }
 
+    /// Wakes the parked jobs capacity freed since the last cycle may help.
+    /// A job that could evict (a running pod of lower priority in its
+    /// queue, with preemption; of another queue, with reclaim), or any job
+    /// while a consolidation move is possible, is woken. The others are
+    /// woken by shape — the jobs of one queue whose pods that must start
+    /// together have the same scheduling keys, which the cycle treats as
+    /// equivalent — in queue order, only as many as the free capacity
+    /// (an upper bound: the kept capacity plus everything released since)
+    /// can hold, and one more: a full pass would try those, and skip the
+    /// rest as equivalent to the first that fails (`equiv`), so leaving
+    /// them parked decides the same.
+    fn wake_by_capacity(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
+        let opts = &self.sched.opts;
+        let Some(parts) = &self.state else {
+            self.wake_all();
+            return;
+        };
+        if opts.consolidation && self.movable_running > 0 {
+            self.wake_all();
+            return;
+        }
+        // free capacity, at most: kept, plus what was released since
+        let mut free = ResourceVec::default();
+        for st in &parts.state {
+            free.cpu_milli += st.free.cpu_milli;
+            free.memory += st.free.memory;
+            free.gpu_milli += st.free.gpu_milli;
+        }
+        for a in self.adjust.iter().filter(|a| !a.assign) {
+            free.cpu_milli += a.requests.cpu_milli;
+            free.memory += a.requests.memory;
+            free.gpu_milli += a.gpus.milli();
+        }
+        let fits = |d: &ResourceVec| -> Option<u64> {
+            [
+                (d.cpu_milli, free.cpu_milli),
+                (d.memory, free.memory),
+                (d.gpu_milli, free.gpu_milli),
+            ]
+            .into_iter()
+            .filter(|(need, _)| *need > 0)
+            .map(|(need, have)| have / need)
+            .min()
+        };
+        let victims = |queue: &str, priority: i32| {
+            self.holders.keys().any(|(q, p)| {
+                (opts.preemption && q == queue && *p < priority) || (opts.reclaim && q != queue)
+            })
+        };
+        // per (queue, shape): the jobs in queue order
+        type Group<'k> = (&'k str, &'k [crate::plugin::SchedulingKey]);
+        type Member<'k> = (std::cmp::Reverse<i32>, u64, &'k (bool, String));
+        let mut groups: BTreeMap<Group<'_>, Vec<Member<'_>>> = BTreeMap::new();
+        let mut wake: Vec<(bool, String)> = Vec::new();
+        for (key, j) in &self.parked {
+            if victims(&j.queue, j.priority) || j.shape.is_empty() {
+                wake.push(key.clone());
+                continue;
+            }
+            groups
+                .entry((j.queue.as_str(), j.shape.as_slice()))
+                .or_default()
+                .push((std::cmp::Reverse(j.priority), j.arrival, key));
+        }
+        for (_, mut jobs) in groups {
+            jobs.sort_by(|a, b| (a.0, a.1, &a.2.1).cmp(&(b.0, b.1, &b.2.1)));
+            let demand = &self.parked[jobs[0].2].demand;
+            let n = match fits(demand) {
+                Some(k) => (k as usize).saturating_add(1),
+                None => jobs.len(),
+            };
+            wake.extend(jobs.into_iter().take(n).map(|(_, _, k)| k.clone()));
+        }
+        if wake.len() == self.parked.len() {
+            self.wake_all();
+            return;
+        }
+        for key in &wake {
+            self.wake(key);
+        }
+        self.stats.woken_by_capacity += 1;
+    }
+
+    /// Whether any queue has a quota that can refuse a job (a limit, or no
+    /// borrowing beyond its guarantee).
+    fn quotas(&self) -> bool {
+        self.snap
+            .queues
+            .iter()
+            .any(|q| q.limit.is_some() || !q.can_borrow)
+    }
+
     /// Wakes one parked job.
     fn wake(&mut self, key: &(bool, String)) {
         if let Some(job) = self.parked.remove(key) {
@@ -1076,6 +1200,7 @@ impl Engine {
         for ((_, name), j) in &self.parked {
             let key = (std::cmp::Reverse(j.priority), j.arrival, name.clone());
             match self.view.first.get_mut(&j.queue) {
+                _ if !j.holds_place => {}
                 Some(k) if *k <= key => {}
                 Some(k) => *k = key,
                 None => {
@@ -1096,6 +1221,13 @@ impl Engine {
         let PodPhase::Running { since_ms, .. } = p.phase else {
             return;
         };
+        if p.pod.movable {
+            self.movable_running = if add {
+                self.movable_running + 1
+            } else {
+                self.movable_running.saturating_sub(1)
+            };
+        }
         let key = (p.pod.queue.clone(), p.pod.priority);
         if add {
             *self
@@ -1183,9 +1315,12 @@ impl Engine {
                     pods,
                     old,
                     counts_waiting: c.counts_waiting,
+                    holds_place: c.holds_place,
                     explained,
                     parked_ms: now_ms,
                     parked_gen: self.generation,
+                    shape: c.shape,
+                    demand: c.demand,
                 },
             );
             self.view_dirty = true;
@@ -1291,9 +1426,24 @@ impl Engine {
         if held || reserving {
             // capacity freed, moved, or a holder changed; or a nomination
             // (the node it reserves for its job) kept, moved or dropped:
-            // may help anyone
+            // may help anyone the freed capacity can hold (woken at the
+            // next cycle, by capacity), and the pod's own job
             if before.as_ref() != new {
-                self.wake_all();
+                // a queue's usage moved: where a quota can refuse, who is
+                // refused may change (and a job refused by quota holds no
+                // place in its queue), so every parked job is tried
+                if self.quotas() {
+                    self.wake_all();
+                    return;
+                }
+                self.capacity_freed = true;
+                for p in [before.as_ref(), new].into_iter().flatten() {
+                    let key = match &p.pod.group {
+                        Some(g) => (true, g.clone()),
+                        None => (false, p.pod.name.clone()),
+                    };
+                    self.wake(&key);
+                }
             }
             return;
         }
@@ -1332,6 +1482,7 @@ impl Engine {
             (opts.preemption && max_prio > pod.priority)
                 || (opts.reclaim && other_queue_parked)
                 || old_in_queue
+                || self.quotas()
         } else {
             // a pending pod added, changed or gone: its queue's demand, so
             // every queue's fair share — reclaim elsewhere, and reclaim by

@@ -255,11 +255,13 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
     // binding the arrivals (same queue, same priority: no victims for the
     // backlog) woke nothing
     assert_eq!(engine.stats().woken_all, 0, "{:?}", engine.stats());
-    // a running pod finishes: its GPU is free again for the next arrival,
-    // and the backlog is tried again
+    // a running pod finishes: its GPU is free again for the next arrival;
+    // the backlog's 8-GPU pods (one shape, no victims) are woken by
+    // capacity at the next cycle, only as many as the free GPUs can hold
+    // and one more — one — not all 20
     engine.apply(Change::PodGone("r5-0".into())).unwrap();
-    assert_eq!(engine.stats().woken_all, 1);
-    assert_eq!(engine.stats().parked, 0);
+    assert_eq!(engine.stats().woken_all, 0, "{:?}", engine.stats());
+    assert_eq!(engine.stats().parked, 20);
     let p = pod("last").queue("a").gpus(1).arrival(999).build();
     engine
         .apply(Change::Pod(Box::new(p), PodAt::pending()))
@@ -278,6 +280,9 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
         })
         .collect();
     assert_eq!(bound, vec![("last", "n5")]);
+    assert_eq!(engine.stats().woken_by_capacity, 1, "{:?}", engine.stats());
+    assert_eq!(engine.stats().woken, 1, "{:?}", engine.stats());
+    assert_eq!(out.stats.jobs_parked, 19);
     assert_eq!(engine.stats().rebuilds, 0, "{:?}", engine.stats());
     assert!(
         engine.divergences().is_empty(),

@@ -61,13 +61,39 @@ fn the_default_run_is_the_same_with_and_without_the_oracle() {
     );
 }
 
-/// A deep queue: 64 nodes hold 8 gangs of 8 × 8 GPUs; 120 gangs in two
-/// queues wait, most of them parked, while running gangs end one by one.
+/// A deep queue: 64 nodes hold 8 gangs of 8 × 8 GPUs; 120 gangs wait, most
+/// of them parked, while running gangs end one by one. In two queues (each
+/// can reclaim from the other: capacity freed wakes every parked gang) and
+/// in one (no victim: it wakes only the gangs the freed capacity holds).
 #[test]
 fn a_deep_queue_parks_and_decides_as_the_full_pass() {
+    for queues in [&[("a", 80), ("b", 40)][..], &[("a", 120)][..]] {
+        let r = deep_queue(queues);
+        assert_same_as_full_pass(&format!("deep queue {queues:?}"), &r);
+        assert!(r.totals.gang_starts > 20, "gangs ran: {:?}", r.totals);
+        assert!(
+            r.engine.woken_all + r.engine.woken > 0,
+            "jobs were parked and woken: {:?}",
+            r.engine
+        );
+        if queues.len() == 1 {
+            assert!(
+                r.engine.woken_by_capacity > 10,
+                "one queue: capacity woke only what it can hold: {:?}",
+                r.engine
+            );
+        }
+    }
+}
+
+fn deep_queue(queues: &[(&str, u32)]) -> SimResult {
     let cluster = "nodes:\n  - name: dgx\n    count: 64\n    cpu: \"224\"\n    memory: 2Ti\n    gpus:\n      count: 8\n      model: H100-SXM5-80GB\n      memory: 80Gi\n";
-    let mut w = String::from("name: deep\nqueues:\n  - name: a\n  - name: b\njobs:\n");
-    for (q, n) in [("a", 80), ("b", 40)] {
+    let mut w = String::from("name: deep\nqueues:\n");
+    for (q, _) in queues {
+        w += &format!("  - name: {q}\n");
+    }
+    w += "jobs:\n";
+    for (q, n) in queues {
         w += &format!(
             "  - name: g{q}\n    queue: {q}\n    count: {n}\n    pods: 8\n    gang: {{}}\n    duration: 10m\n    duration_max: 20m\n    requests: {{cpu: \"16\", memory: 64Gi, nvidia.com/gpu: \"8\"}}\n"
         );
@@ -85,12 +111,5 @@ fn a_deep_queue_parks_and_decides_as_the_full_pass() {
         1,
     )
     .expect("scenario");
-    let r = checked(&sc, None, 1);
-    assert_same_as_full_pass("deep queue", &r);
-    assert!(r.totals.gang_starts > 20, "gangs ran: {:?}", r.totals);
-    assert!(
-        r.engine.woken_all + r.engine.woken > 0,
-        "jobs were parked and woken: {:?}",
-        r.engine
-    );
+    checked(&sc, None, 1)
 }

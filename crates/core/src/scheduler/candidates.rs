@@ -41,7 +41,7 @@ pub(super) struct SigCache {
 impl<'s> Cycle<'s> {
     /// The key of pod `p`'s cache entry: what the core reads, then what each
     /// filter and the packer declare.
-    fn scheduling_key(&self, pod: &Pod) -> SchedulingKey {
+    pub(super) fn scheduling_key(&self, pod: &Pod) -> SchedulingKey {
         let mut key = SchedulingKey::new();
         key.add(&pod.requests);
         key.add(&pod.gpu);

@@ -549,7 +549,17 @@ impl Cycle<'_> {
                 continue;
             }
             let group = job.group.map(|g| &self.snap.groups[g]);
+            let quota = matches!(
+                job.pods.first().and_then(|p| self.notes.get(p)),
+                Some(PendingReason::Quota(_))
+            );
+            let shape = job.pods[..job.need.min(job.pods.len())]
+                .iter()
+                .map(|&p| self.scheduling_key(&self.snap.pods[p as usize].pod))
+                .collect();
             out.push(super::ParkCandidate {
+                shape,
+                demand: job.demand.clone(),
                 pods: job.pods.clone(),
                 group: group.map(|g| g.name.clone()),
                 queue: self.tree.queues[job.queue].name.clone(),
@@ -560,11 +570,8 @@ impl Cycle<'_> {
                     .and_then(|g| g.schedule_timeout_ms)
                     .map(|t| job.arrival.saturating_add(t)),
                 any_timeout_at,
-                counts_waiting: group.is_some()
-                    && !matches!(
-                        job.pods.first().and_then(|p| self.notes.get(p)),
-                        Some(PendingReason::Quota(_))
-                    ),
+                counts_waiting: group.is_some() && !quota,
+                holds_place: !quota,
             });
         }
         out

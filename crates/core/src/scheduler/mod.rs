@@ -190,6 +190,16 @@ pub(crate) struct ParkCandidate {
     /// A gang counted in `CycleStats::gangs_waiting` (tried and short, not
     /// stopped by its quota): a parked one is counted the same way.
     pub counts_waiting: bool,
+    /// Its shape for the equivalent-job skip (`equiv::Shape`): the
+    /// scheduling keys of the pods that must start together, in order.
+    pub shape: Vec<crate::plugin::SchedulingKey>,
+    /// What those pods ask together.
+    pub demand: gpusched_model::ResourceVec,
+    /// It failed to fit (not refused by its queue's quota): as the full
+    /// pass tries it, it waits in its queue — later jobs of the queue are
+    /// not its head, and without backfill they wait behind it. A job the
+    /// quota refused holds no such place.
+    pub holds_place: bool,
 }
 
 /// Where preferences rank against the packing score.
