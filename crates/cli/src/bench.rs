@@ -276,7 +276,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 p.gpu = GpuRequest::Whole(1);
                 p.movable = true;
                 pods.push(PodState {
-                    pod: p,
+                    pod: p.into(),
                     phase: gpusched_core::PodPhase::Running {
                         node: n,
                         gpus: gpusched_core::GpuAssignment::Whole(vec![g]),

@@ -59,7 +59,7 @@ fn running(node: u32, gpu: u32, i: usize) -> PodState {
     p.requests = ResourceVec::new(2000, 8 << 30, 0);
     p.gpu = GpuRequest::Whole(1);
     PodState {
-        pod: p,
+        pod: p.into(),
         phase: PodPhase::Running {
             node,
             gpus: GpuAssignment::Whole(vec![gpu]),
@@ -161,7 +161,7 @@ pub fn run(
         // the engine: the arrival is one change, its bind another
         let name = p.name.clone();
         engine
-            .apply(Change::Pod(Box::new(p), PodAt::pending()))
+            .apply(Change::Pod(std::sync::Arc::new(p), PodAt::pending()))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let t = Instant::now();
         let out = engine.cycle(now, 42);

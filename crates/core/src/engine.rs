@@ -30,6 +30,7 @@ use crate::state::{ClusterState, StateParts};
 use gpusched_model::{Node, Pod, PodGroup, Queue, ResourceVec};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Where a pod is, as a runner reports it: [`PodPhase`] with its node named
 /// (node ids are the engine's).
@@ -87,7 +88,7 @@ pub enum Change {
     /// A pod group gone.
     GroupGone(String),
     /// A pod added or updated, and where it is.
-    Pod(Box<Pod>, PodAt),
+    Pod(Arc<Pod>, PodAt),
     /// A pod gone.
     PodGone(String),
 }
@@ -455,7 +456,7 @@ impl Engine {
                 "group",
                 |g| &g.name,
             )?,
-            Change::Pod(pod, at) => self.set_pod(*pod, at)?,
+            Change::Pod(pod, at) => self.set_pod(pod, at)?,
             Change::PodGone(name) => self.remove_pod(&name)?,
         }
         // what the change may invalidate (only once it applied: a refused
@@ -570,7 +571,7 @@ impl Engine {
         for i in differ {
             let p = &snap.pods[i];
             let at = pod_at(snap, p)?;
-            self.apply(Change::Pod(Box::new(p.pod.clone()), at))?;
+            self.apply(Change::Pod(p.pod.clone(), at))?;
         }
         if !same_nodes {
             let nodes: std::collections::BTreeSet<&str> =
@@ -1364,7 +1365,7 @@ impl Engine {
         })
     }
 
-    fn set_pod(&mut self, pod: Pod, at: PodAt) -> Result<(), ChangeError> {
+    fn set_pod(&mut self, pod: Arc<Pod>, at: PodAt) -> Result<(), ChangeError> {
         let phase = self.phase_of(&pod.name, &at)?;
         let new = PodState { pod, phase };
         match self.pod_ix.get(&new.pod.name) {
@@ -1670,7 +1671,7 @@ pub fn changes_of(snap: &Snapshot) -> Result<Vec<Change>, ChangeError> {
     v.extend(snap.queues.iter().cloned().map(Change::Queue));
     v.extend(snap.groups.iter().cloned().map(Change::Group));
     for p in &snap.pods {
-        v.push(Change::Pod(Box::new(p.pod.clone()), pod_at(snap, p)?));
+        v.push(Change::Pod(p.pod.clone(), pod_at(snap, p)?));
     }
     Ok(v)
 }
@@ -1764,7 +1765,7 @@ pub fn binds_as_changes(engine: &Engine, out: &CycleOutput, now_ms: u64) -> Vec<
                 let p = snap.pods.get(*pod as usize)?;
                 let n = snap.nodes.get(*node as usize)?;
                 Some(Change::Pod(
-                    Box::new(p.pod.clone()),
+                    p.pod.clone(),
                     PodAt::Running {
                         node: n.name.clone(),
                         gpus: gpus.clone(),

@@ -186,9 +186,9 @@ pub struct PackEnv<'s, 'c> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodsChanged {
     /// Pods that came (or whose spec became this).
-    pub added: Vec<gpusched_model::Pod>,
+    pub added: Vec<std::sync::Arc<gpusched_model::Pod>>,
     /// Pods that went (or whose spec was this).
-    pub removed: Vec<gpusched_model::Pod>,
+    pub removed: Vec<std::sync::Arc<gpusched_model::Pod>>,
 }
 
 /// Packing extension point: choose GPUs on a node and score the result.

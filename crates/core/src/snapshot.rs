@@ -2,6 +2,7 @@
 
 use gpusched_model::{Node, Pod, PodGroup, Queue};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Index of a node in [`Snapshot::nodes`].
 pub type NodeId = u32;
@@ -84,17 +85,19 @@ pub enum PodPhase {
 /// A pod and where it is in its life.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodState {
-    /// The pod.
-    pub pod: Pod,
+    /// The pod: one record shared by whoever holds it (a runner's world,
+    /// its snapshot cache, the engine) — cloning a `PodState` copies a
+    /// pointer, not the pod.
+    pub pod: Arc<Pod>,
     /// Its phase.
     pub phase: PodPhase,
 }
 
 impl PodState {
     /// A pending pod without nomination.
-    pub fn pending(pod: Pod) -> Self {
+    pub fn pending(pod: impl Into<Arc<Pod>>) -> Self {
         PodState {
-            pod,
+            pod: pod.into(),
             phase: PodPhase::Pending {
                 nominated: None,
                 nominated_at_ms: None,

@@ -23,7 +23,7 @@ fn movable(mut p: Pod) -> Pod {
 
 fn on(p: Pod, node: NodeId, gpus: GpuAssignment) -> PodState {
     PodState {
-        pod: p,
+        pod: p.into(),
         phase: PodPhase::Running {
             node,
             gpus,
@@ -298,7 +298,7 @@ fn moves_per_cycle_are_bounded() {
     let mut snap = gang_case(true);
     snap.groups.clear();
     for p in &mut snap.pods {
-        p.pod.group = None;
+        std::sync::Arc::make_mut(&mut p.pod).group = None;
     }
     let mut s = Scheduler::new(
         SchedulerOptions {

@@ -204,7 +204,7 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
             let p = pod(&format!("r{i}-{g}")).queue("a").gpus(1).build();
             engine
                 .apply(Change::Pod(
-                    Box::new(p),
+                    std::sync::Arc::new(p),
                     PodAt::Running {
                         node: format!("n{i}"),
                         gpus: GpuAssignment::Whole(vec![g]),
@@ -221,7 +221,7 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
             .arrival(b)
             .build();
         engine
-            .apply(Change::Pod(Box::new(p), PodAt::pending()))
+            .apply(Change::Pod(std::sync::Arc::new(p), PodAt::pending()))
             .unwrap();
     }
     let out = engine.cycle(100, 1);
@@ -244,7 +244,7 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
             .arrival(now)
             .build();
         engine
-            .apply(Change::Pod(Box::new(p), PodAt::pending()))
+            .apply(Change::Pod(std::sync::Arc::new(p), PodAt::pending()))
             .unwrap();
         let out = engine.cycle(now, 1);
         assert_eq!(out.stats.jobs_parked, 20);
@@ -264,7 +264,7 @@ fn arrivals_fed_as_changes_keep_the_capacity_without_rebuilds() {
     assert_eq!(engine.stats().parked, 20);
     let p = pod("last").queue("a").gpus(1).arrival(999).build();
     engine
-        .apply(Change::Pod(Box::new(p), PodAt::pending()))
+        .apply(Change::Pod(std::sync::Arc::new(p), PodAt::pending()))
         .unwrap();
     let out = engine.cycle(1000, 1);
     let snap = engine.snapshot();
@@ -301,7 +301,7 @@ fn refused_changes_name_the_object_and_change_nothing() {
     let p = pod("p").gpus(1).build();
     let e = engine
         .apply(Change::Pod(
-            Box::new(p.clone()),
+            std::sync::Arc::new(p.clone()),
             PodAt::Running {
                 node: "nope".into(),
                 gpus: GpuAssignment::Whole(vec![0]),
@@ -318,7 +318,7 @@ fn refused_changes_name_the_object_and_change_nothing() {
     assert!(e.to_string().contains("pod \"ghost\""), "{e}");
     engine
         .apply(Change::Pod(
-            Box::new(p),
+            std::sync::Arc::new(p),
             PodAt::Running {
                 node: "n0".into(),
                 gpus: GpuAssignment::Whole(vec![0]),
@@ -381,7 +381,7 @@ fn sync_refuses_a_bad_snapshot_whole_and_maps_new_nodes() {
     let mut dup = base.clone();
     dup.nodes.push(node("n1").gpus(4).build());
     let mut again = dup.pods[0].clone();
-    again.pod.gpu = pod("x").gpus(2).build().gpu;
+    std::sync::Arc::make_mut(&mut again.pod).gpu = pod("x").gpus(2).build().gpu;
     dup.pods.push(again);
     let e = engine.sync(&dup).unwrap_err();
     assert!(e.to_string().contains("\"x\""), "{e}");

@@ -330,7 +330,7 @@ fn a_budget_is_not_broken_while_younger_victims_will_do() {
     // with no younger candidate at all the budget is broken as before
     // (kube-scheduler's last resort): fresh is not preemptible here
     let mut only = snap.clone();
-    only.pods[fresh].pod.preemptible = false;
+    std::sync::Arc::make_mut(&mut only.pods[fresh].pod).preemptible = false;
     let out = run(&mut s, &only, 60_000);
     assert_eq!(evictions(&only, &out), ["guarded"]);
 }
@@ -358,8 +358,8 @@ fn a_queue_sets_the_minimum_runtime_of_its_pods() {
     let mut prod = queue("prod");
     prod.guarantee.gpu_milli = 2000;
     snap.queues.push(prod);
-    snap.pods[1].pod.queue = "prod".into();
-    snap.pods[1].pod.priority = 0;
+    std::sync::Arc::make_mut(&mut snap.pods[1].pod).queue = "prod".into();
+    std::sync::Arc::make_mut(&mut snap.pods[1].pod).priority = 0;
     let out = run(&mut s, &snap, 599_999);
     assert!(evictions(&snap, &out).is_empty());
     let out = run(&mut s, &snap, 600_000);
@@ -490,8 +490,8 @@ fn a_gang_is_reclaimed_only_if_its_queue_can_spare_all_of_it() {
     );
     // a lone 4-GPU pod of train in the gang's place may go
     let mut snap2 = snap.clone();
-    snap2.pods[0].pod.group = None;
-    snap2.pods[1].pod.group = None;
+    std::sync::Arc::make_mut(&mut snap2.pods[0].pod).group = None;
+    std::sync::Arc::make_mut(&mut snap2.pods[1].pod).group = None;
     snap2.groups.clear();
     let out = run(&mut s, &snap2, 2000);
     assert_eq!(evictions(&snap2, &out).len(), 1);

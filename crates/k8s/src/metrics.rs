@@ -406,7 +406,7 @@ mod tests {
             .push(gpusched_model::Queue::new("default"));
         built.snapshot.pods = vec![
             PodState {
-                pod: share,
+                pod: share.into(),
                 phase: PodPhase::Running {
                     node: 0,
                     gpus: GpuAssignment::Share {
@@ -418,7 +418,7 @@ mod tests {
                 },
             },
             PodState {
-                pod: whole,
+                pod: whole.into(),
                 phase: PodPhase::Running {
                     node: 0,
                     gpus: GpuAssignment::Whole(vec![1]),

@@ -61,7 +61,7 @@ fn with_claim(mut p: Pod, c: &ClaimGpus) -> Pod {
 
 fn running(p: Pod, node: NodeId, gpus: &[u32]) -> PodState {
     PodState {
-        pod: p,
+        pod: p.into(),
         phase: PodPhase::Running {
             node,
             gpus: GpuAssignment::Whole(gpus.to_vec()),
@@ -102,7 +102,7 @@ fn two_gpus_in_one_domain_wait_while_each_domain_has_one_then_bind_in_one() {
         );
         // the same pod without the constraint is placed across domains
         let mut plain = snap.clone();
-        plain.pods[0].pod.constraints = None;
+        std::sync::Arc::make_mut(&mut plain.pods[0].pod).constraints = None;
         let b = binds(&plain, &run(&mut sched(policy), &plain));
         assert_eq!(whole(&b["ml/p"].1), vec![1, 3], "{policy:?}");
         // GPU 2 frees up: the pod gets domain 1
@@ -249,7 +249,7 @@ fn preemption_only_frees_gpus_that_meet_the_constraint() {
         );
         // the plain pod evicts just the lowest
         let mut plain = snap.clone();
-        plain.pods[0].pod.constraints = None;
+        std::sync::Arc::make_mut(&mut plain.pods[0].pod).constraints = None;
         let ev = evictions(&plain, &run(&mut sched(policy), &plain));
         assert_eq!(ev, ["r2"], "{policy:?}");
     }

@@ -41,7 +41,10 @@ fn the_engine_with_the_default_plugins_decides_as_the_full_pass() {
                 _ => b.cpu_milli(4000),
             };
             engine
-                .apply(Change::Pod(Box::new(b.build()), PodAt::pending()))
+                .apply(Change::Pod(
+                    std::sync::Arc::new(b.build()),
+                    PodAt::pending(),
+                ))
                 .unwrap();
         }
         // every fourth step the oldest running pod finishes

@@ -48,7 +48,7 @@ fn setup<'n>(
         let gpus = GpuAssignment::Whole(g.clone());
         cs.assign(*n, &p.requests, &gpus).unwrap();
         snap.pods.push(PodState {
-            pod: p.clone(),
+            pod: p.clone().into(),
             phase: PodPhase::Running {
                 node: *n,
                 gpus,

@@ -238,7 +238,7 @@ fn a_pod_that_never_evicts_waits() {
     ));
     let out = run(&mut s, &snap, 1000);
     assert!(evictions(&snap, &out).is_empty());
-    snap.pods[1].pod.may_evict = true;
+    std::sync::Arc::make_mut(&mut snap.pods[1].pod).may_evict = true;
     let out = run(&mut s, &snap, 2000);
     assert_eq!(
         evictions(&snap, &out).len(),

@@ -306,15 +306,16 @@ impl SnapshotFile {
             g.queue = m(&queues, &g.queue);
         }
         for p in &mut s.pods {
-            p.pod.name = m(&pods, &p.pod.name);
-            p.pod.queue = m(&queues, &p.pod.queue);
-            if let Some(g) = &mut p.pod.group {
+            let pod = std::sync::Arc::make_mut(&mut p.pod);
+            pod.name = m(&pods, &pod.name);
+            pod.queue = m(&queues, &pod.queue);
+            if let Some(g) = &mut pod.group {
                 *g = m(&groups, g);
             }
-            for v in p.pod.node_selector.values_mut() {
+            for v in pod.node_selector.values_mut() {
                 *v = m(&values, v);
             }
-            for t in &mut p.pod.affinity {
+            for t in &mut pod.affinity {
                 for r in &mut t.match_expressions {
                     for v in &mut r.values {
                         *v = m(&values, v);
@@ -324,13 +325,13 @@ impl SnapshotFile {
                     f.name = m(&nodes, &f.name);
                 }
             }
-            for v in p.pod.labels.values_mut() {
+            for v in pod.labels.values_mut() {
                 *v = m(&values, v);
             }
-            if !p.pod.namespace.is_empty() {
-                p.pod.namespace = m(&nss, &p.pod.namespace);
+            if !pod.namespace.is_empty() {
+                pod.namespace = m(&nss, &pod.namespace);
             }
-            if let Some(c) = &mut p.pod.constraints {
+            if let Some(c) = &mut pod.constraints {
                 constraint_values(c, &mut |v| *v = m(&values, v), &mut |n| *n = m(&nss, n));
             }
         }

@@ -812,7 +812,7 @@ fn squash(delta: f64, up: bool) -> i64 {
 
 /// The class distribution of the snapshot's pods (pending and running).
 pub(crate) fn derive_profile(env: &PackEnv<'_, '_>) -> Profile {
-    Profile::from_pods(env.snapshot.pods.iter().map(|p| &p.pod))
+    Profile::from_pods(env.snapshot.pods.iter().map(|p| &*p.pod))
 }
 
 /// [`derive_profile`] from class counts kept across calls: updated from
@@ -1197,7 +1197,7 @@ mod kept_profile_tests {
                 let models: Vec<&str> = m.to_vec();
                 let p = pod(&format!("p{seq}"), *g, &models, *c);
                 seq += 1;
-                d.added.push(p.clone());
+                d.added.push(p.clone().into());
                 snap.pods.push(PodState::pending(p));
             }
             if step % 3 == 2 {
@@ -1207,7 +1207,9 @@ mod kept_profile_tests {
             if step % 5 == 4 {
                 let i = (step as usize * 11) % snap.pods.len();
                 d.removed.push(snap.pods[i].pod.clone());
-                snap.pods[i].pod.requests.cpu_milli += 250;
+                std::sync::Arc::make_mut(&mut snap.pods[i].pod)
+                    .requests
+                    .cpu_milli += 250;
                 d.added.push(snap.pods[i].pod.clone());
             }
             let nodes = Vec::new();

@@ -130,7 +130,7 @@ mod tests {
             let mut p = pod(1000, gpu);
             p.name = format!("r{}", snap.pods.len());
             snap.pods.push(PodState {
-                pod: p,
+                pod: p.into(),
                 phase: PodPhase::Running {
                     node: n,
                     gpus: g,

@@ -162,7 +162,8 @@ enum Ph {
 }
 
 struct PodRt {
-    pod: Pod,
+    /// Shared with every snapshot the simulation hands the engine.
+    pod: std::sync::Arc<Pod>,
     job: SimJob,
     group: Option<SimGroup>,
     queue: usize,
@@ -364,7 +365,7 @@ impl<'a> Sim<'a> {
                     groups[g.ix()].members.push(id);
                 }
                 pods.push(PodRt {
-                    pod,
+                    pod: pod.into(),
                     job: SimJob(ji as u32),
                     group: gid,
                     queue,

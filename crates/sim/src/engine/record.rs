@@ -92,7 +92,7 @@ impl<'a> Sim<'a> {
             }
         }
         if self.frag.is_none() {
-            self.frag = Some(engine_for(self.pods.iter().map(|p| &p.pod)));
+            self.frag = Some(engine_for(self.pods.iter().map(|p| &*p.pod)));
         }
         let frag = self
             .frag

@@ -133,7 +133,7 @@ impl Mover {
         }
         let milli = plan.gpus.milli();
         snap.pods.push(PodState {
-            pod: pod.clone(),
+            pod: pod.clone().into(),
             phase: PodPhase::Running {
                 node: plan.node,
                 gpus: plan.gpus,

@@ -103,7 +103,7 @@ fn gpu_list(snap: &Snapshot, node: u32, a: &GpuAssignment) -> (Vec<u32>, Vec<Str
 pub fn replay(input: &ReplayInput, scheduler: &mut Scheduler) -> ReplayOutput {
     let start = input.start_ms;
     let mut snap = input.snapshot.clone();
-    let engine = engine_for(snap.pods.iter().map(|p| &p.pod));
+    let engine = engine_for(snap.pods.iter().map(|p| &*p.pod));
     // absolute end time of each running pod with a known run time
     let mut durations: Vec<Option<u64>> = (0..snap.pods.len())
         .map(|i| {

@@ -76,8 +76,10 @@ impl World {
                     }
                     let i = out.snapshot.pods.len();
                     let mut state = p.state.clone();
-                    if p.bound {
-                        state.pod.disruption_budget_exhausted = exhausted.contains(uid);
+                    // (the pod record is shared: copied only when it changes)
+                    if p.bound && state.pod.disruption_budget_exhausted != exhausted.contains(uid) {
+                        std::sync::Arc::make_mut(&mut state.pod).disruption_budget_exhausted =
+                            exhausted.contains(uid);
                     }
                     if let Some((n, gpus)) = state.holding() {
                         if !matches!(gpus, GpuAssignment::None) {

@@ -40,7 +40,7 @@ impl World {
                 Entry::Placed(Box::new(Placed {
                     pref: pref(v),
                     state: PodState {
-                        pod,
+                        pod: pod.into(),
                         phase: PodPhase::Running {
                             node: n,
                             gpus,
@@ -264,7 +264,10 @@ impl World {
                 group_queue(&hp.groups, &mut pod);
                 Entry::Placed(Box::new(Placed {
                     pref: pref(v),
-                    state: PodState { pod, phase },
+                    state: PodState {
+                        pod: pod.into(),
+                        phase,
+                    },
                     replicas,
                     problems: Vec::new(),
                     pending_queue,
@@ -421,7 +424,10 @@ impl World {
                 group_queue(&hp.groups, &mut pod);
                 Entry::Placed(Box::new(Placed {
                     pref: pref(v),
-                    state: PodState { pod, phase },
+                    state: PodState {
+                        pod: pod.into(),
+                        phase,
+                    },
                     replicas,
                     problems,
                     pending_queue: None,

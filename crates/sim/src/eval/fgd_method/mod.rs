@@ -465,7 +465,7 @@ fn run_seed_with(
                 used += pl.gpus.milli();
                 placed += 1;
                 snap.pods.push(PodState {
-                    pod: pod.clone(),
+                    pod: pod.clone().into(),
                     phase: PodPhase::Running {
                         node: n,
                         gpus: pl.gpus,
