@@ -512,8 +512,21 @@ impl Engine {
                 kind: "pod",
                 name: p.pod.name.clone(),
             };
-            match self.pod_ix.get(&p.pod.name) {
-                Some(&id) => {
+            // a runner's snapshot mostly keeps the engine's order: the pod
+            // at the same position, when it has the name, is the one (names
+            // are unique in the engine), without a lookup by name
+            let at_same = self
+                .snap
+                .pods
+                .get(i)
+                .is_some_and(|h| Arc::ptr_eq(&h.pod, &p.pod) || h.pod.name == p.pod.name);
+            let id = if at_same {
+                Some(i as PodId)
+            } else {
+                self.pod_ix.get(&p.pod.name).copied()
+            };
+            match id {
+                Some(id) => {
                     if std::mem::replace(&mut seen[id as usize], true) {
                         return Err(duplicate());
                     }
@@ -599,12 +612,13 @@ impl Engine {
     /// runner that hands whole snapshots gets exactly the decisions of a
     /// full pass over its own snapshot.
     fn follow_order(&mut self, snap: &Snapshot) {
-        let same = |a: &[String], b: Vec<&String>| a.iter().eq(b);
-        let node_names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
-        if !same(
-            &node_names,
-            self.snap.nodes.iter().map(|n| &n.name).collect(),
-        ) {
+        if !snap
+            .nodes
+            .iter()
+            .map(|n| &n.name)
+            .eq(self.snap.nodes.iter().map(|n| &n.name))
+        {
+            let node_names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
             // new id of each old id
             let wanted: BTreeMap<&str, usize> = node_names
                 .iter()
@@ -655,14 +669,12 @@ impl Engine {
                 .map(|(k, v)| (k, v as NodeId))
                 .collect();
         }
-        if !same(
-            &snap
-                .pods
-                .iter()
-                .map(|p| p.pod.name.clone())
-                .collect::<Vec<_>>(),
-            self.snap.pods.iter().map(|p| &p.pod.name).collect(),
-        ) {
+        if !snap
+            .pods
+            .iter()
+            .map(|p| &p.pod.name)
+            .eq(self.snap.pods.iter().map(|p| &p.pod.name))
+        {
             let mut old: Vec<Option<PodState>> = std::mem::take(&mut self.snap.pods)
                 .into_iter()
                 .map(Some)
