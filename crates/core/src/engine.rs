@@ -177,6 +177,9 @@ struct ParkedJob {
     /// together ask (for the wake-up by capacity).
     shape: Vec<crate::plugin::SchedulingKey>,
     demand: ResourceVec,
+    /// When it could start reserving, if it had not waited long enough
+    /// when parked: only it is woken then.
+    reserve_at: Option<u64>,
 }
 
 /// Counters of the engine's own work.
@@ -239,6 +242,10 @@ pub struct Engine {
     /// The earliest time a parked job must be tried again (a reservation,
     /// a gang's timeout, a victim's minimum runtime).
     wake_at: Option<u64>,
+    /// The earliest timer that wakes every parked job (a gang's timeout, a
+    /// victim coming of age); `wake_at` is the earliest of it and the
+    /// parked jobs' own reserving times.
+    wake_all_at: Option<u64>,
     /// Running pods by (queue, priority): how many started at each time
     /// (for when a victim's minimum runtime ends).
     holders: BTreeMap<(String, i32), BTreeMap<u64, u32>>,
@@ -299,6 +306,7 @@ impl Engine {
             view_dirty: false,
             summary: BTreeMap::new(),
             wake_at: None,
+            wake_all_at: None,
             holders: BTreeMap::new(),
             last_flush: None,
             flushed: Default::default(),
@@ -723,7 +731,28 @@ impl Engine {
         }
         self.flushed.clear();
         if self.wake_at.is_some_and(|t| now_ms >= t) {
-            self.wake_all();
+            if self.wake_all_at.is_some_and(|t| now_ms >= t) {
+                self.wake_all();
+            } else {
+                // a job growing old enough to reserve changes only itself
+                // (it may reserve if it is its queue's head; the others
+                // stay behind it as they were)
+                let due: Vec<(bool, String)> = self
+                    .parked
+                    .iter()
+                    .filter(|(_, j)| j.reserve_at.is_some_and(|t| now_ms >= t))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in &due {
+                    self.wake(key);
+                }
+                self.wake_at = self
+                    .parked
+                    .values()
+                    .filter_map(|j| j.reserve_at)
+                    .chain(self.wake_all_at)
+                    .min();
+            }
         }
         let last = *self.last_flush.get_or_insert(now_ms);
         if now_ms >= last.saturating_add(self.flush_ms) {
@@ -1084,6 +1113,7 @@ impl Engine {
         self.view.gangs = 0;
         self.summary.clear();
         self.wake_at = None;
+        self.wake_all_at = None;
         self.view_dirty = false;
         self.stats.woken_all += 1;
         self.stats.parked = 0;
@@ -1298,13 +1328,16 @@ impl Engine {
         for c in candidates {
             let reserve_at = c.arrival.saturating_add(self.sched.opts.reserve_after_ms);
             let old = now_ms >= reserve_at;
-            let times = [
-                (!old).then_some(reserve_at),
+            let own = (!old).then_some(reserve_at);
+            let all = [
                 c.timeout_at,
                 c.any_timeout_at,
                 self.victim_ripens(&c, now_ms),
             ];
-            if let Some(t) = times.into_iter().flatten().min() {
+            if let Some(t) = all.into_iter().flatten().min() {
+                self.wake_all_at = Some(self.wake_all_at.map_or(t, |w| w.min(t)));
+            }
+            if let Some(t) = own.into_iter().chain(self.wake_all_at).min() {
                 self.wake_at = Some(self.wake_at.map_or(t, |w| w.min(t)));
             }
             let mut pods = Vec::with_capacity(c.pods.len());
@@ -1334,6 +1367,7 @@ impl Engine {
                     parked_gen: self.generation,
                     shape: c.shape,
                     demand: c.demand,
+                    reserve_at: own,
                 },
             );
             self.view_dirty = true;
