@@ -200,3 +200,16 @@ pub struct CycleOutput {
     /// tree repaired; see [`QueueProblem`]).
     pub warnings: Vec<QueueProblem>,
 }
+
+impl CycleOutput {
+    /// The pods this cycle binds.
+    pub fn bound_pods(&self) -> std::collections::BTreeSet<PodId> {
+        self.decisions
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Bind { pod, .. } => Some(*pod),
+                _ => None,
+            })
+            .collect()
+    }
+}

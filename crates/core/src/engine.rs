@@ -383,14 +383,7 @@ impl Engine {
         if self.parked.is_empty() {
             return;
         }
-        let bound: std::collections::BTreeSet<PodId> = out
-            .decisions
-            .iter()
-            .filter_map(|d| match d {
-                Decision::Bind { pod, .. } => Some(*pod),
-                _ => None,
-            })
-            .collect();
+        let bound = out.bound_pods();
         let before = out.explanations.len();
         let had: std::collections::BTreeSet<PodId> =
             out.explanations.iter().map(|e| e.pod).collect();

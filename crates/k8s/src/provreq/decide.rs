@@ -45,14 +45,7 @@ pub fn gangs(
     out: &CycleOutput,
     classes: &BTreeMap<PodId, Vec<PendingClass>>,
 ) -> BTreeMap<String, GangState> {
-    let bound: BTreeSet<PodId> = out
-        .decisions
-        .iter()
-        .filter_map(|d| match d {
-            Decision::Bind { pod, .. } => Some(*pod),
-            _ => None,
-        })
-        .collect();
+    let bound = out.bound_pods();
     let mut reasons: BTreeMap<String, (String, BTreeSet<&'static str>, Vec<Member>)> =
         BTreeMap::new();
     for e in &out.explanations {

@@ -21,7 +21,7 @@ use crate::watch::Shared;
 use crate::world::Built;
 use futures::StreamExt;
 use gpusched_core::report::classify::PendingClass;
-use gpusched_core::{CycleOutput, Decision, PodId};
+use gpusched_core::{CycleOutput, PodId};
 use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, PodTemplate, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, ListParams, Patch};

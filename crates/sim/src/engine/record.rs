@@ -36,14 +36,7 @@ impl<'a> Sim<'a> {
         // every waiting pod, the parked ones with what parked them
         engine.explain_parked(out);
         self.idle_classified_at = Some(self.now);
-        let bound: BTreeSet<u32> = out
-            .decisions
-            .iter()
-            .filter_map(|d| match d {
-                Decision::Bind { pod, .. } => Some(*pod),
-                _ => None,
-            })
-            .collect();
+        let bound = out.bound_pods();
         let mut by: BTreeMap<String, u32> = BTreeMap::new();
         for (id, classes) in gpusched_core::report::classify::classify_cycle(out, snap) {
             if bound.contains(&id) || snap.pods[id as usize].pod.gpu.milli() == 0 {
